@@ -1,0 +1,69 @@
+"""`rlsim check SCENARIO`: validate a scenario and print what it describes, with per-GPU memory and a fit verdict."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rlsim.cli.exitcodes import INFEASIBLE, OK
+from rlsim.config import load_scenario
+from rlsim.config.bound import Bound, bind
+from rlsim.costs.memory import GIB, RoleMemory, memory_report
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("check", help="validate a scenario and summarise it",
+                                   description="Validate a scenario file and print the cluster, the model with its "
+                                   "derived sizes, the placement, and per-GPU memory of each role with a fit verdict.")
+    parser.add_argument("scenario", type=Path, help="scenario YAML file")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario)
+    bound = bind(scenario)
+    memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()})
+    print(summary(bound, memory, source=str(args.scenario)))
+    return OK if all(role.fits for role in memory) else INFEASIBLE
+
+
+def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
+    s, spec = bound.scenario, bound.model
+    arch = spec.architecture
+    lines = [f"scenario   {s.name}  ({source}, seed {s.seed})"]
+    for pool in s.cluster.pools:
+        hw = bound.pools[pool.name]
+        price = f", ${pool.price_usd_per_gpu_hour:.2f}/GPU-h" if pool.price_usd_per_gpu_hour else ""
+        nics = f"{pool.nics_per_node} × {hw.inter_node.name} NICs per node" if hw.inter_node else "no scale-out network"
+        lines.append(f"cluster    pool {pool.name}: {pool.nodes} node(s) × {pool.gpus_per_node} {hw.gpu.name} = "
+                     f"{pool.gpus} GPUs; {hw.intra_node.name} inside a node, {nics}{price}")
+    moe = ""
+    if arch.moe is not None:
+        moe = f", MoE {arch.moe.num_experts} experts top-{arch.moe.num_experts_per_tok}"
+    lines.append(f"model      {spec.name}: {spec.total_params / 1e9:.2f} B parameters ({spec.active_params / 1e9:.2f} B "
+                 f"active){moe}; {spec.forward_flops_per_token(0) / 1e9:.1f} GFLOP/token forward; KV cache "
+                 f"{spec.kv_bytes_per_token / 1024:.1f} KiB/token (bf16)")
+    a = s.algorithm
+    extras = ", ".join(name for name, on in (("reference model", a.ref_model), ("critic", a.critic)) if on) or "no ref, no critic"
+    lines.append(f"algorithm  {a.name}: {a.prompts_per_step} prompts × {a.samples_per_prompt} samples = "
+                 f"{a.samples_per_step} sequences/step in {a.mini_batches} mini-batch(es); {extras}; "
+                 f"prompt ≤ {a.max_prompt_tokens}, response ≤ {a.max_response_tokens} tokens")
+    r, t = s.placement.rollout, s.placement.training
+    lines.append(f"placement  {s.placement.mode}: rollout {r.gpus} GPUs on {r.pool} = {r.engines} {r.engine} engines × "
+                 f"tp{r.tp}{f' ep{r.ep}' if r.ep > 1 else ''}; training {t.gpus} GPUs on {t.pool} = "
+                 f"tp{t.tp} pp{t.pp} cp{t.cp} dp{t.dp}{f' ep{t.ep}' if t.ep > 1 else ''}, {t.backend} "
+                 f"ZeRO-{t.zero_stage}, recompute {t.activation_recompute}")
+    sched = s.schedule
+    staleness = f" (max staleness {sched.max_staleness})" if sched.mode == "async" else ""
+    lines.append(f"schedule   {sched.mode}{staleness}; load balancer {sched.load_balancer}; partial rollout "
+                 f"{sched.partial_rollout.mode}; weight sync {sched.weight_sync.method}; {s.run.steps} step(s)")
+    lines.append("memory per GPU (GiB)")
+    for role in memory:
+        verdict = "fits" if role.fits else "DOES NOT FIT"
+        lines.append(f"  {role.role:<9} on {role.pool}: {role.total_bytes / GIB:.1f} of "
+                     f"{role.capacity_bytes / GIB:.1f} GiB  {verdict}")
+        lines.append("    " + " | ".join(f"{name} {value / GIB:.2f}" for name, value in role.components.items()))
+        for note in role.notes:
+            lines.append(f"    {note}")
+        if not role.fits and role.hints:
+            lines.append("    would fit with: " + "; ".join(role.hints))
+    return "\n".join(lines)

@@ -1,0 +1,48 @@
+"""A resolved scenario bound to the objects its names refer to: the model's derived sizes and each pool's hardware."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlsim.config.schema import Pool, Scenario
+from rlsim.hardware import GPUProfile, HardwareCatalog, Interconnect
+from rlsim.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class PoolHardware:
+    pool: Pool
+    gpu: GPUProfile
+    intra_node: Interconnect
+    inter_node: Interconnect | None  # None: single-node pool of GPUs without a scale-out network
+    host_link: Interconnect
+
+
+@dataclass(frozen=True)
+class Bound:
+    scenario: Scenario
+    model: ModelSpec
+    pools: dict[str, PoolHardware]
+
+    def gpu(self, pool: str | None) -> GPUProfile:
+        return self.pools[pool or self.scenario.cluster.pools[0].name].gpu
+
+
+def bind(scenario: Scenario) -> Bound:
+    """Look up a resolved scenario's names (load_scenario has already checked that they exist)."""
+    hardware = HardwareCatalog.load([Path(d) for d in scenario.cluster.profile_dirs])
+    pools = {}
+    for pool in scenario.cluster.pools:
+        gpu = hardware.gpu(pool.gpu)
+        assert pool.intra_node is not None, "load_scenario resolves every pool's interconnects"
+        pools[pool.name] = PoolHardware(
+            pool=pool,
+            gpu=gpu,
+            intra_node=hardware.interconnect(pool.intra_node),
+            inter_node=hardware.interconnect(pool.inter_node) if pool.inter_node else None,
+            host_link=hardware.interconnect(gpu.node.host_link),
+        )
+    architecture = scenario.model.architecture
+    assert architecture is not None, "load_scenario fills the architecture of catalog models"
+    spec = ModelSpec.from_architecture(scenario.model.name, architecture)
+    return Bound(scenario=scenario, model=spec, pools=pools)

@@ -1,0 +1,337 @@
+"""Cross-field checks and hardware-dependent defaults: everything a single field's type cannot say.
+
+Each check appends a Problem at the field the user should edit; all are collected so one run of `rlsim check`
+lists every mistake, not just the first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlsim.config.schema import Placement, Pool, Scenario
+from rlsim.errors import Problem, UnknownName
+from rlsim.hardware import HardwareCatalog
+from rlsim.models import ModelCatalog, ModelSpec
+from rlsim.yamlsource import PathKey, YamlDocument
+
+
+@dataclass
+class _Checker:
+    doc: YamlDocument
+    problems: list[Problem] = field(default_factory=list)
+
+    def fail(self, path: PathKey, message: str, *, value: Any = None, valid: str | None = None,
+             suggestion: str | None = None) -> None:
+        self.problems.append(self.doc.problem(path, message, value=value, valid=valid, suggestion=suggestion))
+
+    def unknown(self, path: PathKey, err: UnknownName) -> None:
+        self.fail(path, f"unknown {err.kind} {err.name!r}", value=err.name,
+                  valid=", ".join(err.known), suggestion=err.suggestion)
+
+
+def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> tuple[Scenario, list[Problem]]:
+    """Fill hardware- and placement-dependent defaults, then run every cross-field check."""
+    check = _Checker(doc)
+    profile_dirs = _profile_dirs(scenario, base_dir, check)
+    hardware = HardwareCatalog.load(profile_dirs)
+    pools = [_resolve_pool(i, pool, hardware, check) for i, pool in enumerate(scenario.cluster.pools)]
+    cluster = scenario.cluster.model_copy(update={"pools": pools, "profile_dirs": [str(d) for d in profile_dirs]})
+    spec = _model_spec(scenario, check)
+    model = scenario.model
+    if spec is not None and model.architecture is None:
+        model = model.model_copy(update={"architecture": spec.architecture})
+    placement = _resolve_placement(scenario.placement, pools, check)
+    schedule = scenario.schedule
+    if schedule.mode == "async" and schedule.max_staleness is None:
+        schedule = schedule.model_copy(update={"max_staleness": 1})
+    workload = _resolve_trace_paths(scenario, base_dir, check)
+    resolved = scenario.model_copy(update={
+        "cluster": cluster, "model": model, "placement": placement, "schedule": schedule, "workload": workload,
+    })
+    if not any(p.path.startswith(("cluster", "placement")) for p in check.problems):
+        _check_capacity(resolved, check)
+        if spec is not None:
+            _check_parallelism(resolved, spec, hardware, check)
+    _check_algorithm(resolved, check)
+    _check_schedule(scenario, resolved, check)
+    _check_reward(resolved, check)
+    if resolved.run.warmup_steps >= resolved.run.steps:
+        check.fail(("run", "warmup_steps"), "warm-up steps leave no measured step",
+                   value=resolved.run.warmup_steps, valid=f"0 to {resolved.run.steps - 1}")
+    return resolved, check.problems
+
+
+def _profile_dirs(scenario: Scenario, base_dir: Path, check: _Checker) -> list[Path]:
+    # A `hardware_profiles/` folder beside the scenario is picked up without configuration: adding a GPU is adding a file.
+    dirs = [base_dir / "hardware_profiles"] if (base_dir / "hardware_profiles").is_dir() else []
+    for i, raw in enumerate(scenario.cluster.profile_dirs):
+        path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
+        if not path.is_dir():
+            check.fail(("cluster", "profile_dirs", i), "no such directory", value=raw)
+        else:
+            dirs.append(path.resolve())
+    return dirs
+
+
+def _resolve_pool(index: int, pool: Pool, hardware: HardwareCatalog, check: _Checker) -> Pool:
+    at: PathKey = ("cluster", "pools", index)
+    try:
+        gpu = hardware.gpu(pool.gpu)
+    except UnknownName as err:
+        check.unknown(at + ("gpu",), err)
+        return pool.model_copy(update={"gpus_per_node": pool.gpus_per_node or 1})
+    updates: dict[str, Any] = {"gpu": gpu.name}
+    if pool.gpus_per_node is None:
+        updates["gpus_per_node"] = gpu.node.gpus_per_node.value
+    if pool.nics_per_node is None and gpu.node.nics_per_node is not None:
+        updates["nics_per_node"] = gpu.node.nics_per_node.value
+    if pool.price_usd_per_gpu_hour is None and gpu.price_usd_per_gpu_hour is not None:
+        updates["price_usd_per_gpu_hour"] = gpu.price_usd_per_gpu_hour.value
+    # A GPU without a scale-up fabric (PCIe cards) talks to its node peers over the host link.
+    intra_default = gpu.scale_up.interconnect if gpu.scale_up else gpu.node.host_link
+    for key, default, scopes in (("intra_node", intra_default, ("scale_up", "host")),
+                                 ("inter_node", gpu.node.scale_out, ("scale_out",))):
+        name = getattr(pool, key) or default
+        if name is None:
+            if pool.nodes > 1:
+                check.fail(at + (key,), f"{gpu.name} nodes have no scale-out network, so a pool of {pool.nodes} "
+                           "nodes needs one named", valid=", ".join(_names_in_scope(hardware, scopes)))
+            continue
+        try:
+            link = hardware.interconnect(name)
+        except UnknownName as err:
+            check.unknown(at + (key,), err)
+            continue
+        if link.scope not in scopes:
+            check.fail(at + (key,), f"{link.name} is a {link.scope} interconnect, not {' or '.join(scopes)}",
+                       value=name, valid=", ".join(_names_in_scope(hardware, scopes)))
+        updates[key] = link.name
+    return pool.model_copy(update=updates)
+
+
+def _names_in_scope(hardware: HardwareCatalog, scopes: tuple[str, ...]) -> list[str]:
+    return [n for n in hardware.interconnect_names() if hardware.interconnect(n).scope in scopes]
+
+
+def _model_spec(scenario: Scenario, check: _Checker) -> ModelSpec | None:
+    model = scenario.model
+    if model.architecture is not None:
+        return ModelSpec.from_architecture(model.name, model.architecture)
+    try:
+        return ModelCatalog.load().spec(model.name)
+    except UnknownName as err:
+        path: PathKey = ("model", "name") if ("model", "name") in check.doc.lines else ("model",)
+        check.unknown(path, err)
+        return None
+
+
+def _resolve_placement(placement: Placement, pools: list[Pool], check: _Checker) -> Placement:
+    names = [p.name for p in pools]
+    rollout, training = placement.rollout, placement.training
+    at = ("placement",)
+
+    def pool_name(path: PathKey, name: str | None, default: str) -> str:
+        if name is None:
+            return default
+        if name not in names:
+            check.fail(path, f"no pool named {name!r}", value=name, valid=", ".join(names))
+        return name
+
+    rollout_pool = pool_name(at + ("rollout", "pool"), rollout.pool, names[0])
+    rollout = rollout.model_copy(update={"pool": rollout_pool})
+    training_gpus = training.gpus
+    if training_gpus is None:
+        if placement.mode == "colocated":
+            training_gpus = rollout.gpus
+        else:
+            check.fail(at + ("training", "gpus"), f"required when placement.mode is {placement.mode}",
+                       valid="the number of GPUs that train")
+            training_gpus = rollout.gpus
+    model_parallel = training.tp * training.pp * training.cp
+    dp = training.dp
+    if dp is None:
+        if training_gpus % model_parallel:
+            check.fail(at + ("training",), f"training GPUs ({training_gpus}) are not a multiple of "
+                       f"tp·pp·cp = {training.tp}·{training.pp}·{training.cp} = {model_parallel}",
+                       value=training_gpus, valid=f"a multiple of {model_parallel}")
+        dp = max(1, training_gpus // model_parallel)
+    elif model_parallel * dp != training_gpus:
+        check.fail(at + ("training", "dp"), f"tp·pp·cp·dp = {training.tp}·{training.pp}·{training.cp}·{dp} = "
+                   f"{model_parallel * dp} does not equal the training GPUs ({training_gpus})",
+                   value=dp, valid=f"dp = {training_gpus // model_parallel}" if training_gpus % model_parallel == 0
+                   else f"tp·pp·cp dividing {training_gpus}")
+    training = training.model_copy(update={
+        "pool": pool_name(at + ("training", "pool"), training.pool, rollout_pool),
+        "gpus": training_gpus,
+        "dp": dp,
+    })
+    reward = placement.reward_model
+    if reward is not None:
+        reward = reward.model_copy(update={"pool": pool_name(at + ("reward_model", "pool"), reward.pool, rollout_pool)})
+    return placement.model_copy(update={"rollout": rollout, "training": training, "reward_model": reward})
+
+
+def _check_capacity(scenario: Scenario, check: _Checker) -> None:
+    """Pools must hold the GPUs of the roles placed on them, in the way the placement mode shares them."""
+    placement = scenario.placement
+    rollout, training = placement.rollout, placement.training
+    assert training.gpus is not None and rollout.pool is not None and training.pool is not None
+    demand: dict[str, int] = {}
+    if placement.mode == "colocated":
+        if training.pool != rollout.pool:
+            check.fail(("placement", "training", "pool"), "colocated roles share GPUs, so they must be in the same pool",
+                       value=training.pool, valid=rollout.pool)
+        if training.gpus != rollout.gpus:
+            check.fail(("placement", "training", "gpus"), f"colocated training uses the rollout GPUs ({rollout.gpus})",
+                       value=training.gpus, valid=str(rollout.gpus))
+        demand[rollout.pool] = rollout.gpus
+    elif placement.mode == "disaggregated":
+        demand[rollout.pool] = rollout.gpus
+        demand[training.pool] = demand.get(training.pool, 0) + training.gpus
+    else:  # hybrid: every training GPU also generates; some rollout GPUs are dedicated
+        if training.pool != rollout.pool:
+            check.fail(("placement", "training", "pool"), "hybrid shares the training GPUs with rollout, so one pool",
+                       value=training.pool, valid=rollout.pool)
+        if training.gpus >= rollout.gpus:
+            check.fail(("placement", "rollout", "gpus"), f"hybrid needs more rollout GPUs than training GPUs "
+                       f"({training.gpus}): the extra ones are the dedicated rollout GPUs",
+                       value=rollout.gpus, valid=f"> {training.gpus}")
+        demand[rollout.pool] = rollout.gpus
+    if placement.reward_model is not None:
+        assert placement.reward_model.pool is not None
+        demand[placement.reward_model.pool] = demand.get(placement.reward_model.pool, 0) + placement.reward_model.gpus
+    for i, pool in enumerate(scenario.cluster.pools):
+        if demand.get(pool.name, 0) > pool.gpus:
+            check.fail(("cluster", "pools", i, "nodes"),
+                       f"pool {pool.name!r} has {pool.gpus} GPUs but the placement needs {demand[pool.name]}",
+                       value=pool.nodes, valid=f"nodes ≥ {-(-demand[pool.name] // pool.gpus_per_node)}")
+    if rollout.gpus % rollout.tp:
+        check.fail(("placement", "rollout", "gpus"), f"rollout GPUs must be whole engines of tp={rollout.tp}",
+                   value=rollout.gpus, valid=f"a multiple of {rollout.tp}")
+
+
+def _check_parallelism(scenario: Scenario, spec: ModelSpec, hardware: HardwareCatalog, check: _Checker) -> None:
+    arch = spec.architecture
+    heads, kv_heads = arch.num_attention_heads, arch.num_key_value_heads
+    rollout, training = scenario.placement.rollout, scenario.placement.training
+    ro, tr = ("placement", "rollout"), ("placement", "training")
+
+    if heads % rollout.tp:
+        check.fail(ro + ("tp",), f"tp must divide the {heads} attention heads", value=rollout.tp,
+                   valid=_divisors(heads))
+    elif kv_heads % rollout.tp and rollout.tp % kv_heads:
+        # Inference engines replicate KV heads when tp is a multiple of them; anything else cannot be split.
+        check.fail(ro + ("tp",), f"tp must divide the {kv_heads} KV heads or be a multiple of them",
+                   value=rollout.tp, valid=_divisors(kv_heads) + f" or multiples of {kv_heads}")
+    if heads % training.tp:
+        check.fail(tr + ("tp",), f"tp must divide the {heads} attention heads", value=training.tp,
+                   valid=_divisors(heads))
+    elif kv_heads % training.tp:
+        check.fail(tr + ("tp",), f"tp must divide the {kv_heads} KV heads", value=training.tp,
+                   valid=_divisors(kv_heads))
+    elif training.backend != "megatron" and (heads // training.tp) % training.cp:
+        check.fail(tr + ("cp",), f"Ulysses context parallelism splits heads: cp must divide the "
+                   f"{heads // training.tp} heads per TP rank", value=training.cp, valid=_divisors(heads // training.tp))
+    if training.pp * training.virtual_pipeline_stages > arch.num_hidden_layers:
+        check.fail(tr + ("pp",), f"more pipeline stages than the {arch.num_hidden_layers} layers",
+                   value=training.pp, valid=f"≤ {arch.num_hidden_layers // training.virtual_pipeline_stages}")
+
+    pool = scenario.cluster.pool(rollout.pool or "")
+    gpu = hardware.gpu(pool.gpu)
+    domain = gpu.scale_up.domain_gpus.value if gpu.scale_up else pool.gpus_per_node
+    if rollout.tp > domain:
+        check.fail(ro + ("tp",), f"an engine's tp group must fit in one scale-up domain of {domain} GPUs",
+                   value=rollout.tp, valid=f"≤ {domain}")
+
+    for path, ep, limit_name, limit in ((ro + ("ep",), rollout.ep, "engine GPUs (tp)", rollout.tp),
+                                         (tr + ("ep",), training.ep, "tp·cp·dp", training.tp * training.cp * (training.dp or 1))):
+        if ep == 1:
+            continue
+        if arch.moe is None:
+            check.fail(path, f"expert parallelism needs a mixture-of-experts model; {spec.name} is dense",
+                       value=ep, valid="1")
+        elif arch.moe.num_experts % ep:
+            check.fail(path, f"ep must divide the {arch.moe.num_experts} experts", value=ep,
+                       valid=_divisors(arch.moe.num_experts))
+        elif limit % ep:
+            check.fail(path, f"ep must divide the {limit_name} = {limit}", value=ep, valid=_divisors(limit))
+
+    sequences_per_mini_batch = scenario.algorithm.samples_per_step // scenario.algorithm.mini_batches
+    if training.dp and sequences_per_mini_batch < training.dp:
+        check.fail(("algorithm", "mini_batches"), f"a mini-batch of {sequences_per_mini_batch} sequences leaves some of "
+                   f"the {training.dp} data-parallel ranks without work", value=scenario.algorithm.mini_batches,
+                   valid=f"≤ {max(1, scenario.algorithm.samples_per_step // training.dp)}")
+
+
+def _check_algorithm(scenario: Scenario, check: _Checker) -> None:
+    algo = scenario.algorithm
+    if algo.prompts_per_step % algo.mini_batches:
+        check.fail(("algorithm", "mini_batches"), f"{algo.prompts_per_step} prompts per step do not split into "
+                   f"{algo.mini_batches} equal mini-batches", value=algo.mini_batches, valid=_divisors(algo.prompts_per_step))
+    if algo.name in ("grpo", "dapo") and algo.samples_per_prompt < 2:
+        check.fail(("algorithm", "samples_per_prompt"), f"{algo.name.upper()} compares samples within a group, "
+                   "so it needs at least 2 per prompt", value=algo.samples_per_prompt, valid="≥ 2")
+    if algo.name == "ppo" and not algo.critic:
+        check.fail(("algorithm", "critic"), "PPO estimates advantages with a value model", value=False,
+                   valid="true (or use grpo / reinforce, which need no critic)")
+
+
+def _check_schedule(original: Scenario, scenario: Scenario, check: _Checker) -> None:
+    schedule, placement = scenario.schedule, scenario.placement
+    if original.schedule.max_staleness is not None and schedule.mode != "async":
+        check.fail(("schedule", "max_staleness"), f"applies only to schedule.mode async (one_step_off is staleness 1, "
+                   f"sync is 0); mode is {schedule.mode}", value=original.schedule.max_staleness)
+    if schedule.mode != "sync" and placement.mode == "colocated":
+        check.fail(("schedule", "mode"), f"{schedule.mode} overlaps generation with training, but colocated GPUs "
+                   "do one at a time", value=schedule.mode,
+                   valid="sync, or placement.mode disaggregated / hybrid")
+    partial = schedule.partial_rollout
+    if partial.mode == "april" and partial.over_provision <= 1.0:
+        check.fail(("schedule", "partial_rollout", "over_provision"), "APRIL launches more prompts than it needs",
+                   value=partial.over_provision, valid="> 1, e.g. 2.0")
+    if partial.mode != "april" and partial.over_provision != 1.0:
+        check.fail(("schedule", "partial_rollout", "over_provision"), "used only by partial_rollout.mode april",
+                   value=partial.over_provision)
+    if partial.mode == "interrupt" and schedule.mode == "sync":
+        check.fail(("schedule", "partial_rollout", "mode"), "interrupting generation at a weight update needs "
+                   "generation in flight during training (schedule.mode one_step_off or async)", value="interrupt",
+                   valid="off, april")
+    if schedule.streaming and schedule.mode == "sync":
+        check.fail(("schedule", "streaming"), "streaming trains while generation continues, which sync forbids",
+                   value=True, valid="false, or schedule.mode async")
+
+
+def _check_reward(scenario: Scenario, check: _Checker) -> None:
+    reward = scenario.workload.reward
+    has_gpus = scenario.placement.reward_model is not None
+    if reward.kind == "reward_model":
+        try:
+            ModelCatalog.load().spec(reward.model)
+        except UnknownName as err:
+            check.unknown(("workload", "reward", "model"), err)
+        if not has_gpus:
+            check.fail(("placement",), "a reward_model reward needs placement.reward_model (pool, gpus, tp)",
+                       valid="placement.reward_model: {gpus: 8}")
+    elif has_gpus:
+        check.fail(("placement", "reward_model"), f"GPUs for a reward model, but workload.reward.kind is {reward.kind}",
+                   valid="remove it, or set workload.reward.kind: reward_model")
+
+
+def _resolve_trace_paths(scenario: Scenario, base_dir: Path, check: _Checker):
+    workload = scenario.workload
+    updates = {}
+    for key in ("prompt_tokens", "response_tokens"):
+        model = getattr(workload, key)
+        if model.kind != "trace":
+            continue
+        path = Path(model.path) if Path(model.path).is_absolute() else base_dir / model.path
+        if not path.exists():
+            check.fail(("workload", key, "path"), "no such trace file or directory", value=model.path)
+        else:
+            updates[key] = model.model_copy(update={"path": str(path.resolve())})
+    return workload.model_copy(update=updates) if updates else workload
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)

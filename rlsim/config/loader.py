@@ -1,0 +1,29 @@
+"""Load a scenario file: YAML with line numbers → pydantic validation → cross-field checks → resolved, frozen Scenario."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlsim.config.checks import resolve_and_check
+from rlsim.config.schema import Scenario
+from rlsim.errors import ScenarioError
+from rlsim.loading import validate_document
+from rlsim.yamlsource import YamlDocument, parse_yaml, read_yaml
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read, validate and resolve a scenario file. Bad input raises ScenarioError naming file, line and field."""
+    return scenario_from_document(read_yaml(path), base_dir=Path(path).resolve().parent)
+
+
+def parse_scenario(text: str, *, file: str = "<string>", base_dir: Path | None = None) -> Scenario:
+    """Like load_scenario, for YAML text (notebooks, tests); relative paths resolve against `base_dir` (default: cwd)."""
+    return scenario_from_document(parse_yaml(text, file), base_dir=base_dir or Path.cwd())
+
+
+def scenario_from_document(doc: YamlDocument, *, base_dir: Path) -> Scenario:
+    scenario = validate_document(Scenario, doc)
+    resolved, problems = resolve_and_check(scenario, doc, base_dir)
+    if problems:
+        problems.sort(key=lambda p: p.line if p.line is not None else 10**9)
+        raise ScenarioError(problems)
+    return resolved

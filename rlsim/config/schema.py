@@ -1,0 +1,227 @@
+"""The scenario: one YAML file describing the cluster, the model, the RL algorithm, the workload, the placement of roles
+on GPUs, the schedule and the run length. Field names follow what RL engineers call things in verl, vLLM and Megatron.
+
+Fields left empty (`None`) that depend on hardware (a pool's GPUs per node, its interconnects) or on other sections
+(training GPUs of a colocated placement) are filled by `rlsim.config.load_scenario`, which returns a fully resolved,
+frozen Scenario; simulation code never sees a `None` default.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from rlsim.config.workload import Workload
+from rlsim.fields import (
+    Flag,
+    Fraction,
+    Frozen,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
+from rlsim.models.architecture import Architecture
+
+POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+
+
+class Pool(Frozen):
+    """A set of identical nodes. Several pools model heterogeneous clusters (e.g. H20 for rollout, H800 for training)."""
+
+    name: str = Field("main", min_length=1, max_length=64, pattern=POOL_NAME)
+    gpu: str = Field(min_length=1, description="hardware profile name, e.g. h100-sxm")
+    nodes: PositiveInt
+    gpus_per_node: PositiveInt | None = Field(None, description="default: the profile's node size")
+    intra_node: str | None = Field(None, description="scale-up interconnect; default: the profile's (e.g. nvlink4)")
+    inter_node: str | None = Field(None, description="scale-out NIC interconnect; default: the profile's (e.g. ib-ndr)")
+    nics_per_node: PositiveInt | None = Field(None, description="default: the profile's")
+    price_usd_per_gpu_hour: PositiveFloat | None = Field(None, description="default: the profile's")
+
+    @property
+    def gpus(self) -> int:
+        if self.gpus_per_node is None:
+            raise RuntimeError("pool is not resolved; load scenarios with rlsim.config.load_scenario")
+        return self.nodes * self.gpus_per_node
+
+
+class Cluster(Frozen):
+    pools: list[Pool] = Field(min_length=1)
+    profile_dirs: list[str] = Field(
+        default_factory=list, description="extra directories of hardware profiles, relative to the scenario file"
+    )
+
+    @field_validator("pools")
+    @classmethod
+    def _unique_names(cls, pools: list[Pool]) -> list[Pool]:
+        seen: set[str] = set()
+        for pool in pools:
+            if pool.name in seen:
+                raise ValueError(f"two pools are named {pool.name!r}; pool names must be unique")
+            seen.add(pool.name)
+        return pools
+
+    def pool(self, name: str) -> Pool:
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(name)
+
+
+class ModelConfig(Frozen):
+    """The policy model: a catalog name, or an inline architecture (then `name` is only a label)."""
+
+    name: str = Field(min_length=1)
+    architecture: Architecture | None = None
+    dtype: Literal["bf16", "fp16", "fp8"] = Field(
+        "bf16", description="rollout weight precision; training is bf16 mixed precision"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_shorthand(cls, data: Any) -> Any:
+        # `model: Qwen2.5-7B` is the common case; expand it to the full form.
+        return {"name": data} if isinstance(data, str) else data
+
+
+class Algorithm(Frozen):
+    name: Literal["grpo", "ppo", "dapo", "reinforce"]
+    prompts_per_step: PositiveInt = Field(description="prompts per RL step (verl data.train_batch_size)")
+    samples_per_prompt: PositiveInt = Field(description="responses generated per prompt (verl rollout.n)")
+    mini_batches: PositiveInt = Field(1, description="optimizer steps per RL step (train_batch_size / ppo_mini_batch_size)")
+    ppo_epochs: PositiveInt = 1
+    ref_model: Flag = Field(description="compute reference log-probs for a KL term; default: on except for DAPO")
+    critic: Flag = Field(description="train a value model; default: on for PPO only")
+    max_prompt_tokens: PositiveInt
+    max_response_tokens: PositiveInt
+
+    @model_validator(mode="before")
+    @classmethod
+    def _algorithm_defaults(cls, data: Any) -> Any:
+        # Which auxiliary models an algorithm needs is part of the algorithm, so the default follows the name.
+        if isinstance(data, dict):
+            data = dict(data)
+            name = data.get("name")
+            data.setdefault("critic", name == "ppo")
+            data.setdefault("ref_model", name != "dapo")
+        return data
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt
+
+
+class RolloutPlacement(Frozen):
+    """Generation engines (vLLM/SGLang): `gpus` GPUs cut into engines of `tp` GPUs each."""
+
+    pool: str | None = Field(None, description="default: the first pool")
+    gpus: PositiveInt
+    tp: PositiveInt = 1
+    ep: PositiveInt = Field(1, description="expert parallelism inside an engine (MoE models)")
+    gpu_memory_utilization: Fraction = Field(0.9, description="fraction of HBM the engine may use (vLLM's knob)")
+    max_num_seqs: PositiveInt = Field(256, description="cap on sequences decoded together per engine")
+    max_num_batched_tokens: PositiveInt = Field(8192, description="token budget per iteration (chunked prefill)")
+    engine: Literal["vllm", "sglang"] = "vllm"
+    cuda_graphs: Flag = True
+
+    @property
+    def engines(self) -> int:
+        return self.gpus // self.tp
+
+
+class TrainingPlacement(Frozen):
+    """The training layout (actor, and critic/reference when used): parallel degrees with tp·pp·cp·dp = gpus."""
+
+    pool: str | None = Field(None, description="default: the rollout pool")
+    gpus: PositiveInt | None = Field(None, description="default: the rollout GPUs when colocated")
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    cp: PositiveInt = Field(1, description="context parallelism (Ulysses / ring attention)")
+    ep: PositiveInt = 1
+    dp: PositiveInt | None = Field(None, description="default: gpus / (tp·pp·cp)")
+    virtual_pipeline_stages: PositiveInt = 1
+    backend: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
+    zero_stage: Literal[0, 1, 2, 3] = Field(3, description="0 none, 1 optimizer, 2 +gradients, 3 +parameters (FSDP full shard)")
+    micro_batch_tokens: PositiveInt = Field(
+        16384, description="tokens packed per micro-batch per GPU (ppo_max_token_len_per_gpu)"
+    )
+    activation_recompute: Literal["none", "selective", "full"] = "full"
+    offload_params: Flag = False
+    offload_optimizer: Flag = False
+
+
+class RewardModelPlacement(Frozen):
+    pool: str | None = None
+    gpus: PositiveInt
+    tp: PositiveInt = 1
+
+
+class Placement(Frozen):
+    mode: Literal["colocated", "disaggregated", "hybrid"] = Field(
+        description="colocated: roles time-share all GPUs; disaggregated: separate GPUs; "
+        "hybrid: training GPUs also generate, plus dedicated rollout GPUs"
+    )
+    rollout: RolloutPlacement
+    training: TrainingPlacement = Field(default_factory=TrainingPlacement)
+    reward_model: RewardModelPlacement | None = None
+
+
+class PartialRollout(Frozen):
+    mode: Literal["off", "april", "interrupt"] = Field(
+        "off",
+        description="april: over-provision prompts, stop at the target count, carry unfinished sequences over; "
+        "interrupt: stop in-flight sequences at a weight update and recompute their KV cache (AReaL)",
+    )
+    over_provision: float = Field(1.0, ge=1.0, description="prompts launched per prompt needed (april)")
+
+
+class WeightSync(Frozen):
+    method: Literal["nccl_broadcast", "checkpoint_engine", "per_tensor", "rdma_p2p"] = "nccl_broadcast"
+    bucket_mib: PositiveInt = 512
+    every_updates: PositiveInt = Field(1, description="push weights to rollout every k optimizer updates (streaming)")
+
+
+class Schedule(Frozen):
+    mode: Literal["sync", "one_step_off", "async"] = "sync"
+    max_staleness: NonNegativeInt | None = Field(
+        None, description="async: a sample generated by policy version v may train version at most v + max_staleness"
+    )
+    streaming: Flag = Field(False, description="training consumes mini-batches as they complete")
+    partial_rollout: PartialRollout = Field(default_factory=PartialRollout)
+    load_balancer: Literal["round_robin", "least_requests", "least_kv", "length_aware", "work_stealing"] = "round_robin"
+    length_predictor_noise: float = Field(0.0, ge=0.0, description="relative error of the length predictor (length_aware)")
+    group_placement: Literal["together", "spread"] = Field(
+        "spread", description="keep a prompt's samples on one engine, or spread them"
+    )
+    dp_balance: Literal["none", "sorted_greedy", "karmarkar_karp"] = Field(
+        "sorted_greedy", description="how sequences are assigned to data-parallel ranks"
+    )
+    weight_sync: WeightSync = Field(default_factory=WeightSync)
+
+
+class Run(Frozen):
+    steps: PositiveInt = 3
+    warmup_steps: NonNegativeInt = 0
+
+
+class Scenario(Frozen):
+    name: str = Field(min_length=1)
+    description: str = ""
+    seed: NonNegativeInt = 0
+    cluster: Cluster
+    model: ModelConfig
+    algorithm: Algorithm
+    workload: Workload
+    placement: Placement
+    schedule: Schedule = Field(default_factory=Schedule)
+    run: Run = Field(default_factory=Run)
+
+
+def scenario_json_schema() -> dict[str, Any]:
+    """JSON Schema of a scenario file, including the `model: <catalog name>` shorthand that a before-validator expands."""
+    schema = Scenario.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["properties"]["model"] = {
+        "anyOf": [{"type": "string", "description": "catalog model name, e.g. Qwen2.5-7B"},
+                  {"$ref": "#/$defs/ModelConfig"}],
+    }
+    return schema

@@ -1,0 +1,1 @@
+"""Cost models: pure functions of (model, hardware, shapes) returning seconds and bytes. No SimPy here."""

@@ -1,0 +1,152 @@
+"""The model catalog: named architectures with their sources, looked up case-insensitively, aliases resolved."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+
+from pydantic import Field
+
+from rlsim.errors import ScenarioError, UnknownName
+from rlsim.fields import Frozen, PositiveFloat
+from rlsim.loading import closest, validate_document
+from rlsim.models.architecture import Architecture
+from rlsim.models.spec import ModelSpec
+from rlsim.yamlsource import PathKey, dotted, read_yaml
+
+SHIPPED_CATALOG = Path(__file__).with_name("catalog.yaml")
+
+
+class PublishedParams(Frozen):
+    """Parameter counts as published, in billions.
+
+    Only tests read them: they check the derived counts, never replace them.
+    """
+
+    total_billion: PositiveFloat
+    active_billion: PositiveFloat | None = Field(
+        None, description="MoE active parameters, counting the token embedding (ModelSpec.active_params)"
+    )
+    non_embedding_billion: PositiveFloat | None = Field(
+        None, description="total without the token embedding and untied output head (ModelSpec.non_embedding_params)"
+    )
+    active_without_input_embedding_billion: PositiveFloat | None = Field(
+        None,
+        description="active parameters without the embedding lookup (ModelSpec.active_params_without_input_embedding)",
+    )
+    source: str
+
+
+class CatalogModel(Frozen):
+    """One architecture in the catalog."""
+
+    source: str = Field(description="where the architecture's numbers come from (usually the config.json)")
+    architecture: Architecture
+    published_params: PublishedParams | None = None
+
+
+class CatalogAlias(Frozen):
+    """Another name for a catalog model with the same architecture (a fine-tune, an instruct or distilled variant)."""
+
+    model: str
+    source: str
+
+
+class CatalogFile(Frozen):
+    """The shape of catalog.yaml."""
+
+    models: dict[str, CatalogModel]
+    aliases: dict[str, CatalogAlias] = Field(default_factory=dict)
+
+
+class ModelCatalog:
+    """The models scenarios can name. Names match case-insensitively; an alias gives its target's architecture.
+
+    Build one with `load()` and hold it; it never changes after construction.
+    """
+
+    __slots__ = ("_file", "_index")
+
+    def __init__(self, catalog: CatalogFile):
+        problems = _inconsistencies(catalog)
+        if problems:
+            raise ValueError("; ".join(f"{dotted(path)}: {message}" for path, message, _ in problems))
+        self._file = catalog
+        self._index = MappingProxyType({_key(name): name for name in (*catalog.models, *catalog.aliases)})
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> ModelCatalog:
+        """Read a catalog file (the one shipped with rlsim by default); a malformed file raises ScenarioError."""
+        doc = read_yaml(SHIPPED_CATALOG if path is None else path)
+        catalog = validate_document(CatalogFile, doc)
+        problems = _inconsistencies(catalog)
+        if problems:
+            raise ScenarioError(
+                [doc.problem(where, message, suggestion=suggestion) for where, message, suggestion in problems]
+            )
+        return cls(catalog)
+
+    def names(self) -> tuple[str, ...]:
+        """Every name `spec` accepts, as the catalog spells them: models first, then aliases."""
+        return (*self._file.models, *self._file.aliases)
+
+    def model_names(self) -> tuple[str, ...]:
+        """The catalog's own architectures, without aliases."""
+        return tuple(self._file.models)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and _key(name) in self._index
+
+    def canonical(self, name: str) -> str:
+        """The catalog's spelling of `name`; raises UnknownName with a did-you-mean when nothing matches."""
+        found = self._index.get(_key(name))
+        if found is None:
+            known = self.names()
+            raise UnknownName("model", name, list(known), closest(name, known))
+        return found
+
+    def resolve(self, name: str) -> str:
+        """The model `name` stands for (itself, or an alias's target)."""
+        found = self.canonical(name)
+        alias = self._file.aliases.get(found)
+        return found if alias is None else self._index[_key(alias.model)]
+
+    def entry(self, name: str) -> CatalogModel:
+        """The catalog entry `name` resolves to: architecture, source and published counts."""
+        return self._file.models[self.resolve(name)]
+
+    def spec(self, name: str, dtype_bytes: float = 2.0, kv_dtype_bytes: float | None = None) -> ModelSpec:
+        """The ModelSpec for a catalog name, named as the catalog spells it (an alias keeps its own name)."""
+        return ModelSpec(
+            name=self.canonical(name),
+            architecture=self.entry(name).architecture,
+            dtype_bytes=dtype_bytes,
+            kv_dtype_bytes=kv_dtype_bytes,
+        )
+
+
+def _inconsistencies(catalog: CatalogFile) -> list[tuple[PathKey, str, str | None]]:
+    """Names that collide case-insensitively and aliases whose target is not a model: (path, message, suggestion)."""
+    problems: list[tuple[PathKey, str, str | None]] = []
+    seen: dict[str, str] = {}
+    for section, names in (("models", catalog.models), ("aliases", catalog.aliases)):
+        for name in names:
+            key = _key(name)
+            if key in seen:
+                problems.append(((section, name), f"{name!r} is already a catalog name ({seen[key]!r})", None))
+            else:
+                seen[key] = name
+    models = {_key(name) for name in catalog.models}
+    for name, alias in catalog.aliases.items():
+        if _key(alias.model) not in models:
+            problems.append(
+                (
+                    ("aliases", name, "model"),
+                    f"alias target {alias.model!r} is not a model in this catalog",
+                    closest(alias.model, catalog.models),
+                )
+            )
+    return problems
+
+
+def _key(name: str) -> str:
+    return name.strip().lower()

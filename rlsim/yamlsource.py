@@ -1,0 +1,125 @@
+"""Read YAML keeping the line of every value, so errors can point at the line a user must edit."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlsim.errors import Problem, ScenarioError
+
+PathKey = tuple[str | int, ...]
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+@dataclass(frozen=True)
+class YamlDocument:
+    """Parsed YAML plus a map from field path to the 1-based line where that field is written."""
+
+    data: Any
+    file: str
+    lines: dict[PathKey, int]
+
+    def line_of(self, path: PathKey) -> int | None:
+        """Line of the deepest written ancestor of `path` (a missing field is reported at its parent)."""
+        for end in range(len(path), -1, -1):
+            line = self.lines.get(tuple(path[:end]))
+            if line is not None:
+                return line
+        return None
+
+    def problem(self, path: PathKey, message: str, **details: Any) -> Problem:
+        return Problem(message=message, path=dotted(path), file=self.file, line=self.line_of(path), **details)
+
+
+def dotted(path: PathKey) -> str:
+    """("cluster", "pools", 0, "gpu") -> "cluster.pools[0].gpu"."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += ("." if text else "") + str(part)
+    return text
+
+
+def parse_yaml(text: str, file: str) -> YamlDocument:
+    """Parse one YAML document. Syntax errors, duplicate keys and empty input raise ScenarioError."""
+    loader = None
+    try:
+        loader = yaml.SafeLoader(text)
+        node = loader.get_single_node()
+        if node is None:
+            raise ScenarioError(Problem("the file is empty (expected a YAML mapping)", file=file, line=1))
+        lines: dict[PathKey, int] = {}
+        _record_lines(node, (), lines, file)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        raise ScenarioError(Problem(f"YAML syntax error: {_describe(exc)}", file=file, line=_error_line(exc))) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise ScenarioError(Problem(f"not valid YAML text: character {exc.character!r} is not allowed",
+                                    file=file, line=line)) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(Problem(f"YAML error: {exc}", file=file)) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return YamlDocument(data=data, file=file, lines=lines)
+
+
+def _error_line(exc: yaml.MarkedYAMLError) -> int | None:
+    # The context mark is where the broken construct began (an unclosed bracket, a key missing its colon), which is
+    # the line to edit; the problem mark is where the parser gave up, often the next line.
+    mark = exc.context_mark or exc.problem_mark
+    return mark.line + 1 if mark is not None else None
+
+
+def _describe(exc: yaml.MarkedYAMLError) -> str:
+    reason = exc.problem or "invalid YAML"
+    if exc.context:
+        reason = f"{exc.context}, {reason}"
+    if exc.context_mark is not None and exc.problem_mark is not None and exc.problem_mark.line != exc.context_mark.line:
+        reason += f" (on line {exc.problem_mark.line + 1})"
+    return reason
+
+
+def read_yaml(path: str | Path) -> YamlDocument:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(Problem("no such file", file=str(path))) from None
+    except IsADirectoryError:
+        raise ScenarioError(Problem("is a directory, expected a YAML file", file=str(path))) from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(Problem(f"not UTF-8 text ({exc.reason})", file=str(path))) from None
+    return parse_yaml(text, str(path))
+
+
+def _record_lines(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], file: str) -> None:
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[object, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ScenarioError(
+                    Problem(
+                        f"duplicate key {key!r} (first written on line {seen[key]})",
+                        path=dotted(path + (key,)),
+                        file=file,
+                        line=line,
+                    )
+                )
+            seen[key] = line
+            lines[path + (key,)] = line
+            _record_lines(value_node, path + (key,), lines, file)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _record_lines(item, path + (index,), lines, file)

@@ -1,0 +1,75 @@
+"""The `rlsim` command: check on every shipped scenario, schema, version, and bad input in a real process."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlsim import __version__
+from rlsim.cli import main
+from rlsim.config.schema import Scenario
+
+ROOT = Path(__file__).parents[1]
+SHIPPED = sorted(ROOT.glob("scenarios/*.yaml"))
+
+
+def test_there_are_example_scenarios():
+    assert len(SHIPPED) >= 3
+
+
+@pytest.mark.parametrize("scenario", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_check_accepts_every_shipped_scenario(scenario, capsys):
+    assert main(["check", str(scenario)]) == 0
+    out = capsys.readouterr().out
+    for heading in ("cluster", "model", "placement", "memory per GPU"):
+        assert heading in out
+    assert "DOES NOT FIT" not in out
+    assert out.count("fits") >= 2
+
+
+def test_check_reports_a_configuration_that_does_not_fit(tmp_path, capsys):
+    text = (ROOT / "scenarios" / "quickstart.yaml").read_text()
+    text = text.replace("model: Qwen2.5-1.5B", "model: Qwen2.5-72B")
+    path = tmp_path / "big.yaml"
+    path.write_text(text)
+    assert main(["check", str(path)]) == 3
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out
+    assert "would fit with" in out
+
+
+def test_schema_is_json_schema_of_the_scenario(capsys, tmp_path):
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert set(schema["properties"]) == set(Scenario.model_fields)
+    assert schema["additionalProperties"] is False
+    assert {"type": "string", "description": "catalog model name, e.g. Qwen2.5-7B"} in schema["properties"]["model"]["anyOf"]
+    out = tmp_path / "s.json"
+    assert main(["schema", "--out", str(out)]) == 0
+    assert json.loads(out.read_text()) == schema
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert __version__ in capsys.readouterr().out
+
+
+def test_bad_input_in_a_real_process_prints_no_traceback(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text((ROOT / "scenarios" / "quickstart.yaml").read_text().replace("mini_batches", "mini_batchs"))
+    result = subprocess.run([sys.executable, "-m", "rlsim", "check", str(path)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert 1 <= len(lines) <= 2
+    assert "algorithm.mini_batchs" in lines[0] and "did you mean 'mini_batches'" in lines[1]
+
+
+def test_missing_file_is_bad_input(capsys):
+    assert main(["check", "no/such/file.yaml"]) == 2
+    assert "no such file" in capsys.readouterr().err
