@@ -1,0 +1,58 @@
+"""Length distributions: clipped means and fractions agree with sampling and with closed forms."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from rlsim.config.workload import EmpiricalLength, FixedLength, GammaLength, LognormalLength, TraceLength
+from rlsim.workload import length_distribution
+
+
+def lognormal_clipped_mean(median: float, sigma: float, cap: float) -> float:
+    """Closed form of E[min(X, c)] for a lognormal."""
+    mu = math.log(median)
+    phi = stats.norm.cdf
+    return math.exp(mu + sigma**2 / 2) * phi((math.log(cap) - mu - sigma**2) / sigma) + cap * (
+        1 - phi((math.log(cap) - mu) / sigma))
+
+
+def test_lognormal_clipped_mean_matches_closed_form():
+    dist = length_distribution(LognormalLength(kind="lognormal", median_tokens=2000, sigma=0.9))
+    assert dist.clipped_mean(8192) == pytest.approx(lognormal_clipped_mean(2000, 0.9, 8192), rel=1e-6)
+    assert dist.clipped_fraction(8192) == pytest.approx(stats.norm.sf(math.log(8192 / 2000) / 0.9), rel=1e-9)
+
+
+@pytest.mark.parametrize("model", [
+    LognormalLength(kind="lognormal", median_tokens=1500, sigma=1.1),
+    GammaLength(kind="gamma", mean_tokens=3000, shape=0.8),
+    EmpiricalLength(kind="empirical", tokens=[100, 5000, 20000], weights=[1, 2, 1]),
+    FixedLength(kind="fixed", tokens=9000),
+])
+def test_sampling_agrees_with_clipped_statistics(model):
+    dist = length_distribution(model)
+    cap = 8192
+    samples = dist.sample(np.random.default_rng(0), 200_000, cap)
+    assert samples.max() <= cap and samples.min() >= 1
+    assert samples.mean() == pytest.approx(dist.clipped_mean(cap), rel=0.01)
+    assert (samples >= cap).mean() == pytest.approx(dist.clipped_fraction(cap), abs=0.005)
+
+
+def test_same_seed_same_lengths():
+    dist = length_distribution(GammaLength(kind="gamma", mean_tokens=3000, shape=0.8))
+    a = dist.sample(np.random.default_rng(5), 1000, 16000)
+    b = dist.sample(np.random.default_rng(5), 1000, 16000)
+    assert (a == b).all()
+
+
+def test_trace_reads_packed_lengths(tmp_path: Path):
+    (tmp_path / "packed_lengths_step_0.jsonl").write_text(
+        '{"step": 0, "input": 100, "output": [10, 20, 16000]}\n{"step": 0, "input": 50, "output": [5, 5, 5]}\n')
+    response = length_distribution(TraceLength(kind="trace", path=str(tmp_path)), "output")
+    prompt = length_distribution(TraceLength(kind="trace", path=str(tmp_path)), "input")
+    assert response.clipped_mean(16000) == pytest.approx((10 + 20 + 16000 + 15) / 6)
+    assert response.clipped_fraction(16000) == pytest.approx(1 / 6)
+    assert prompt.clipped_mean(10_000) == pytest.approx(75)
