@@ -1,27 +1,76 @@
-"""Per-GPU memory of each role: weights, gradients, optimizer state, activations, and the KV cache left for rollout.
+"""Per-GPU memory of each role: model state, activations, logits, and the KV cache left for rollout.
 
-Formulas: mixed-precision Adam keeps 2 (bf16 weights) + 2 (bf16 grads) + 12 (fp32 master, m, v) bytes per parameter,
-sharded by ZeRO stage over the data-parallel group (Rajbhandari et al., arXiv 1910.02054). Activations per layer follow
-Korthikanti et al. (arXiv 2205.05198): 34·s·b·h bytes with sequence parallelism dividing by t, the 5·a·s²·b attention-score
-term being absent because FlashAttention never materialises the scores; full recompute keeps only the 2·s·b·h layer input.
+**Model state** (Rajbhandari et al., arXiv 1910.02054 §3.1 and §5): mixed-precision Adam keeps 2 bytes of bf16 weights,
+2 of bf16 gradients and 12 of fp32 master weights, momentum and variance per parameter Ψ. ZeRO-1 shards the 12 over the
+N_d ranks that hold the same parameters, ZeRO-2 the gradients too, ZeRO-3 (FSDP full shard) the weights too:
+16Ψ, 4Ψ + 12Ψ/N_d, 2Ψ + 14Ψ/N_d, 16Ψ/N_d (`model_state_bytes`). Megatron keeps its gradient buffer in fp32 for bf16
+training (megatron/training/arguments.py: "accumulate and all-reduce gradients in fp32 for bfloat16 data type"), so its
+gradients take 4 bytes. Dense weights split over tp·pp and are ZeRO-sharded over dp·cp; routed experts follow Megatron-Core's
+MoE parallel folding (expert tensor parallelism 1, experts split over ep·pp, ZeRO-sharded over the tp·cp·dp/ep ranks of
+the expert-data-parallel group), which is what the config check "ep divides tp·cp·dp" describes.
+
+**Activations** (`activation_bytes_per_token`) are re-derived for SwiGLU + GQA/MLA + RMSNorm layers with the method of
+Korthikanti et al. (arXiv 2205.05198 §4.1): count, per token of one layer, every tensor an operation keeps for its
+backward pass, bf16 = 2 bytes, a tensor shared by two operations once. With hidden size h, query width q = heads·d_head,
+key/value widths k = v = kv_heads·d_head, a heads and FFN width f:
+
+    attention:  RMSNorm input 2h, QKV-projection input 2h, Q/K/V after RoPE (FlashAttention's inputs) 2(q+k+v),
+                attention output (FlashAttention keeps it; it is also the o_proj input) 2q, log-sum-exp 4a (fp32)
+    MLP:        RMSNorm input 2h, gate/up input 2h, SwiGLU inputs 4f (gate and up outputs) — the eager Hugging Face
+                implementation also keeps silu(gate), 2f more — and the down-projection input 2f
+
+giving 8h + 2(q+k+v) + 2q + 4a + 6f bytes (fused kernels, Megatron/TransformerEngine) or + 8f (eager). The paper's 34·h
+counts GeLU MLPs with f = 4h, multi-head K and V and dropout masks; none of those apply here. For Llama-3.1-70B
+(q = h, k = v = h/8, f = 3.5h) the fused count is 33.5·h, close to 34 by coincidence; Qwen2.5-7B (f = 5.3h) gives 44·h.
+FlashAttention never stores the a·s² score matrix, so the paper's 5·a·s/h term is absent and "selective" recompute
+(which exists to drop that term) stores the same as none. Sequence parallelism splits all of it by tp (Megatron-Core
+turns it on with TP; assumed whenever tp > 1), context parallelism splits the tokens. Full recompute keeps only each
+layer's 2h input and rebuilds one layer's activations at a time during the backward pass.
+
+**Pipeline**: under 1F1B the first stage holds activations of pp micro-batches for its L/pp layers — L layers' worth —
+and with v interleaved chunks L·(1 + (pp−1)/(pp·v)) (arXiv 2205.05198 §4.2.3). The last stage holds one micro-batch
+plus the logits.
+
+**Offload** means DeepSpeed ZeRO-Offload / FSDP CPU-offload semantics: offloaded state lives in host memory throughout
+training and streams to the GPU when used, so it leaves both the training peak and the state left resident while a
+colocated rollout engine runs.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from rlsim.config.schema import RolloutPlacement, Scenario, TrainingPlacement
 from rlsim.errors import InfeasibleError
 from rlsim.hardware import GPUProfile
-from rlsim.models import ModelSpec
+from rlsim.models import Architecture, ModelSpec
+from rlsim.models.spec import LayerKind
 
 GIB = 2**30
 BF16 = 2
 FP32 = 4
-ADAM_STATE_BYTES = 12  # fp32 master weights + first and second moments
+ADAM_STATE_BYTES = 12  # fp32 master weights + first and second moments (arXiv 1910.02054 §3.1)
+# Megatron's main-gradient buffer is fp32 for bf16 training unless --grad-reduce-in-bf16 (megatron/training/arguments.py).
+MEGATRON_GRAD_BYTES = 4
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
-# Activation bytes per token per hidden unit of one transformer layer without recompute (arXiv 2205.05198, Eq. 2 without
-# the attention-score term); a full-recompute layer keeps only its bf16 input.
-ACTIVATION_BYTES_PER_TOKEN_HIDDEN = {"none": 34, "selective": 34, "full": 2}
+# The logits the output head writes (bf16, kept for the backward pass) plus the fp32 copy log-softmax works in
+# (Megatron's vocab-parallel cross-entropy and verl's log-prob computation both upcast to fp32).
+LOGIT_BYTES = BF16 + FP32
+# FSDP gathers the unit it computes and prefetches the next one (FSDP's default backward/forward prefetch of one unit).
+FSDP_GATHERED_LAYERS = 2
+# The smallest micro-batch budget a hint proposes: halving stops here.
+MIN_HINT_MICRO_BATCH_TOKENS = 512
+# Tensor parallelism beyond one 8-GPU NVLink node is not proposed (its per-layer collectives would cross the network).
+MAX_HINT_TP = 8
+
+Implementation = Literal["fused", "eager"]
+
+
+def kernel_implementation(backend: str) -> Implementation:
+    """How elementwise work is implemented: Megatron uses TransformerEngine's fused kernels; the FSDP backends run the
+    Hugging Face model code eagerly (one kernel per PyTorch op)."""
+    return "fused" if backend == "megatron" else "eager"
 
 
 @dataclass(frozen=True)
@@ -45,71 +94,252 @@ class RoleMemory:
         return self.total_bytes <= self.capacity_bytes
 
     def require(self) -> None:
+        """Raise InfeasibleError (role, needed, available, what would fit) unless this fits."""
         if not self.fits:
             raise InfeasibleError(self.role, self.total_bytes, self.capacity_bytes, self.hints)
 
 
-def _sharded_params(spec: ModelSpec, tp: int, pp: int, ep: int) -> float:
-    """Parameters one model-parallel rank holds: dense weights split over tp·pp, routed experts also over ep."""
+# ---------------------------------------------------------------------------------------------------- model state
+
+
+def model_state_bytes(params: float, zero_stage: int, shards: int, grad_bytes: float = BF16) -> dict[str, float]:
+    """Weights, gradients and Adam state of `params` parameters under a ZeRO stage over `shards` ranks (arXiv 1910.02054).
+
+    With the default 2-byte gradients the sums are the paper's 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N for stages 0-3.
+    """
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, not {zero_stage}")
+    return {
+        "weights": BF16 * params / (shards if zero_stage >= 3 else 1),
+        "gradients": grad_bytes * params / (shards if zero_stage >= 2 else 1),
+        "optimizer": ADAM_STATE_BYTES * params / (shards if zero_stage >= 1 else 1),
+    }
+
+
+def parameters_per_gpu(spec: ModelSpec, layout: TrainingPlacement) -> tuple[float, float]:
+    """(dense, routed-expert) parameters one GPU holds before ZeRO sharding, averaged over pipeline stages."""
     expert = spec.routed_expert_params
-    return (spec.total_params - expert) / (tp * pp) + expert / (tp * pp * ep)
+    return (spec.total_params - expert) / (layout.tp * layout.pp), expert / (layout.ep * layout.pp)
 
 
-def training_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
-    """Peak memory of an actor-training GPU during the update (the largest phase)."""
-    layout = scenario.placement.training
-    params = _sharded_params(spec, layout.tp, layout.pp, layout.ep)
-    shards = (layout.dp or 1) * layout.cp
-    stage = layout.zero_stage
-    weights = BF16 * params / (shards if stage >= 3 else 1)
-    grads = BF16 * params / (shards if stage >= 2 else 1)
-    optimizer = ADAM_STATE_BYTES * params / (shards if stage >= 1 else 1)
-    activations = training_activation_bytes(spec, layout)
-    components = {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": activations}
-    if scenario.algorithm.critic:
-        # The critic has the actor's shape and its own Adam state; it trains in the same step on the same GPUs.
-        components["critic"] = weights + grads + optimizer
-    hints = _training_hints(layout, spec)
-    return RoleMemory("training", layout.pool or "", gpu.memory_bytes, components, hints=hints)
+def zero_shards(layout: TrainingPlacement) -> tuple[int, int]:
+    """How many ranks ZeRO shards over: (dense parameters: dp·cp, routed experts: tp·cp·dp/ep)."""
+    dp = _dp(layout)
+    return dp * layout.cp, max(1, layout.tp * layout.cp * dp // layout.ep)
+
+
+def training_model_state(spec: ModelSpec, layout: TrainingPlacement) -> dict[str, float]:
+    """Weights, gradients and optimizer state on one training GPU, offloaded parts left out."""
+    dense, expert = parameters_per_gpu(spec, layout)
+    dense_shards, expert_shards = zero_shards(layout)
+    grad_bytes = MEGATRON_GRAD_BYTES if layout.backend == "megatron" else BF16
+    state = model_state_bytes(dense, layout.zero_stage, dense_shards, grad_bytes)
+    for name, value in model_state_bytes(expert, layout.zero_stage, expert_shards, grad_bytes).items():
+        state[name] += value
+    if layout.offload_params:
+        state["weights"] = 0.0
+    if layout.offload_optimizer:
+        state["optimizer"] = 0.0
+    return state
+
+
+def fsdp_gathered_bytes(spec: ModelSpec, layout: TrainingPlacement) -> float:
+    """ZeRO-3/FSDP working set: unsharded bf16 weights and gradients of the units being computed and prefetched.
+
+    The root unit (embedding, final norm, output head) stays gathered from the start of the forward pass to the end of
+    the backward pass (FSDP does not reshard the root after forward); decoder layers are gathered two at a time.
+    """
+    if layout.zero_stage < 3:
+        return 0.0
+    kind: LayerKind = "moe" if spec.layer_count("moe") else "dense"
+    layer = sum(spec.layer_params(kind).values())
+    routed = sum(v for k, v in spec.layer_params(kind).items() if k.startswith("mlp.experts"))
+    layer_per_gpu = (layer - routed) / layout.tp + routed / layout.ep
+    root = (spec.embedding_params + spec.architecture.hidden_size) / layout.tp
+    return BF16 * (root + FSDP_GATHERED_LAYERS * layer_per_gpu) + BF16 * FSDP_GATHERED_LAYERS * layer_per_gpu
+
+
+# ---------------------------------------------------------------------------------------------------- activations
+
+
+def activation_bytes_per_token(spec: ModelSpec, kind: LayerKind, implementation: Implementation = "fused") -> float:
+    """Bytes one token of one layer keeps for the backward pass without recompute, tp = cp = 1 (derivation above)."""
+    arch = spec.architecture
+    h, heads = arch.hidden_size, arch.num_attention_heads
+    if arch.mla is not None:
+        mla = arch.mla
+        q = k = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+        v = out = heads * mla.v_head_dim
+        # The low-rank latents are the inputs of the up-projections and of their RMSNorms.
+        latents = 2 * BF16 * (mla.kv_lora_rank + (mla.q_lora_rank or 0))
+    else:
+        q = out = heads * arch.attention_head_dim
+        k = v = arch.num_key_value_heads * arch.attention_head_dim
+        latents = 0
+    attention = BF16 * (2 * h + (q + k + v) + out) + FP32 * heads + latents
+    swiglu_inputs = 2 if implementation == "fused" else 3  # gate, up (+ silu(gate) when eager)
+    moe = arch.moe
+    if kind == "moe" and moe is not None:
+        routed = moe.num_experts_per_tok * moe.moe_intermediate_size
+        shared = moe.n_shared_experts * moe.moe_intermediate_size
+        mlp = (
+            BF16 * 2 * h
+            + BF16 * moe.num_experts_per_tok * h  # each token's copies permuted to its experts (the expert GEMM inputs)
+            + FP32 * moe.num_experts  # router probabilities for the softmax backward
+            + BF16 * (swiglu_inputs + 1) * (routed + shared)
+        )
+    else:
+        mlp = BF16 * 2 * h + BF16 * (swiglu_inputs + 1) * arch.intermediate_size
+    return attention + mlp
+
+
+@dataclass(frozen=True)
+class ActivationMemory:
+    """Activation and logit bytes one training GPU holds at its peak (the first or the last pipeline stage)."""
+
+    activations: float
+    logits: float
+
+    @property
+    def total(self) -> float:
+        return self.activations + self.logits
+
+
+def training_activation_memory(spec: ModelSpec, layout: TrainingPlacement) -> ActivationMemory:
+    """Activations of the layers in flight plus the logits of one micro-batch of `micro_batch_tokens` per GPU."""
+    arch = spec.architecture
+    impl = kernel_implementation(layout.backend)
+    tokens = layout.micro_batch_tokens  # per GPU: a micro-batch holds micro_batch_tokens·cp tokens over the CP group
+    full = {kind: activation_bytes_per_token(spec, kind, impl) * tokens / layout.tp
+            for kind in ("dense", "moe") if spec.layer_count(kind)}
+    layers = arch.num_hidden_layers
+    all_layers_full = sum(spec.layer_count(kind) * value for kind, value in full.items())
+    if layout.activation_recompute == "full":
+        stored_all = layers * BF16 * arch.hidden_size * tokens / layout.tp  # each layer's input checkpoint
+        rebuilt = max(full.values())  # the one layer being recomputed and back-propagated
+    else:
+        stored_all, rebuilt = all_layers_full, 0.0
+    logits = LOGIT_BYTES * tokens * arch.vocab_size / layout.tp
+    p, v = layout.pp, layout.virtual_pipeline_stages
+    if p == 1:
+        return ActivationMemory(stored_all + rebuilt, logits)
+    # First stage: pp micro-batches of L/pp layers in flight, more with interleaving (arXiv 2205.05198 §4.2.3).
+    first = stored_all * (1 + (p - 1) / (p * v) if v > 1 else 1.0) + rebuilt
+    last = stored_all / p + rebuilt
+    if first >= last + logits:
+        return ActivationMemory(first, 0.0)
+    return ActivationMemory(last, logits)
 
 
 def training_activation_bytes(spec: ModelSpec, layout: TrainingPlacement) -> float:
+    """Activations plus logits at the training peak (see `training_activation_memory`)."""
+    return training_activation_memory(spec, layout).total
+
+
+# ---------------------------------------------------------------------------------------------------- training role
+
+
+def training_memory_of(
+    spec: ModelSpec, layout: TrainingPlacement, capacity_bytes: float, *, critic: bool = False, pool: str = ""
+) -> RoleMemory:
+    """Peak memory of one training GPU during the update, without hints."""
+    state = training_model_state(spec, layout)
+    components = dict(state)
+    gathered = fsdp_gathered_bytes(spec, layout)
+    if gathered:
+        components["gathered weights and gradients (FSDP)"] = gathered
+    acts = training_activation_memory(spec, layout)
+    components["activations"] = acts.activations
+    if acts.logits:
+        components["logits"] = acts.logits
+    notes = []
+    if critic:
+        # The critic has the actor's shape and its own Adam state, and trains in the same step on the same GPUs.
+        components["critic"] = sum(state.values())
+    if layout.offload_params or layout.offload_optimizer:
+        notes.append("offloaded training state lives in host memory and streams to the GPU when used")
+    return RoleMemory("training", pool, capacity_bytes, components, notes=tuple(notes))
+
+
+def training_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
+    """Peak memory of an actor-training GPU during the update; when it does not fit, hints that were checked to fit."""
+    layout = scenario.placement.training
+    critic = scenario.algorithm.critic
+    memory = training_memory_of(spec, layout, gpu.memory_bytes, critic=critic, pool=layout.pool or "")
+    if memory.fits:
+        return memory
+
+    gpus = layout.tp * layout.pp * layout.cp * _dp(layout)
+
+    def fits(changes: dict[str, Any]) -> float | None:
+        model_parallel = changes.get("tp", layout.tp) * changes.get("pp", layout.pp) * changes.get("cp", layout.cp)
+        if gpus % model_parallel:
+            return None
+        # The GPU count stays: a larger model-parallel degree leaves fewer data-parallel ranks.
+        dp = gpus // model_parallel
+        if (changes.get("tp", layout.tp) * changes.get("cp", layout.cp) * dp) % layout.ep:
+            return None
+        candidate = layout.model_copy(update={**changes, "dp": dp})
+        memory = training_memory_of(spec, candidate, gpu.memory_bytes, critic=critic)
+        return memory.total_bytes if memory.fits else None
+
+    longest = scenario.algorithm.max_prompt_tokens + scenario.algorithm.max_response_tokens
+    hints = _verified_hints("placement.training", _training_options(spec, layout, longest), fits)
+    return RoleMemory(memory.role, memory.pool, memory.capacity_bytes, memory.components, notes=memory.notes,
+                      hints=hints)
+
+
+def _training_options(spec: ModelSpec, layout: TrainingPlacement, longest: int) -> list[dict[str, Any]]:
+    """Single changes that lower training memory, cheapest first; a field's later options go further (smaller, larger)."""
     arch = spec.architecture
-    tokens = layout.micro_batch_tokens / layout.cp
-    per_layer_input = ACTIVATION_BYTES_PER_TOKEN_HIDDEN[layout.activation_recompute] * tokens * arch.hidden_size / layout.tp
-    layers_per_stage = arch.num_hidden_layers / layout.pp
-    # 1F1B: the first stage holds up to pp micro-batches in flight, so its activations cover about all layers' worth.
-    in_flight = layout.pp
-    stored = per_layer_input * layers_per_stage * in_flight
-    if layout.activation_recompute == "full":
-        # Recomputing one layer re-materialises its full activations once.
-        stored += ACTIVATION_BYTES_PER_TOKEN_HIDDEN["none"] * tokens * arch.hidden_size / layout.tp
-    logits = FP32 * tokens * arch.vocab_size / layout.tp  # fp32 logits for the log-prob of every token
-    return stored + logits
-
-
-def _training_hints(layout: TrainingPlacement, spec: ModelSpec) -> tuple[str, ...]:
-    hints = []
+    options: list[dict[str, Any]] = []
     if layout.zero_stage < 3:
-        hints.append("zero_stage: 3 (shard weights, gradients and optimizer over data parallelism)")
+        options.append({"zero_stage": 3})
     if layout.activation_recompute != "full":
-        hints.append("activation_recompute: full")
-    if layout.micro_batch_tokens > 4096:
-        hints.append(f"micro_batch_tokens: {layout.micro_batch_tokens // 2}")
-    if spec.architecture.num_key_value_heads % (layout.tp * 2) == 0:
-        hints.append(f"training tp: {layout.tp * 2}")
-    return tuple(hints)
+        options.append({"activation_recompute": "full"})
+    tokens = layout.micro_batch_tokens // 2
+    # A micro-batch must still hold the longest sequence (split over the context-parallel group).
+    while tokens >= MIN_HINT_MICRO_BATCH_TOKENS and tokens * layout.cp >= longest:
+        options.append({"micro_batch_tokens": tokens})
+        tokens //= 2
+    if not layout.offload_optimizer:
+        options.append({"offload_optimizer": True})
+    if not layout.offload_params:
+        options.append({"offload_params": True})
+    # Megatron splits layers over TP and PP; the FSDP backends (verl) only add Ulysses context parallelism.
+    limits = {"tp": MAX_HINT_TP, "pp": arch.num_hidden_layers, "cp": arch.num_attention_heads}
+    for name in ("tp", "pp", "cp") if layout.backend == "megatron" else ("cp",):
+        degree = getattr(layout, name) * 2
+        while degree <= limits[name] and _divides(name, degree, arch, layout):
+            options.append({name: degree})
+            degree *= 2
+    return options
+
+
+def _divides(name: str, degree: int, arch: Architecture, layout: TrainingPlacement) -> bool:
+    """Whether a parallel degree satisfies the config checks' shape constraints."""
+    if name == "tp":
+        return arch.num_key_value_heads % degree == 0 and arch.num_attention_heads % degree == 0
+    if name == "pp":
+        return arch.num_hidden_layers % (degree * layout.virtual_pipeline_stages) == 0
+    return (arch.num_attention_heads // layout.tp) % degree == 0
+
+
+def _dp(layout: TrainingPlacement) -> int:
+    if layout.dp is None:
+        raise ValueError("the training layout's dp is not resolved; load scenarios with rlsim.config.load_scenario")
+    return layout.dp
+
+
+# ---------------------------------------------------------------------------------------------------- rollout role
 
 
 def resident_training_bytes(scenario: Scenario, spec: ModelSpec) -> float:
     """Training state left on a GPU while a colocated rollout engine runs (gradients are freed after the update)."""
     layout = scenario.placement.training
-    params = _sharded_params(spec, layout.tp, layout.pp, layout.ep)
-    shards = (layout.dp or 1) * layout.cp
+    state = training_model_state(spec, layout)
     models = 2 if scenario.algorithm.critic else 1
-    weights = 0.0 if layout.offload_params else BF16 * params / (shards if layout.zero_stage >= 3 else 1)
-    optimizer = 0.0 if layout.offload_optimizer else ADAM_STATE_BYTES * params / (shards if layout.zero_stage >= 1 else 1)
-    return models * (weights + optimizer)
+    return models * (state["weights"] + state["optimizer"])
 
 
 def kv_bytes_per_token_per_gpu(spec: ModelSpec, tp: int) -> float:
@@ -123,26 +353,19 @@ def kv_bytes_per_token_per_gpu(spec: ModelSpec, tp: int) -> float:
     return per_token / min(tp, spec.architecture.num_key_value_heads)
 
 
-def rollout_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
-    """An engine GPU: weights, workspace and at least one longest sequence's KV inside its gpu_memory_utilization share."""
+def _rollout_memory_of(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
     engine = scenario.placement.rollout
-    arch = spec.architecture
     components = {
         "weights": spec.total_params * DTYPE_BYTES[scenario.model.dtype] / engine.tp,
         "workspace": rollout_workspace_bytes(spec, engine),
     }
     notes: list[str] = []
-    hints: list[str] = []
     placement = scenario.placement
     if placement.mode in ("colocated", "hybrid") and engine.pool == placement.training.pool:
         resident = resident_training_bytes(scenario, spec)
         if resident:
             components["training state (resident)"] = resident
             notes.append("colocated: training state that is not offloaded stays on the GPU while it generates")
-            if not placement.training.offload_optimizer:
-                hints.append("training offload_optimizer: true")
-            if not placement.training.offload_params:
-                hints.append("training offload_params: true")
     budget = engine.gpu_memory_utilization * gpu.memory_bytes
     kv_cache = budget - sum(components.values())
     max_len = scenario.algorithm.max_prompt_tokens + scenario.algorithm.max_response_tokens
@@ -150,13 +373,52 @@ def rollout_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> Role
     components["KV cache, one longest sequence"] = longest
     if kv_cache >= longest:
         notes.append(f"KV cache {kv_cache / GIB:.1f} GiB holds {kv_cache / longest:.0f} sequences of {max_len} tokens")
-    else:
-        if arch.num_attention_heads % (engine.tp * 2) == 0:
-            hints.append(f"rollout tp: {engine.tp * 2}")
-        if engine.gpu_memory_utilization < 0.95:
-            hints.append(f"gpu_memory_utilization above {engine.gpu_memory_utilization}")
     return RoleMemory("rollout", engine.pool or "", budget, components, kv_cache_bytes=max(kv_cache, 0.0),
-                      notes=tuple(notes), hints=tuple(hints))
+                      notes=tuple(notes))
+
+
+def rollout_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
+    """An engine GPU: weights, workspace and at least one longest sequence's KV inside its gpu_memory_utilization share.
+
+    When that does not fit, the hints are changes (engine TP, memory share, offloading colocated training state) that
+    were checked to fit.
+    """
+    memory = _rollout_memory_of(scenario, spec, gpu)
+    if memory.fits:
+        return memory
+    placement = scenario.placement
+    engine, arch = placement.rollout, spec.architecture
+    options: list[dict[str, Any]] = []
+    tp = engine.tp * 2
+    while tp <= engine.gpus and engine.gpus % tp == 0 and arch.num_attention_heads % tp == 0:
+        options.append({"rollout.tp": tp})
+        tp *= 2
+    if engine.gpu_memory_utilization < 0.95:
+        options.append({"rollout.gpu_memory_utilization": 0.95})
+    if "training state (resident)" in memory.components:
+        if not placement.training.offload_optimizer:
+            options.append({"training.offload_optimizer": True})
+        if not placement.training.offload_params:
+            options.append({"training.offload_params": True})
+
+    def fits(changes: dict[str, Any]) -> float | None:
+        candidate = _rollout_memory_of(_with_placement(scenario, changes), spec, gpu)
+        return candidate.total_bytes if candidate.fits else None
+
+    hints = _verified_hints("placement", options, fits)
+    return RoleMemory(memory.role, memory.pool, memory.capacity_bytes, memory.components,
+                      kv_cache_bytes=memory.kv_cache_bytes, notes=memory.notes, hints=hints)
+
+
+def _with_placement(scenario: Scenario, changes: dict[str, Any]) -> Scenario:
+    """The scenario with `section.field` placement changes applied (no re-validation: only for re-evaluating memory)."""
+    placement = scenario.placement
+    sections: dict[str, dict[str, Any]] = {}
+    for key, value in changes.items():
+        section, name = key.split(".")
+        sections.setdefault(section, {})[name] = value
+    updated = {name: getattr(placement, name).model_copy(update=fields) for name, fields in sections.items()}
+    return scenario.model_copy(update={"placement": placement.model_copy(update=updated)})
 
 
 def rollout_workspace_bytes(spec: ModelSpec, engine: RolloutPlacement) -> float:
@@ -169,6 +431,61 @@ def rollout_workspace_bytes(spec: ModelSpec, engine: RolloutPlacement) -> float:
     return tokens * per_token + logits
 
 
+# ---------------------------------------------------------------------------------------------------- hints
+
+
+def _verified_hints(
+    prefix: str, options: list[dict[str, Any]], fits: Callable[[dict[str, Any]], float | None]
+) -> tuple[str, ...]:
+    """Each single option that fits; if none does, the smallest greedy combination of options (in order) that fits.
+
+    `fits` re-evaluates the memory with the changes applied and returns the bytes needed, or None when it still does not fit.
+    """
+    hints = []
+    answered: set[str] = set()
+    for changes in options:
+        key = next(iter(changes))
+        if key in answered:
+            continue  # the mildest change of a field that fits is enough (largest micro-batch, smallest degree)
+        needed = fits(changes)
+        if needed is not None:
+            answered.add(key)
+            hints.append(f"{_describe(prefix, changes)} ({needed / GIB:.1f} GiB)")
+    if hints:
+        return tuple(hints)
+    chosen: list[dict[str, Any]] = []
+    for changes in options:
+        chosen.append(changes)
+        if fits(_merge(chosen)) is not None:
+            # Drop the options the combination does not need, last-added kept.
+            for option in list(chosen[:-1]):
+                trial = [o for o in chosen if o is not option]
+                if fits(_merge(trial)) is not None:
+                    chosen = trial
+            merged = _merge(chosen)
+            needed = fits(merged)
+            assert needed is not None
+            return (f"{_describe(prefix, merged)} together ({needed / GIB:.1f} GiB)",)
+    return ("more GPUs, or GPUs with more memory (no change of ZeRO stage, recompute, micro-batch size, offload or "
+            "parallelism fits, alone or together)",)
+
+
+def _merge(options: list[dict[str, Any]]) -> dict[str, Any]:
+    """One set of changes; a later option of the same field (a smaller micro-batch, a larger degree) wins."""
+    merged: dict[str, Any] = {}
+    for option in options:
+        merged.update(option)
+    return merged
+
+
+def _describe(prefix: str, changes: dict[str, Any]) -> str:
+    return " + ".join(f"{prefix}.{key}: {_yaml(value)}" for key, value in changes.items())
+
+
+def _yaml(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def memory_report(scenario: Scenario, spec: ModelSpec, gpus: dict[str, GPUProfile]) -> list[RoleMemory]:
     """Per-GPU memory of each GPU role in the scenario; `gpus` maps pool name to its GPU profile."""
     placement = scenario.placement
@@ -176,3 +493,9 @@ def memory_report(scenario: Scenario, spec: ModelSpec, gpus: dict[str, GPUProfil
         rollout_memory(scenario, spec, gpus[placement.rollout.pool or ""]),
         training_memory(scenario, spec, gpus[placement.training.pool or ""]),
     ]
+
+
+def require_all(memories: Iterable[RoleMemory]) -> None:
+    """Raise InfeasibleError for the first role that does not fit."""
+    for memory in memories:
+        memory.require()

@@ -1,0 +1,352 @@
+"""Moving new policy weights from training to rollout: disaggregated sync and colocated switching.
+
+**Disaggregated** (`disaggregated_sync`): after an update the weights go from the training layout to every rollout
+engine in three terms, reported separately because they scale differently:
+
+* *gather* — unshard each tensor out of the training layout: Megatron all-gathers tensor-parallel shards over the TP
+  group and routed experts over the EP group, and, when one rank sends everything, broadcasts each tensor over the PP
+  group; FSDP/ZeRO-3 all-gathers each parameter over its data-parallel group. Tensor by tensor (Megatron's and verl's
+  per-tensor export) or bucket by bucket.
+* *transfer* — to every rollout GPU over the real topology, by the scenario's `schedule.weight_sync.method`:
+  `per_tensor` (verl's default NCCL path: each tensor broadcast on its own from training rank 0 to a group of all
+  training and rollout GPUs), `checkpoint_engine` (verl's checkpoint engine after MoonshotAI/checkpoint-engine:
+  each training rank stages its 1/N share of the exported tensors in host memory, then bucket after bucket is copied
+  back to its owner GPU and broadcast to the group), `nccl_broadcast` (bucketed, GPU-resident broadcast from one
+  training GPU to the rollout GPUs, as slime does) and `rdma_p2p` (each rollout GPU receives only its own shard by
+  point-to-point RDMA, all engines at once, over the max-flow of the training-to-rollout links).
+* *load* — each engine copies its TP shard into its weights, one `load_weights` call per tensor.
+
+The terms add up: verl runs them one after another (its `overlap_broadcast_and_consume` is off by default).
+
+**Colocated** (`colocated_switch`): the same GPUs alternate between training and generation. Switching costs the
+reshard from the training to the inference layout (gather, then each engine takes its shard), moving offloaded training
+state over the host link in each direction, the rollout engine's wake-up (vLLM sleep mode level 1 reloads the weights it
+offloaded and re-maps its KV cache), and optionally a checkpoint save.
+
+Tensors are counted as Hugging Face checkpoints store them (`ModelSpec.layer_weights` × layers, one per routed expert,
+plus embedding, output head and final norm), since both the export and vLLM's loader walk that list.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from rlsim.config.bound import Bound
+from rlsim.config.schema import RolloutPlacement, TrainingPlacement, WeightSync
+from rlsim.costs.collectives import COPY_LINK_EFFICIENCY, HOST_LINK_EFFICIENCY, Op, collective_time
+from rlsim.costs.memory import training_model_state
+from rlsim.hardware import GPUProfile
+from rlsim.models import ModelSpec
+from rlsim.topology import GPU, ClusterTopology
+
+MIB = 2**20
+
+# Host cost of moving one tensor with its own collective rather than inside a flat bucket (allocation, Python loop,
+# launch): SGLang PR #13824 (sgl-project/sglang, "update bucketed weights from distributed") measured a Qwen3 30B MoE
+# weight update at 5.5 s tensor by tensor and 2.5 s with flattened buckets; 3.0 s over Qwen3-30B-A3B's 18,867 tensors
+# is 159 us per tensor. Charged per tensor in each phase that works tensor by tensor (the measurement covers the
+# transfer; the export does the same per-tensor work). The NCCL latency of each call is added on top by collective_time.
+PER_TENSOR_OVERHEAD_S = 159e-6
+# vLLM/SGLang weight loading per tensor: SGLang PR #24030 (sgl-project/sglang) measured "Load weights" at 26.7 ms for a
+# whole Qwen3-30B-A3B update (18,867 tensors, H200, TP=4 EP=4): 1.4 us per tensor.
+LOAD_PER_TENSOR_S = 1.4e-6
+# Device-memory copies reach ~87% of HBM peak when a GPU profile has no measured stream bandwidth
+# (hardware-and-costs.md §2 HBM stream: A100 79-86%, H100 87-95%, H200 83-93%, GB200 92%; the middle of those ranges).
+HBM_COPY_EFFICIENCY = 0.87
+# vLLM sleep mode level 1 wakes small models in 0.1-0.8 s (hardware-and-costs.md §4; vLLM blog 2025-10-26 "Zero-Reload
+# Model Switching with vLLM Sleep Mode", Qwen3-0.6B on A4000): the fastest wake, with almost no weights to reload, is
+# the fixed cost of re-mapping the engine's memory.
+SLEEP_WAKE_FLOOR_S = 0.1
+
+
+@dataclass(frozen=True)
+class WeightSyncCost:
+    """Seconds to bring every rollout engine to the new weights, by term; `total_s` is their sum."""
+
+    method: str
+    gather_s: float
+    transfer_s: float
+    load_s: float
+    tensors: int  # tensors walked (Hugging Face granularity)
+    buckets: int  # buckets sent (0 when tensor by tensor)
+
+    @property
+    def total_s(self) -> float:
+        return self.gather_s + self.transfer_s + self.load_s
+
+
+@dataclass(frozen=True)
+class SwitchCost:
+    """Seconds one colocated train <-> generate cycle spends switching, by term; `total_s` is their sum."""
+
+    reshard_s: float  # training layout -> inference layout: gather, then each engine loads its shard
+    offload_s: float  # offloaded training state to host memory before generation
+    reload_s: float  # and back before training
+    wake_s: float  # rollout engine wake-up from sleep level 1 (weights back from host, KV cache re-mapped)
+    checkpoint_s: float  # optional checkpoint save
+
+    @property
+    def total_s(self) -> float:
+        return self.reshard_s + self.offload_s + self.reload_s + self.wake_s + self.checkpoint_s
+
+
+# ---------------------------------------------------------------------------------------------------- tensors
+
+
+@dataclass(frozen=True)
+class _Tensors:
+    """Tensors of one shape and one training sharding."""
+
+    count: int
+    nbytes: float  # one tensor, unsharded
+    shard: Literal["tp", "ep", "none"]  # what splits it in the training layout, beyond pipeline stages and ZeRO
+
+
+def _tensor_classes(spec: ModelSpec) -> list[_Tensors]:
+    classes = []
+    for kind in ("dense", "moe"):
+        layers = spec.layer_count(kind)
+        if not layers:
+            continue
+        for w in spec.layer_weights(kind):
+            if w.copies > 1:
+                shard = "ep"  # routed experts: split over expert parallelism (expert TP 1, Megatron-Core default)
+            elif w.is_matrix and w.name != "mlp.gate":
+                shard = "tp"  # projections split over TP; norms, biases and the router are replicated
+            else:
+                shard = "none"
+            classes.append(_Tensors(layers * w.copies, w.size * spec.dtype_bytes, shard))
+    arch = spec.architecture
+    vocab = spec.vocab_matrix_params * spec.dtype_bytes
+    classes.append(_Tensors(1 if arch.tie_word_embeddings else 2, vocab, "tp"))  # vocab-parallel embedding and head
+    classes.append(_Tensors(1, arch.hidden_size * spec.dtype_bytes, "none"))  # final norm
+    return classes
+
+
+def tensor_count(spec: ModelSpec) -> int:
+    """Tensors in the model's Hugging Face checkpoint (one per routed expert and matrix)."""
+    return sum(c.count for c in _tensor_classes(spec))
+
+
+def engine_shard_bytes(spec: ModelSpec, rollout: RolloutPlacement) -> float:
+    """Weight bytes one rollout GPU holds: dense weights split over the engine's TP, routed experts over its EP."""
+    expert = spec.routed_expert_params * spec.dtype_bytes
+    return (spec.weight_bytes - expert) / rollout.tp + expert / (rollout.ep if rollout.ep > 1 else rollout.tp)
+
+
+# ---------------------------------------------------------------------------------------------------- gather
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """The training communicators a gather uses, as GPU lists (Megatron rank order tp-cp-ep-dp-pp, rank r = gpus[r])."""
+
+    tp: tuple[GPU, ...]
+    ep: tuple[GPU, ...]
+    pp: tuple[GPU, ...]
+    zero: tuple[GPU, ...]  # the ranks ZeRO-3/FSDP shards every parameter over (one GPU when weights are not sharded)
+
+    @classmethod
+    def of(cls, layout: TrainingPlacement, gpus: Sequence[GPU]) -> _Groups:
+        tp, pp = layout.tp, layout.pp
+        per_stage = len(gpus) // pp
+        if layout.backend == "megatron":
+            # Expert tensor parallelism 1 makes an EP group consecutive ranks (Megatron-Core expert rank generator).
+            zero: tuple[GPU, ...] = (gpus[0],)
+            ep = tuple(gpus[: layout.ep])
+        else:
+            # FSDP/ZeRO-3 shards each parameter over the data-parallel ranks that share a TP rank.
+            zero = tuple(gpus[:per_stage:tp]) if layout.zero_stage >= 3 else (gpus[0],)
+            ep = (gpus[0],)
+        return cls(tp=tuple(gpus[:tp]), ep=ep, pp=tuple(gpus[::per_stage][:pp]), zero=zero)
+
+
+def _gather_seconds(
+    spec: ModelSpec, groups: _Groups, topology: ClusterTopology, *, per_tensor: bool, bucket_bytes: float,
+    to_one_rank: bool,
+) -> float:
+    """Time to unshard every tensor; `to_one_rank` adds the PP broadcast that lets a single rank send everything."""
+    comms = {name: topology.group(getattr(groups, name)) for name in ("tp", "ep", "pp", "zero")}
+    calls: list[tuple[Op, float, str, int]] = []  # (collective, bytes per call, group name, number of calls)
+    for c in _tensor_classes(spec):
+        if comms["zero"].size > 1:
+            calls.append(("all_gather", c.nbytes, "zero", c.count))
+        if c.shard == "tp" and comms["tp"].size > 1:
+            calls.append(("all_gather", c.nbytes, "tp", c.count))
+        ep = comms["ep"].size
+        if c.shard == "ep" and ep > 1:
+            # One all-gather brings the same local expert from every EP rank: ep experts per call.
+            calls.append(("all_gather", c.nbytes * ep, "ep", math.ceil(c.count / ep)))
+        if to_one_rank and comms["pp"].size > 1:
+            split = comms["tp"].size if c.shard == "tp" else 1
+            calls.append(("broadcast", c.nbytes / split, "pp", c.count))
+    if per_tensor:
+        seconds = sum(count * collective_time(op, nbytes, comms[name]).seconds for op, nbytes, name, count in calls)
+        return seconds + tensor_count(spec) * PER_TENSOR_OVERHEAD_S
+    volume: dict[tuple[Op, str], float] = {}
+    for op, nbytes, name, count in calls:
+        volume[op, name] = volume.get((op, name), 0.0) + nbytes * count
+    seconds = 0.0
+    for (op, name), total in volume.items():
+        buckets = max(1, math.ceil(total / bucket_bytes))
+        seconds += buckets * collective_time(op, total / buckets, comms[name]).seconds
+    return seconds
+
+
+# ---------------------------------------------------------------------------------------------------- disaggregated
+
+
+def disaggregated_sync(
+    spec: ModelSpec,
+    training: TrainingPlacement,
+    training_gpus: Sequence[GPU],
+    rollout: RolloutPlacement,
+    rollout_gpus: Sequence[GPU],
+    sync: WeightSync,
+    topology: ClusterTopology,
+) -> WeightSyncCost:
+    """Time to push updated weights from `training_gpus` (in Megatron rank order) to the engines on `rollout_gpus`."""
+    if not training_gpus or not rollout_gpus:
+        raise ValueError("disaggregated sync needs training and rollout GPUs")
+    if set(training_gpus) & set(rollout_gpus):
+        raise ValueError("disaggregated training and rollout GPUs must not overlap; use colocated_switch")
+    method = sync.method
+    bucket = sync.bucket_mib * MIB
+    total = spec.weight_bytes
+    groups = _Groups.of(training, training_gpus)
+    per_tensor_export = method in ("per_tensor", "checkpoint_engine")
+    gather = _gather_seconds(spec, groups, topology, per_tensor=per_tensor_export, bucket_bytes=bucket,
+                             to_one_rank=per_tensor_export)
+    tensors = tensor_count(spec)
+    everyone = topology.group([*training_gpus, *rollout_gpus])
+    buckets = 0
+    if method == "per_tensor":
+        transfer = sum(
+            c.count * (collective_time("broadcast", c.nbytes, everyone).seconds + PER_TENSOR_OVERHEAD_S)
+            for c in _tensor_classes(spec)
+        )
+    elif method == "checkpoint_engine":
+        host = _host_bytes_per_s(topology, training_gpus[0])
+        share = total / len(training_gpus)
+        rounds = max(1, math.ceil(share / bucket))
+        buckets = rounds * len(training_gpus)
+        # Stage the share in pinned host memory (all ranks at once), then per round each owner copies one bucket back
+        # to its GPU (at once) and the owners broadcast their buckets one after another.
+        transfer = share / host + rounds * min(bucket, share) / host
+        transfer += buckets * collective_time("broadcast", total / buckets, everyone).seconds
+    elif method == "nccl_broadcast":
+        senders = topology.group([training_gpus[0], *rollout_gpus])
+        buckets = max(1, math.ceil(total / bucket))
+        transfer = buckets * collective_time("broadcast", total / buckets, senders).seconds
+    elif method == "rdma_p2p":
+        shard = engine_shard_bytes(spec, rollout)
+        buckets = max(1, math.ceil(shard / bucket))
+        fabric = topology.transfer(training_gpus, rollout_gpus, COPY_LINK_EFFICIENCY)
+        one = topology.transfer(training_gpus, rollout_gpus[:1], COPY_LINK_EFFICIENCY)
+        transfer = buckets * fabric.latency_s + max(shard * len(rollout_gpus) / fabric.bytes_per_s, shard / one.bytes_per_s)
+    else:
+        raise ValueError(f"unknown weight sync method {method!r}")
+    load = _load_seconds(spec, rollout, topology.hardware(rollout_gpus[0].pool).gpu)
+    return WeightSyncCost(method, gather, transfer, load, tensors, buckets)
+
+
+def _load_seconds(spec: ModelSpec, rollout: RolloutPlacement, gpu: GPUProfile) -> float:
+    """Each engine GPU copies its shard out of the received tensors into its weights (read + write), tensor by tensor."""
+    return 2 * engine_shard_bytes(spec, rollout) / _hbm_bytes_per_s(gpu) + tensor_count(spec) * LOAD_PER_TENSOR_S
+
+
+def _hbm_bytes_per_s(gpu: GPUProfile) -> float:
+    measured = gpu.measured.hbm_stream_bytes_per_s
+    return measured if measured is not None else gpu.hbm_bytes_per_s * HBM_COPY_EFFICIENCY
+
+
+def _host_bytes_per_s(topology: ClusterTopology, gpu: GPU) -> float:
+    return topology.hardware(gpu.pool).host_link.bytes_per_s * HOST_LINK_EFFICIENCY
+
+
+# ---------------------------------------------------------------------------------------------------- colocated
+
+
+def colocated_switch(
+    spec: ModelSpec,
+    training: TrainingPlacement,
+    rollout: RolloutPlacement,
+    gpus: Sequence[GPU],
+    sync: WeightSync,
+    topology: ClusterTopology,
+    *,
+    offload_bytes_per_gpu: float = 0.0,
+    checkpoint_bytes_per_gpu: float = 0.0,
+    storage_bytes_per_s: float | None = None,
+) -> SwitchCost:
+    """Switching cost of one train <-> generate cycle on shared `gpus` (training rank order).
+
+    `offload_bytes_per_gpu` is the training state each GPU parks in host memory while it generates (moved out and
+    back once per cycle). A checkpoint of `checkpoint_bytes_per_gpu` is written at `storage_bytes_per_s` per GPU when
+    that rate is given.
+    """
+    if storage_bytes_per_s is not None and storage_bytes_per_s <= 0:
+        raise ValueError("storage_bytes_per_s must be positive")
+    groups = _Groups.of(training, gpus)
+    per_tensor_export = sync.method in ("per_tensor", "checkpoint_engine")
+    gather = _gather_seconds(spec, groups, topology, per_tensor=per_tensor_export, bucket_bytes=sync.bucket_mib * MIB,
+                             to_one_rank=False)
+    hardware = topology.hardware(gpus[0].pool)
+    reshard = gather + _load_seconds(spec, rollout, hardware.gpu)
+    host = _host_bytes_per_s(topology, gpus[0])
+    offload = offload_bytes_per_gpu / host
+    wake = SLEEP_WAKE_FLOOR_S + engine_shard_bytes(spec, rollout) / host
+    checkpoint = checkpoint_bytes_per_gpu / storage_bytes_per_s if storage_bytes_per_s else 0.0
+    return SwitchCost(reshard_s=reshard, offload_s=offload, reload_s=offload, wake_s=wake, checkpoint_s=checkpoint)
+
+
+# ---------------------------------------------------------------------------------------------------- from a scenario
+
+
+def role_gpus(bound: Bound, topology: ClusterTopology) -> tuple[tuple[GPU, ...], tuple[GPU, ...]]:
+    """(rollout GPUs, training GPUs) as the placement puts them: rollout first in its pool, training after it when the
+    two share a pool and do not share GPUs, else from the start of its pool."""
+    placement = bound.scenario.placement
+    rollout, training = placement.rollout, placement.training
+    assert rollout.pool is not None and training.pool is not None and training.gpus is not None, "resolved scenario"
+    rollout_gpus = topology.allocate(rollout.pool, rollout.gpus)
+    separate = placement.mode == "disaggregated" and training.pool == rollout.pool
+    training_gpus = topology.allocate(training.pool, training.gpus, rollout.gpus if separate else 0)
+    return rollout_gpus, training_gpus
+
+
+def disaggregated_sync_for(bound: Bound, topology: ClusterTopology | None = None) -> WeightSyncCost:
+    """`disaggregated_sync` for a bound scenario, roles placed by `role_gpus`: to every rollout GPU when disaggregated,
+    to the dedicated rollout GPUs (those that do not train) when hybrid."""
+    topology = topology or ClusterTopology.build(bound)
+    scenario = bound.scenario
+    if scenario.placement.mode == "colocated":
+        raise ValueError("a colocated placement has no separate rollout GPUs to sync; use colocated_switch_for")
+    rollout_gpus, training_gpus = role_gpus(bound, topology)
+    dedicated = tuple(g for g in rollout_gpus if g not in set(training_gpus))
+    return disaggregated_sync(bound.model, scenario.placement.training, training_gpus, scenario.placement.rollout,
+                              dedicated, scenario.schedule.weight_sync, topology)
+
+
+def colocated_switch_for(
+    bound: Bound, topology: ClusterTopology | None = None, *, save_checkpoint: bool = False,
+    storage_bytes_per_s: float | None = None,
+) -> SwitchCost:
+    """`colocated_switch` for a bound scenario: offloads what `placement.training.offload_*` say, and with
+    `save_checkpoint` writes each GPU's weights and optimizer state at `storage_bytes_per_s`."""
+    topology = topology or ClusterTopology.build(bound)
+    scenario = bound.scenario
+    training = scenario.placement.training
+    _, gpus = role_gpus(bound, topology)
+    state = training_model_state(bound.model, training.model_copy(update={"offload_params": False,
+                                                                           "offload_optimizer": False}))
+    offload = (state["weights"] if training.offload_params else 0.0) + (
+        state["optimizer"] if training.offload_optimizer else 0.0)
+    if save_checkpoint and storage_bytes_per_s is None:
+        raise ValueError("save_checkpoint needs storage_bytes_per_s, the write rate one GPU gets from storage")
+    checkpoint = state["weights"] + state["optimizer"] if save_checkpoint else 0.0
+    return colocated_switch(bound.model, training, scenario.placement.rollout, gpus, scenario.schedule.weight_sync,
+                            topology, offload_bytes_per_gpu=offload, checkpoint_bytes_per_gpu=checkpoint,
+                            storage_bytes_per_s=storage_bytes_per_s)

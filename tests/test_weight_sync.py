@@ -1,0 +1,178 @@
+"""Weight sync and colocated switching against published measurements (cases.md V8, hardware-and-costs.md §4)."""
+from functools import cache
+
+import pytest
+
+from rlsim.config import parse_scenario
+from rlsim.config.bound import Bound, bind
+from rlsim.costs.weight_sync import (
+    SLEEP_WAKE_FLOOR_S,
+    colocated_switch_for,
+    disaggregated_sync,
+    disaggregated_sync_for,
+    role_gpus,
+    tensor_count,
+)
+from rlsim.topology import ClusterTopology
+
+DISAGGREGATED = """
+name: weight-sync
+cluster:
+  pools:
+    - {{name: main, gpu: {gpu}, nodes: {nodes}}}
+model: {model}
+algorithm: {{name: grpo, prompts_per_step: 64, samples_per_prompt: 8, max_prompt_tokens: 1024, max_response_tokens: 4096}}
+workload:
+  prompt_tokens: {{kind: lognormal, median_tokens: 200, sigma: 0.5}}
+  response_tokens: {{kind: lognormal, median_tokens: 1000, sigma: 0.8}}
+  reward: {{kind: rule, cpu_seconds_per_sample: 0.01, workers: 16}}
+placement:
+  mode: {mode}
+  rollout: {{gpus: {rollout_gpus}, tp: {rollout_tp}}}
+  training: {training}
+schedule:
+  mode: {schedule}
+  weight_sync: {{method: {method}, bucket_mib: {bucket_mib}}}
+"""
+
+
+@cache
+def scenario(model: str, *, gpu: str = "h20", nodes: int, rollout_gpus: int, rollout_tp: int, training: str,
+             method: str = "nccl_broadcast", mode: str = "disaggregated", bucket_mib: int = 4096) -> Bound:
+    schedule = "sync" if mode == "colocated" else "one_step_off"
+    text = DISAGGREGATED.format(gpu=gpu, nodes=nodes, model=model, mode=mode, rollout_gpus=rollout_gpus,
+                                rollout_tp=rollout_tp, training=training, schedule=schedule, method=method,
+                                bucket_mib=bucket_mib)
+    return bind(parse_scenario(text))
+
+
+# V8: verl's checkpoint-engine ablation (docs/advance/fully_async.md, H20, Megatron -> vLLM), with the layouts verl's
+# recipes use: 7B 4+4 GPUs of one node, Megatron TP 2, vLLM TP 1 (fully_async_policy/shell/geo3k_qwen25vl_7b_megatron_4_4.sh);
+# 30B-A3B TP 2 EP 8, vLLM TP 4 (grpo_30b_a3b_base_math_megatron_96_32.sh); 235B-A22B TP 4 PP 8 EP 4, vLLM TP 8
+# (examples/grpo_trainer/run_qwen3-235b_megatron_96gb.sh). Checkpoint-engine buckets: its default 4096 MB.
+V8_LAYOUTS = {
+    "Qwen2.5-7B": dict(nodes=1, rollout_gpus=4, rollout_tp=1, training="{gpus: 4, backend: megatron, tp: 2}"),
+    "Qwen3-30B-A3B": dict(nodes=4, rollout_gpus=16, rollout_tp=4, training="{gpus: 16, backend: megatron, tp: 2, ep: 8}"),
+    "Qwen3-235B-A22B": dict(nodes=16, rollout_gpus=64, rollout_tp=8,
+                            training="{gpus: 64, backend: megatron, tp: 4, pp: 8, ep: 4}"),
+}
+V8_SECONDS = [  # (model, method, measured seconds)
+    ("Qwen2.5-7B", "per_tensor", 0.12),
+    ("Qwen3-30B-A3B", "per_tensor", 15.76),
+    ("Qwen3-235B-A22B", "per_tensor", 58.57),
+    ("Qwen2.5-7B", "checkpoint_engine", 0.02),
+    ("Qwen3-30B-A3B", "checkpoint_engine", 4.38),
+    ("Qwen3-235B-A22B", "checkpoint_engine", 23.70),
+]
+MISSES = {
+    ("Qwen2.5-7B", "checkpoint_engine"): (
+        "model 0.27 s vs 0.02 s measured. 0.02 s is below the physical floor of the method: the checkpoint engine "
+        "broadcasts the whole 15.2 GB to each of the 4 rollout GPUs (vLLM TP 1), 34 ms at the 450 GB/s NVLink spec; "
+        "staging the exported tensors through host memory adds ~0.15 s at PCIe 5 rates. verl's figure cannot include "
+        "export and staging."),
+    ("Qwen3-30B-A3B", "per_tensor"): (
+        "model 7.83 s vs 15.76 s measured, ratio 0.497, just outside 2x. The per-tensor cost (159 us) comes from "
+        "SGLang's leaner loop; verl's per-tensor path adds host-synchronised object collectives per tensor and one "
+        "load_weights call per tensor, which are not modelled."),
+}
+
+
+def v8_cost(model: str, method: str):
+    return disaggregated_sync_for(scenario(model, method=method, **V8_LAYOUTS[model]))
+
+
+@pytest.mark.parametrize(
+    ("model", "method", "measured"),
+    [pytest.param(*case, marks=pytest.mark.xfail(strict=True, reason=MISSES[case[:2]])) if case[:2] in MISSES
+     else case for case in V8_SECONDS],
+)
+def test_v8_sync_time_within_2x_of_verl(model, method, measured):
+    cost = v8_cost(model, method)
+    assert measured / 2 <= cost.total_s <= measured * 2, (
+        f"{model} {method}: gather {cost.gather_s:.3f} + transfer {cost.transfer_s:.3f} + load {cost.load_s:.3f} "
+        f"= {cost.total_s:.3f} s vs {measured} s")
+
+
+@pytest.mark.parametrize(("model", "method", "measured"), V8_SECONDS)
+def test_gather_is_its_own_nonzero_term(model, method, measured):
+    cost = v8_cost(model, method)
+    assert cost.gather_s > 0 and cost.transfer_s > 0 and cost.load_s > 0
+    assert cost.total_s == pytest.approx(cost.gather_s + cost.transfer_s + cost.load_s)
+
+
+@pytest.mark.parametrize("model", ["Qwen3-30B-A3B", "Qwen3-235B-A22B"])
+def test_moe_gather_dominates_the_checkpoint_engine(model):
+    # verl: "the main time consumption for parameter synchronization is not in the broadcast and load_weights phases,
+    # but in the parameter generation phase"; and the checkpoint engine beats the per-tensor path.
+    engine, per_tensor = v8_cost(model, "checkpoint_engine"), v8_cost(model, "per_tensor")
+    assert engine.gather_s > engine.transfer_s + engine.load_s
+    assert engine.total_s < per_tensor.total_s
+
+
+def test_bucketed_methods_beat_tensor_by_tensor():
+    layout = V8_LAYOUTS["Qwen3-30B-A3B"]
+    times = {m: v8_cost("Qwen3-30B-A3B", m).total_s for m in ("per_tensor", "nccl_broadcast", "rdma_p2p")}
+    # Point-to-point RDMA sends each GPU only its shard, over every NIC; one broadcast root has one NIC.
+    assert times["rdma_p2p"] < times["nccl_broadcast"] < times["per_tensor"]
+    bucketed = disaggregated_sync_for(scenario("Qwen3-30B-A3B", method="nccl_broadcast", **layout))
+    assert bucketed.buckets == 15 and bucketed.tensors == 18867
+
+
+def test_tensor_count_follows_the_checkpoint_layout():
+    spec = scenario("Qwen3-30B-A3B", **V8_LAYOUTS["Qwen3-30B-A3B"]).model
+    # 48 layers x (128 experts x 3 + q, k, v, o, q_norm, k_norm, 2 layer norms, router) + embedding, head, final norm.
+    assert tensor_count(spec) == 48 * (128 * 3 + 9) + 3
+
+
+def test_roles_are_placed_rollout_first():
+    bound = scenario("Qwen3-30B-A3B", **V8_LAYOUTS["Qwen3-30B-A3B"])
+    topo = ClusterTopology.build(bound)
+    rollout, training = role_gpus(bound, topo)
+    assert rollout == topo.allocate("main", 16) and training == topo.allocate("main", 16, offset=16)
+    with pytest.raises(ValueError, match="must not overlap"):
+        disaggregated_sync(bound.model, bound.scenario.placement.training, training, bound.scenario.placement.rollout,
+                           training, bound.scenario.schedule.weight_sync, topo)
+
+
+COLOCATED = "{backend: fsdp, zero_stage: 3, offload_params: true, offload_optimizer: true}"
+
+
+def colocated(model: str, gpu: str, rollout_tp: int, nodes: int = 1):
+    return scenario(model, gpu=gpu, nodes=nodes, rollout_gpus=8 * nodes, rollout_tp=rollout_tp, training=COLOCATED,
+                    mode="colocated")
+
+
+def test_colocated_switch_terms():
+    bound = colocated("Qwen2.5-7B", "h100-sxm", 2)
+    cost = colocated_switch_for(bound)
+    # FSDP over 8 GPUs: bf16 weights 15.2/8 GB and Adam state 12 x 7.6/8 GB per GPU, over PCIe 5 at 83% of 63 GB/s.
+    state = (2 + 12) * bound.model.total_params / 8
+    assert cost.offload_s == pytest.approx(state / (63e9 * 0.83), rel=1e-9)
+    assert cost.reload_s == cost.offload_s
+    assert cost.reshard_s > 0 and cost.checkpoint_s == 0
+    assert cost.total_s == pytest.approx(cost.reshard_s + 2 * cost.offload_s + cost.wake_s)
+    saved = colocated_switch_for(bound, save_checkpoint=True, storage_bytes_per_s=1e9)
+    assert saved.checkpoint_s == pytest.approx(state / 1e9, rel=1e-9)
+    with pytest.raises(ValueError, match="storage_bytes_per_s"):
+        colocated_switch_for(bound, save_checkpoint=True)
+
+
+def test_sleep_mode_wake_up_matches_vllm_measurements():
+    # Reference §4 (vLLM sleep mode, A100): level-1 wake 0.1-0.8 s for small models, 3-6 s for large ones.
+    small = colocated_switch_for(colocated("Qwen3-0.6B", "a100-80gb-sxm", 1)).wake_s
+    assert 0.1 <= small <= 0.8
+    assert small >= SLEEP_WAKE_FLOOR_S
+    large = colocated_switch_for(colocated("Qwen3-235B-A22B", "a100-80gb-sxm", 8)).wake_s
+    assert 3 / 2 <= large <= 6 * 2  # 2.4 s: 59 GB of weights per GPU back over PCIe 4
+
+
+def test_hybrid_syncs_the_dedicated_rollout_gpus_and_switches_the_shared_ones():
+    hybrid = scenario("Qwen2.5-32B", gpu="h20", nodes=2, rollout_gpus=16, rollout_tp=4, mode="hybrid",
+                      training="{gpus: 8, backend: fsdp, zero_stage: 3}")
+    full = scenario("Qwen2.5-32B", gpu="h20", nodes=3, rollout_gpus=8, rollout_tp=4,
+                    training="{gpus: 8, backend: fsdp, zero_stage: 3}")
+    # The 8 dedicated GPUs of the hybrid get the same sync as 8 rollout GPUs of a disaggregated layout.
+    assert disaggregated_sync_for(hybrid).total_s == pytest.approx(disaggregated_sync_for(full).total_s, rel=1e-9)
+    assert colocated_switch_for(hybrid).reshard_s > 0
+    with pytest.raises(ValueError, match="colocated_switch_for"):
+        disaggregated_sync_for(colocated("Qwen2.5-7B", "h100-sxm", 2))
