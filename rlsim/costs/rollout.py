@@ -1,0 +1,662 @@
+"""Cost of one rollout engine: a vLLM/SGLang instance over `tp` GPUs (expert parallelism `ep` inside it).
+
+An engine iteration runs every layer once for the tokens scheduled in it: new prompt tokens (prefill, possibly a chunk of
+a longer prompt) and one token per decoding sequence. Each kernel of that forward pass takes the roofline time of
+`GPURates` (the longer of its compute and its HBM traffic, both with a fixed fill cost), on one GPU of the engine,
+with the weights, heads and experts split the way vLLM and SGLang split them:
+
+* attention heads and FFN columns over `tp` (Megatron column/row parallelism), KV heads too until each GPU holds one,
+  the MLA latent cache replicated on every GPU; two all-reduces of the hidden states per layer;
+* routed experts over `ep` groups, each expert's matrices over the remaining tp/ep GPUs; a layer with `ep > 1`
+  dispatches and combines its tokens with two all-to-alls instead of its second all-reduce;
+* an iteration reads each weight matrix once whatever the batch (an MoE layer only the experts its tokens touch,
+  at most min(E, tokens·top_k)), and the KV cache of every sequence once;
+* the output head runs only for rows whose logits are needed: every decoding sequence, and a prefill chunk only when
+  it ends its prompt; the sampler then passes over those logits.
+
+On top of the GPU time come the engine's CPU costs (`EngineOverheads`): per-iteration scheduling and bookkeeping,
+hidden behind the GPU when the engine overlaps them (SGLang's overlap scheduler, vLLM's async scheduling), and kernel
+launches, which CUDA graphs replace with a short gap per graph node.
+
+Fast advance. For a fixed decode batch, every kernel's time is a maximum of affine functions of the batch's total
+context, so the iteration time is a continuous, nondecreasing, convex piecewise-linear function of it (`DecodeProfile`).
+Context grows by `batch` tokens per iteration, so the time of k iterations is a sum of arithmetic series, one per
+linear piece, and its inverse is a binary search over that closed form: no loop over iterations anywhere.
+
+Left out: CUDA-graph padding of the batch to a captured size, the gather of vocabulary-split logits, the embedding
+all-reduce, and expert load imbalance (tokens are assumed spread evenly over the EP groups). Preemption, prefix
+sharing and chunking decisions belong to the simulated engine, which calls these functions.
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+from rlsim.config.schema import RolloutPlacement
+from rlsim.costs.compute import GEMM_FILL_S, MEMORY_HALF_BYTES, GPURates
+from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
+from rlsim.models import ModelSpec
+
+CollectiveSeconds = Callable[[float], float]
+"""Time of one collective over the engine's GPUs, given its size in bytes: for an all-reduce the tensor every GPU
+holds and reduces, for an all-to-all the bytes each GPU sends to the group (its own share included)."""
+
+# ---- overheads: one set for every GPU and model ---------------------------------------------------------------
+
+# CPU work of one engine step that is not kernel launching: scheduling, preparing the step's inputs, processing the
+# sampled tokens. vLLM V1 serving Llama-3.2-1B with about one request in flight decodes at a median TPOT of 2.64 ms
+# (vllm-project/vllm#17866, baseline before its fast path, no async scheduling); this module puts the GPU share of
+# that step at 1.15 ms on an H100 (the GPU of that PR is assumed), leaving ~1.5 ms of CPU per step. (vLLM V0 left
+# bubbles of ~4 ms, 5-13 ms in general: vllm-project/vllm#6854.) SGLang's overlap scheduler ("zero-overhead batch
+# scheduler", lmsys.org/blog/2024-12-04-sglang-v0-4) and vLLM's async scheduling (vllm-project/vllm#19970) run this
+# work one step ahead, on the CPU, while the GPU computes the current step.
+ENGINE_STEP_CPU_S = 1.5e-3
+# CPU time to launch one kernel from an eager PyTorch program: "usually, the launch time on the CPU side is between
+# 5-20 microseconds" (facebookresearch/HolisticTraceAnalysis, docs features/cuda_kernel_launch_stats.rst); the geometric
+# middle of that range.
+KERNEL_LAUNCH_S = 10e-6
+# GPU-side gap between consecutive kernels, charged per kernel in every mode: ~0.58 µs per node when a CUDA graph
+# replays a chain of empty kernels (ahrefs/ocannl#488: graph replay ≈ 15 µs fixed + 0.58 µs per node, vs 6.4 µs per
+# individual launch).
+KERNEL_GAP_S = 0.6e-6
+# vLLM captures CUDA graphs for batches of 1, 2, 4 and then multiples of 8 tokens up to 512 by default
+# (CompilationConfig cudagraph_capture_sizes / max_cudagraph_capture_size); larger iterations run eagerly.
+CUDA_GRAPH_MAX_TOKENS = 512
+
+# ---- precisions of what is not a weight -----------------------------------------------------------------------
+
+ACTIVATION_BYTES = 2  # bf16 hidden states and intermediate activations
+LOGIT_BYTES = 4  # the sampler works on fp32 logits
+# The sampler's passes over the logits of each row after the output head wrote them: softmax reads them and writes the
+# probabilities, sampling reads the probabilities.
+SAMPLER_LOGIT_PASSES = 3
+
+
+@dataclass(frozen=True)
+class EngineOverheads:
+    """CPU-side costs of an engine, the same for every GPU and model (constants above, with their sources)."""
+
+    step_cpu_seconds: float = ENGINE_STEP_CPU_S
+    overlap_scheduling: bool = True  # CPU work of step n+1 runs while the GPU computes step n
+    kernel_launch_seconds: float = KERNEL_LAUNCH_S
+    kernel_gap_seconds: float = KERNEL_GAP_S
+    cuda_graphs: bool = True
+    cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS
+
+    @classmethod
+    def for_placement(cls, placement: RolloutPlacement) -> EngineOverheads:
+        """The overheads of an engine configured as in the scenario (vLLM and SGLang are modelled alike)."""
+        return cls(cuda_graphs=placement.cuda_graphs)
+
+    def replays_graph(self, tokens: float) -> bool:
+        """Whether an iteration of `tokens` tokens replays a captured CUDA graph instead of launching kernels."""
+        return self.cuda_graphs and tokens <= self.cuda_graph_max_tokens
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """New prompt tokens of one sequence in an iteration, after `cached_tokens` of it already in the KV cache.
+
+    `logits`: the chunk ends the prompt, so its last token goes through the output head and is sampled (the first
+    generated token); an earlier chunk of a chunked prefill produces no logits.
+    """
+
+    tokens: int
+    cached_tokens: int = 0
+    logits: bool = True
+
+
+class _Kernel(NamedTuple):
+    """One kernel launched `count` times per iteration, its work affine in the decode batch's total context c.
+
+    kind: "gemm" runs at the GEMM rate, "attention" at the fused-attention rate, "memory" is bound by HBM alone.
+    """
+
+    name: str
+    count: int
+    kind: Literal["gemm", "attention", "memory"]
+    flops: float = 0.0
+    flops_per_context: float = 0.0
+    nbytes: float = 0.0
+    bytes_per_context: float = 0.0
+
+
+class _Collective(NamedTuple):
+    name: str
+    count: int
+    seconds: float
+
+
+class _Work(NamedTuple):
+    """What one iteration computes: decode rows plus prefill chunks, summed."""
+
+    decode: int  # decoding sequences, one new token each
+    prefill: int  # new prompt tokens
+    prefill_cached: int  # tokens of those prompts already cached, re-read by their attention
+    prefill_pairs: float  # (query, key) pairs of the prefill attention, causal within each chunk
+    prefill_logits: int  # chunks that end their prompt
+
+    @property
+    def tokens(self) -> int:
+        return self.decode + self.prefill
+
+    @property
+    def logit_rows(self) -> int:
+        return self.decode + self.prefill_logits
+
+
+# How each weight matrix of a layer is split over the engine's GPUs, and which ones one fused kernel computes
+# together (vLLM's QKVParallelLinear, MergedColumnParallelLinear, fused MoE and MLA's fused down-projections).
+_SPLIT: dict[str, Literal["column", "row", "replicated", "experts"]] = {
+    "self_attn.q_proj": "column",
+    "self_attn.k_proj": "column",
+    "self_attn.v_proj": "column",
+    "self_attn.o_proj": "row",
+    "self_attn.q_a_proj": "replicated",
+    "self_attn.q_b_proj": "column",
+    "self_attn.kv_a_proj_with_mqa": "replicated",
+    "self_attn.kv_b_proj": "column",
+    "mlp.gate_proj": "column",
+    "mlp.up_proj": "column",
+    "mlp.down_proj": "row",
+    "mlp.gate": "replicated",
+    "mlp.experts.gate_proj": "experts",
+    "mlp.experts.up_proj": "experts",
+    "mlp.experts.down_proj": "experts",
+    "mlp.shared_experts.gate_proj": "column",
+    "mlp.shared_experts.up_proj": "column",
+    "mlp.shared_experts.down_proj": "row",
+}
+_FUSED = {
+    "self_attn.q_proj": "qkv_proj",
+    "self_attn.k_proj": "qkv_proj",
+    "self_attn.v_proj": "qkv_proj",
+    "self_attn.q_a_proj": "qkv_a_proj",
+    "self_attn.kv_a_proj_with_mqa": "qkv_a_proj",
+    "mlp.gate_proj": "mlp.gate_up_proj",
+    "mlp.up_proj": "mlp.gate_up_proj",
+    "mlp.experts.gate_proj": "mlp.experts.gate_up_proj",
+    "mlp.experts.up_proj": "mlp.experts.gate_up_proj",
+    "mlp.shared_experts.gate_proj": "mlp.shared_experts.gate_up_proj",
+    "mlp.shared_experts.up_proj": "mlp.shared_experts.gate_up_proj",
+}
+
+
+@dataclass(frozen=True)
+class DecodeProfile:
+    """Iteration time of a fixed decode batch as a function of its total context c (KV tokens cached before the step).
+
+    Continuous, nondecreasing, convex and piecewise linear: on piece i, c in [starts[i], starts[i+1]) (the last piece
+    unbounded), the time is intercepts[i] + slopes[i]·c. Each iteration adds `batch` tokens to the context.
+    """
+
+    batch: int
+    starts: tuple[float, ...]
+    intercepts: tuple[float, ...]
+    slopes: tuple[float, ...]
+
+    def seconds(self, total_context: float) -> float:
+        """Time of one iteration at total context `total_context`."""
+        i = max(0, bisect_right(self.starts, total_context) - 1)
+        return self.intercepts[i] + self.slopes[i] * total_context
+
+    def k_iterations_seconds(self, total_context: float, k: int) -> float:
+        """Time of k consecutive iterations from `total_context`: a sum of arithmetic series, one per piece."""
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        batch, c0, total = self.batch, total_context, 0.0
+        ends = (*self.starts[1:], math.inf)
+        for start, end, a, b in zip(self.starts, ends, self.intercepts, self.slopes, strict=True):
+            if end <= c0:
+                continue
+            # Iteration i runs at context c0 + i·batch; it belongs to this piece when start <= c0 + i·batch < end.
+            first = max(0, math.ceil((start - c0) / batch))
+            stop = k if end == math.inf else min(k, math.ceil((end - c0) / batch))
+            if stop <= first:
+                continue
+            n = stop - first
+            total += n * (a + b * c0) + b * batch * ((first + stop - 1) * n / 2)
+        return total
+
+    def iterations_within(self, total_context: float, seconds: float) -> int:
+        """The largest k whose `k_iterations_seconds` fits in `seconds`, by binary search on the closed form."""
+        if not seconds >= 0 or math.isinf(seconds):
+            raise ValueError(f"seconds must be finite and >= 0, got {seconds}")
+        fits = self.k_iterations_seconds
+        # Every iteration takes at least the first one (the profile never decreases), which bounds k from above.
+        high = int(seconds / self.seconds(total_context)) + 2
+        while fits(total_context, high) <= seconds:
+            high *= 2
+        low = 0  # fits(low) <= seconds < fits(high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if fits(total_context, middle) <= seconds:
+                low = middle
+            else:
+                high = middle
+        return low
+
+
+@dataclass(frozen=True)
+class EngineCosts:
+    """Time of the iterations of one rollout engine: `spec` on `tp` GPUs of `rates`, experts over `ep` groups.
+
+    The collective callables time the engine's own TP/EP group (from `rlsim.costs.collectives`): required when the
+    engine spans several GPUs, unused (and may be None) on one.
+    """
+
+    spec: ModelSpec
+    rates: GPURates
+    tp: int = 1
+    ep: int = 1
+    all_reduce_seconds: CollectiveSeconds | None = None
+    all_to_all_seconds: CollectiveSeconds | None = None
+    overheads: EngineOverheads = EngineOverheads()
+    weight_dtype_bytes: float | None = None  # None: the spec's dtype_bytes
+    _profiles: dict[int, DecodeProfile] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        arch = self.spec.architecture
+        if self.tp < 1 or self.ep < 1:
+            raise ValueError(f"tp and ep must be >= 1, got tp={self.tp}, ep={self.ep}")
+        if arch.num_attention_heads % self.tp:
+            raise ValueError(
+                f"{self.spec.name}: {arch.num_attention_heads} attention heads cannot be split over tp={self.tp}"
+            )
+        if self.ep > 1:
+            if arch.moe is None:
+                raise ValueError(f"{self.spec.name} has no experts to split over ep={self.ep}")
+            if self.tp % self.ep or arch.moe.num_experts % self.ep:
+                raise ValueError(
+                    f"ep={self.ep} must divide the engine's tp={self.tp} GPUs and its {arch.moe.num_experts} experts"
+                )
+            if self.all_to_all_seconds is None:
+                raise ValueError("an engine with ep > 1 needs all_to_all_seconds for its expert group")
+        if self.tp > 1 and self.all_reduce_seconds is None:
+            raise ValueError(f"an engine over tp={self.tp} GPUs needs all_reduce_seconds for its TP group")
+
+    @classmethod
+    def for_placement(
+        cls,
+        spec: ModelSpec,
+        rates: GPURates,
+        placement: RolloutPlacement,
+        all_reduce_seconds: CollectiveSeconds | None,
+        all_to_all_seconds: CollectiveSeconds | None,
+        weight_dtype_bytes: float | None = None,
+    ) -> EngineCosts:
+        """The engine a scenario's rollout placement describes."""
+        return cls(
+            spec,
+            rates,
+            tp=placement.tp,
+            ep=placement.ep,
+            all_reduce_seconds=all_reduce_seconds,
+            all_to_all_seconds=all_to_all_seconds,
+            overheads=EngineOverheads.for_placement(placement),
+            weight_dtype_bytes=weight_dtype_bytes,
+        )
+
+    # ---- public API ---------------------------------------------------------------------------------------------
+
+    def prefill_seconds(
+        self, chunk_tokens: int, context_tokens: int = 0, sequences: int = 1, logits: bool = True
+    ) -> float:
+        """One iteration prefilling `sequences` sequences, each `chunk_tokens` new tokens after `context_tokens` cached.
+
+        Attention is causal within each chunk and sees the cached tokens in full; `logits`: the chunks end their
+        prompts, so each sequence's last token goes through the output head (none otherwise).
+        """
+        chunk = PrefillChunk(chunk_tokens, context_tokens, logits)
+        return self.iteration_seconds(prefill=(chunk,) * sequences)
+
+    def decode_iteration_seconds(self, batch: int, total_context: float) -> float:
+        """One decode step of `batch` sequences whose KV caches hold `total_context` tokens together.
+
+        Each sequence attends to its cached tokens and to the token it is decoding, so the step reads
+        total_context + batch tokens of KV; the context then grows by `batch`.
+        """
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        return self.iteration_seconds(batch, total_context)
+
+    def iteration_seconds(
+        self, decode_batch: int = 0, decode_context: float = 0, prefill: Iterable[PrefillChunk] = ()
+    ) -> float:
+        """One engine iteration: `decode_batch` decoding sequences (`decode_context` cached tokens in all) and the
+        prefill chunks scheduled with them (vLLM's chunked prefill mixes both in one forward pass)."""
+        if decode_batch < 0 or decode_context < 0:
+            raise ValueError(f"decode_batch and decode_context must be >= 0, got {decode_batch}, {decode_context}")
+        work = _work(decode_batch, prefill)
+        if work.tokens == 0:
+            return 0.0
+        kernels, collectives = self._kernels(work)
+        gpu = sum(self._kernel_seconds(kernel, decode_context) for kernel in kernels)
+        gpu += sum(c.count * c.seconds for c in collectives)
+        launches = sum(k.count for k in kernels) + sum(c.count for c in collectives)
+        busy_until, then = self._cpu_bounds(work.tokens, launches)
+        return max(gpu + launches * self.overheads.kernel_gap_seconds, busy_until) + then
+
+    def decode_profile(self, batch: int) -> DecodeProfile:
+        """The iteration time of a decode batch of `batch` sequences as a piecewise-linear function of its context."""
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        profile = self._profiles.get(batch)
+        if profile is None:
+            profile = self._build_profile(batch)
+            self._profiles[batch] = profile
+        return profile
+
+    def decode_k_iterations_seconds(self, batch: int, total_context: float, k: int) -> float:
+        """Time of k decode iterations of a fixed batch from `total_context`, the context growing by `batch` each."""
+        return self.decode_profile(batch).k_iterations_seconds(total_context, k)
+
+    def decode_iterations_within(self, batch: int, total_context: float, seconds: float) -> int:
+        """How many whole decode iterations of a fixed batch from `total_context` fit in `seconds`."""
+        return self.decode_profile(batch).iterations_within(total_context, seconds)
+
+    def steady_decode_throughput(self, batch: int, context_per_sequence: float) -> float:
+        """Generated tokens per second of a decode batch whose sequences each hold `context_per_sequence` tokens."""
+        return batch / self.decode_iteration_seconds(batch, batch * context_per_sequence)
+
+    def offline_output_throughput(
+        self, batch: int, prompt_tokens: int, output_tokens: int, max_num_batched_tokens: int
+    ) -> float:
+        """Generated tokens per second of an offline wave: `batch` equal requests prefilled in chunks of at most
+        `max_num_batched_tokens` tokens, then decoded together to `output_tokens` each (the first token comes from
+        the prefill). A full-batch approximation of continuous batching; equal lengths, so no tail."""
+        per_iteration = max(1, max_num_batched_tokens // prompt_tokens)
+        full, rest = divmod(batch, per_iteration)
+        prefill = full * self.prefill_seconds(prompt_tokens, 0, per_iteration)
+        if rest:
+            prefill += self.prefill_seconds(prompt_tokens, 0, rest)
+        decode = self.decode_k_iterations_seconds(batch, batch * prompt_tokens, output_tokens - 1)
+        return batch * output_tokens / (prefill + decode)
+
+    def breakdown(
+        self, decode_batch: int = 0, decode_context: float = 0, prefill: Iterable[PrefillChunk] = ()
+    ) -> dict[str, float]:
+        """GPU seconds of one iteration by kernel (summed over layers), without launch gaps and CPU time."""
+        kernels, collectives = self._kernels(_work(decode_batch, prefill))
+        parts: dict[str, float] = {}
+        for kernel in kernels:
+            parts[kernel.name] = parts.get(kernel.name, 0.0) + self._kernel_seconds(kernel, decode_context)
+        for c in collectives:
+            parts[c.name] = parts.get(c.name, 0.0) + c.count * c.seconds
+        return parts
+
+    def weight_bytes_read(self, tokens: int) -> float:
+        """Weight bytes one GPU reads in a decode iteration of `tokens` sequences (MoE: only the experts touched)."""
+        work = _work(tokens, ())
+        layers = sum(
+            self.spec.layer_count(kind) * sum(weights for *_, weights in self._layer_gemms(kind, work))
+            for kind in ("dense", "moe")
+            if self.spec.layer_count(kind)
+        )
+        head = self.spec.architecture.hidden_size * self.spec.architecture.vocab_size / self.tp
+        return (layers + head) * self._weight_bytes
+
+    # ---- the kernels of one iteration ---------------------------------------------------------------------------
+
+    @property
+    def _weight_bytes(self) -> float:
+        return self.weight_dtype_bytes if self.weight_dtype_bytes is not None else self.spec.dtype_bytes
+
+    def _cpu_bounds(self, tokens: int, launches: int) -> tuple[float, float]:
+        """(time the CPU keeps the iteration from ending before, CPU time added after it) for an iteration."""
+        overheads = self.overheads
+        launching = 0.0 if overheads.replays_graph(tokens) else launches * overheads.kernel_launch_seconds
+        if overheads.overlap_scheduling:
+            return launching + overheads.step_cpu_seconds, 0.0
+        return launching, overheads.step_cpu_seconds
+
+    def _kernel_seconds(self, kernel: _Kernel, decode_context: float) -> float:
+        """Roofline time of `kernel.count` launches of a kernel at decode context `decode_context`."""
+        flops = kernel.flops + kernel.flops_per_context * decode_context
+        nbytes = kernel.nbytes + kernel.bytes_per_context * decode_context
+        if kernel.kind == "gemm":
+            seconds = self.rates.kernel_seconds(flops, nbytes)
+        elif kernel.kind == "attention":
+            seconds = self.rates.attention_seconds(flops, nbytes)
+        else:
+            seconds = self.rates.memory_seconds(nbytes)
+        return kernel.count * seconds
+
+    def _kernels(self, work: _Work) -> tuple[list[_Kernel], list[_Collective]]:
+        """Kernels and collectives of one iteration on one GPU, their costs affine in the decode context."""
+        spec, arch, tp, act = self.spec, self.spec.architecture, self.tp, ACTIVATION_BYTES
+        tokens, hidden = work.tokens, arch.hidden_size
+        kv_per_layer = kv_bytes_per_token_per_gpu(spec, tp) / arch.num_hidden_layers
+        kernels: list[_Kernel] = []
+        collectives: list[_Collective] = []
+        for kind in ("dense", "moe"):
+            layers = spec.layer_count(kind)
+            if not layers:
+                continue
+            for name, in_features, out_features, rows, weights in self._layer_gemms(kind, work):
+                flops = 2.0 * rows * in_features * out_features
+                nbytes = weights * self._weight_bytes + act * rows * (in_features + out_features)
+                kernels.append(_Kernel(name, layers, "gemm", flops, 0.0, nbytes))
+            kernels.append(self._attention_kernel(work, kv_per_layer, layers))
+            kernels.extend(self._elementwise_kernels(kind, work, kv_per_layer, layers))
+            collectives.extend(self._layer_collectives(kind, tokens, layers))
+
+        # The output head (vocabulary split over tp) for the rows that are sampled, then the sampler on their
+        # full-vocabulary logits; the embedding lookup and the final norm for every token.
+        vocab, rows = arch.vocab_size, work.logit_rows
+        if rows:
+            head_weights = hidden * vocab / tp
+            flops = 2.0 * rows * head_weights
+            nbytes = head_weights * self._weight_bytes + act * rows * (hidden + vocab / tp)
+            kernels.append(_Kernel("lm_head", 1, "gemm", flops, 0.0, nbytes))
+            kernels.append(_Kernel("sampler", 1, "memory", nbytes=SAMPLER_LOGIT_PASSES * LOGIT_BYTES * rows * vocab))
+        kernels.append(_Kernel("embedding", 1, "memory", nbytes=2 * act * tokens * hidden))
+        kernels.append(_Kernel("final_norm", 1, "memory", nbytes=2 * act * tokens * hidden))
+        return kernels, collectives
+
+    def _layer_gemms(self, kind: str, work: _Work) -> list[tuple[str, float, float, float, float]]:
+        """(name, in_features, out_features, rows M, weight elements read) per fused GEMM of one layer on one GPU."""
+        arch, tp, ep = self.spec.architecture, self.tp, self.ep
+        tokens = work.tokens
+        fused: dict[str, list[float]] = {}  # name -> [in_features, out_features, rows, weight elements]
+        for shape in self.spec.layer_gemm_shapes(kind):  # type: ignore[arg-type]
+            split = _SPLIT.get(shape.name)
+            if split is None:
+                raise ValueError(f"no tensor-parallel layout is known for weight {shape.name!r}")
+            in_features, out_features, rows = float(shape.in_features), float(shape.out_features), float(tokens)
+            if split == "column":
+                # K and V heads split until each GPU holds one, then are replicated.
+                ways = min(tp, arch.num_key_value_heads) if shape.name in ("self_attn.k_proj", "self_attn.v_proj") else tp
+                out_features /= ways
+            elif split == "row":
+                in_features /= tp
+            if shape.name == "self_attn.kv_b_proj":
+                # Decode multiplies the queries by it (MLA's absorbed form); prefill expands the cached latents of its
+                # sequences as well as the new ones (vLLM's MLA prefill path).
+                rows = float(work.decode + work.prefill + work.prefill_cached)
+            weights = in_features * out_features
+            if split == "experts":
+                assert arch.moe is not None
+                slices = tp // ep  # GPUs sharing each expert
+                if shape.name.endswith("down_proj"):
+                    in_features /= slices
+                else:
+                    out_features /= slices
+                touched = min(shape.count, tokens * shape.active)  # experts any token routes to, at most
+                weights = in_features * out_features * touched / ep
+                rows = tokens * shape.active / ep  # (token, expert) assignments this GPU's experts serve
+            group = _FUSED.get(shape.name, shape.name)
+            entry = fused.setdefault(group, [in_features, 0.0, rows, 0.0])
+            entry[1] += out_features
+            entry[3] += weights
+        return [(name, i, o, m, w) for name, (i, o, m, w) in fused.items()]
+
+    def _attention_kernel(self, work: _Work, kv_per_layer: float, layers: int) -> _Kernel:
+        """Fused attention of one layer on one GPU: KV reads of every key attended, FLOPs per (query, key) pair."""
+        arch, spec = self.spec.architecture, self.spec
+        heads = arch.num_attention_heads / self.tp
+        mla = arch.mla
+        # Expanded form (prefill): per head, scores over qk dims and values over v dims; spec counts it per pair.
+        expanded = spec.attention_flops_per_context_token / arch.num_hidden_layers / self.tp
+        if mla is not None:
+            # Absorbed form (decode): queries and values live in the compressed latent, scores also see the RoPE key.
+            absorbed = 2 * heads * (2 * mla.kv_lora_rank + mla.qk_rope_head_dim)
+            query_width = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim)
+        else:
+            absorbed = expanded
+            query_width = heads * 2 * arch.attention_head_dim
+        decode_keys = work.decode  # plus the context c: each sequence also attends to the token it decodes
+        flops = absorbed * decode_keys + expanded * work.prefill_pairs
+        keys_read = decode_keys + work.prefill + work.prefill_cached
+        nbytes = kv_per_layer * keys_read + ACTIVATION_BYTES * work.tokens * query_width
+        return _Kernel("attention", layers, "attention", flops, absorbed, nbytes, kv_per_layer)
+
+    def _elementwise_kernels(self, kind: str, work: _Work, kv_per_layer: float, layers: int) -> list[_Kernel]:
+        """Memory-bound kernels of one layer: the two fused residual-add + RMSNorms, RoPE with the KV-cache write,
+        the SwiGLU activation and, in MoE layers, routing and combining the experts' outputs."""
+        arch, tp, act, tokens = self.spec.architecture, self.tp, ACTIVATION_BYTES, work.tokens
+        hidden = arch.hidden_size
+        heads = arch.num_attention_heads / tp
+        if arch.mla is not None:
+            rope_width = heads * arch.mla.qk_rope_head_dim + arch.mla.qk_rope_head_dim
+        else:
+            kv_heads = max(1.0, arch.num_key_value_heads / tp)
+            rope_width = (heads + kv_heads) * arch.attention_head_dim
+        kernels = [
+            # Each reads the input and the residual and writes both back: 4 hidden vectors per token.
+            _Kernel("norms", 2 * layers, "memory", nbytes=4 * act * tokens * hidden),
+            # RoPE reads and writes the queries and keys; the cache write reads K and V and stores them.
+            _Kernel("rope_kv_write", layers, "memory", nbytes=tokens * (2 * act * rope_width + 2 * kv_per_layer)),
+        ]
+        if kind == "dense":
+            width = arch.intermediate_size / tp
+            kernels.append(_Kernel("activation", layers, "memory", nbytes=3 * act * tokens * width))
+            return kernels
+        moe = arch.moe
+        assert moe is not None
+        # SwiGLU reads gate and up and writes their product, for every (token, expert) assignment.
+        width = (moe.num_experts_per_tok * moe.moe_intermediate_size + moe.n_shared_experts * moe.moe_intermediate_size)
+        kernels.append(_Kernel("activation", layers, "memory", nbytes=3 * act * tokens * width / tp))
+        # Top-k over fp32 router logits, then gathering tokens for their experts and summing the k outputs back.
+        routing = tokens * (LOGIT_BYTES * moe.num_experts + 2 * act * moe.num_experts_per_tok * hidden / self.ep)
+        kernels.append(_Kernel("moe_routing", layers, "memory", nbytes=routing))
+        return kernels
+
+    def _layer_collectives(self, kind: str, tokens: int, layers: int) -> list[_Collective]:
+        """TP all-reduces after attention and after the FFN; an EP layer dispatches and combines by all-to-all."""
+        if self.tp == 1:
+            return []
+        assert self.all_reduce_seconds is not None
+        hidden_bytes = ACTIVATION_BYTES * tokens * self.spec.architecture.hidden_size
+        all_reduce = self.all_reduce_seconds(hidden_bytes)
+        if kind == "moe" and self.ep > 1:
+            assert self.all_to_all_seconds is not None and self.spec.architecture.moe is not None
+            # Each GPU dispatches its 1/tp share of the tokens to the k experts each is routed to, and gets them back.
+            share = hidden_bytes / self.tp * self.spec.architecture.moe.num_experts_per_tok
+            return [
+                _Collective("all_reduce", layers, all_reduce),
+                _Collective("all_to_all", 2 * layers, self.all_to_all_seconds(share)),
+            ]
+        return [_Collective("all_reduce", 2 * layers, all_reduce)]
+
+    # ---- the closed form ----------------------------------------------------------------------------------------
+
+    def _build_profile(self, batch: int) -> DecodeProfile:
+        """Sum every kernel's upper envelope over c >= 0, then apply the CPU bounds: still convex piecewise linear."""
+        work = _work(batch, ())
+        kernels, collectives = self._kernels(work)
+        rates = self.rates
+        terms: list[list[tuple[float, float]]] = []  # per kernel, the affine pieces (intercept, slope) it maxes over
+        constant = sum(c.count * c.seconds for c in collectives)
+        launches = sum(k.count for k in kernels) + sum(c.count for c in collectives)
+        constant += launches * self.overheads.kernel_gap_seconds
+        for kernel in kernels:
+            memory = (
+                kernel.count * (kernel.nbytes + MEMORY_HALF_BYTES) / rates.hbm_bytes_per_s,
+                kernel.count * kernel.bytes_per_context / rates.hbm_bytes_per_s,
+            )
+            if kernel.kind == "memory":
+                terms.append([memory])
+                continue
+            rate = rates.gemm_flops if kernel.kind == "gemm" else rates.attention_flops
+            compute = (
+                kernel.count * (GEMM_FILL_S + kernel.flops / rate),
+                kernel.count * kernel.flops_per_context / rate,
+            )
+            terms.append([compute, memory])
+
+        breaks = {0.0}
+        for pieces in terms:
+            for (a1, b1), (a2, b2) in zip(pieces, pieces[1:], strict=False):
+                if b1 != b2:
+                    crossing = (a2 - a1) / (b1 - b2)
+                    if crossing > 0:
+                        breaks.add(crossing)
+        starts = sorted(breaks)
+        intercepts, slopes = [], []
+        for i, start in enumerate(starts):
+            probe = (start + starts[i + 1]) / 2 if i + 1 < len(starts) else start + 1.0
+            a_sum, b_sum = constant, 0.0
+            for pieces in terms:
+                a, b = max(pieces, key=lambda p: p[0] + p[1] * probe)
+                a_sum += a
+                b_sum += b
+            intercepts.append(a_sum)
+            slopes.append(b_sum)
+
+        busy_until, then = self._cpu_bounds(batch, launches)
+        return _apply_cpu_bounds(batch, starts, intercepts, slopes, busy_until, then)
+
+
+def _work(decode_batch: int, prefill: Iterable[PrefillChunk]) -> _Work:
+    chunks: Sequence[PrefillChunk] = tuple(prefill)
+    for chunk in chunks:
+        if chunk.tokens < 0 or chunk.cached_tokens < 0:
+            raise ValueError(f"prefill chunk sizes must be >= 0, got {chunk}")
+    return _Work(
+        decode=decode_batch,
+        prefill=sum(c.tokens for c in chunks),
+        prefill_cached=sum(c.cached_tokens for c in chunks if c.tokens),
+        prefill_pairs=float(sum(c.tokens * c.cached_tokens + c.tokens * (c.tokens + 1) // 2 for c in chunks)),
+        prefill_logits=sum(1 for c in chunks if c.logits and c.tokens),
+    )
+
+
+def _apply_cpu_bounds(
+    batch: int, starts: list[float], intercepts: list[float], slopes: list[float], floor: float, then: float
+) -> DecodeProfile:
+    """max(profile, floor) + then. The profile never decreases, so the floor covers one leading stretch of context."""
+    out_starts: list[float] = []
+    out_a: list[float] = []
+    out_b: list[float] = []
+    ends = (*starts[1:], math.inf)
+    for start, end, a, b in zip(starts, ends, intercepts, slopes, strict=True):
+        at_end = a + b * end if end != math.inf else (math.inf if b > 0 else a)
+        if at_end <= floor:
+            continue  # the whole piece lies under the floor
+        if a + b * start < floor:
+            start = (floor - a) / b  # the piece rises through the floor (b > 0, since it ends above it)
+        out_starts.append(start)
+        out_a.append(a + then)
+        out_b.append(b)
+    if not out_starts or out_starts[0] > 0:
+        out_starts.insert(0, 0.0)
+        out_a.insert(0, floor + then)
+        out_b.insert(0, 0.0)
+    return DecodeProfile(batch, tuple(out_starts), tuple(out_a), tuple(out_b))
+
+
+def kv_cache_tokens(
+    spec: ModelSpec, gpu_memory_bytes: float, placement: RolloutPlacement, weight_dtype_bytes: float | None = None
+) -> int:
+    """KV-cache tokens one engine holds: its HBM share less weights and workspace (as `costs.memory` counts them)."""
+    weight_bytes = spec.dtype_bytes if weight_dtype_bytes is None else weight_dtype_bytes
+    free = (
+        placement.gpu_memory_utilization * gpu_memory_bytes
+        - spec.total_params * weight_bytes / placement.tp
+        - rollout_workspace_bytes(spec, placement)
+    )
+    return max(0, int(free // kv_bytes_per_token_per_gpu(spec, placement.tp)))
