@@ -1,0 +1,38 @@
+"""`rlsim estimate SCENARIO`: analytical stage times of one RL step (no simulation), as a table."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rlsim.cli.exitcodes import OK
+from rlsim.config import load_scenario
+from rlsim.config.bound import bind
+from rlsim.estimate import StepEstimate, estimate_step
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "estimate", help="napkin-math stage times of one step, without simulating",
+        description="Price every stage of one RL step with the cost models at mean lengths, plus a long-tail bound "
+        "for generation, and print a table. A quick check for what `rlsim run` simulates.")
+    parser.add_argument("scenario", type=Path, help="scenario YAML file")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    estimate = estimate_step(bind(load_scenario(args.scenario)))
+    print(json.dumps(estimate.as_dict(), indent=2) if args.json else table(estimate))
+    return OK
+
+
+def table(estimate: StepEstimate) -> str:
+    lines = [f"estimate of one step: {estimate.scenario}", f"{'stage':<14}{'seconds':>10}{'share':>8}  note"]
+    for stage in estimate.stages:
+        share = stage.seconds / estimate.step_s if estimate.step_s else 0.0
+        lines.append(f"{stage.name:<14}{stage.seconds:>10.2f}{share:>8.1%}  {stage.note}")
+    lines.append(f"{'step':<14}{estimate.step_s:>10.2f}{'':>8}  {estimate.overlap}")
+    lines.append(f"throughput {estimate.tokens_per_s:,.0f} tokens/s ({estimate.tokens_per_s / estimate.gpus:,.0f} "
+                 f"per GPU over {estimate.gpus} GPUs); shares of a step can exceed 100% in total when stages overlap")
+    return "\n".join(lines)

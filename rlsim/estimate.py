@@ -1,0 +1,187 @@
+"""Napkin math for one RL step, without simulating: every stage priced by the cost models at mean lengths, plus a
+long-tail bound for generation. It is what a user checks a simulation against, and what `rlsim plan` prunes with.
+
+Generation per engine is the larger of two bounds:
+  throughput: the engine's share of sequences, decoded at the concurrency the KV cache and max_num_seqs allow, in waves;
+  tail:       the longest response of the step (expected maximum of N samples, capped) decoded alone at batch 1 —
+              no amount of GPUs shortens it, which is the long-tail floor of synchronous RL.
+Training stages pack each data-parallel rank's sequences of mean length into micro-batches of micro_batch_tokens.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rlsim.config.bound import Bound
+from rlsim.config.schema import Scenario, TrainingPlacement
+from rlsim.costs.collectives import collective_time
+from rlsim.costs.compute import GPURates
+from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
+from rlsim.costs.rollout import EngineCosts
+from rlsim.costs.training import GroupCollectives, TrainingCosts
+from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for, role_gpus
+from rlsim.topology import ClusterTopology
+from rlsim.workload import length_distribution
+
+# Stage names as verl logs them (timing_s/...), in the order a synchronous step runs them.
+STAGES = ("gen", "reward", "old_log_prob", "ref", "values", "update_actor", "update_critic", "weight_sync")
+TRAINING_STAGES = ("old_log_prob", "ref", "values", "update_actor", "update_critic")
+
+
+@dataclass(frozen=True)
+class StageEstimate:
+    name: str
+    seconds: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    scenario: str
+    stages: tuple[StageEstimate, ...]
+    step_s: float
+    overlap: str  # how the stages combine into the step
+    tokens_per_step: float
+    gpus: int
+
+    def stage(self, name: str) -> float:
+        return next(s.seconds for s in self.stages if s.name == name)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_s
+
+    def as_dict(self) -> dict:
+        return {
+            "scenario": self.scenario,
+            "step_s": self.step_s,
+            "overlap": self.overlap,
+            "stages_s": {s.name: s.seconds for s in self.stages},
+            "notes": {s.name: s.note for s in self.stages if s.note},
+            "throughput": {"tokens_per_s": self.tokens_per_s, "tokens_per_s_per_gpu": self.tokens_per_s / self.gpus},
+        }
+
+
+@dataclass(frozen=True)
+class _Lengths:
+    prompt: float  # mean prompt tokens, clipped at the cap
+    response: float  # mean response tokens, clipped
+    longest_response: float  # expected longest response of a step
+    truncated: float  # fraction of responses hitting the cap
+
+
+def _lengths(scenario: Scenario) -> _Lengths:
+    algo, workload = scenario.algorithm, scenario.workload
+    prompt = length_distribution(workload.prompt_tokens, "input")
+    response = length_distribution(workload.response_tokens, "output")
+    cap = algo.max_response_tokens
+    samples = algo.samples_per_step
+    # The expected maximum of N draws sits near the 1 − 1/(N+1) quantile.
+    longest = response.quantile(1 - 1 / (samples + 1), cap)
+    return _Lengths(prompt.clipped_mean(algo.max_prompt_tokens), response.clipped_mean(cap), longest,
+                    response.clipped_fraction(cap))
+
+
+def estimate_step(bound: Bound) -> StepEstimate:
+    scenario, spec = bound.scenario, bound.model
+    placement, algo = scenario.placement, scenario.algorithm
+    topology = ClusterTopology.build(bound)
+    rollout_gpus, training_gpus = role_gpus(bound, topology)
+    lengths = _lengths(scenario)
+    stages = {
+        "gen": _generation(bound, topology, rollout_gpus, lengths),
+        "reward": _reward(scenario, lengths),
+    }
+    training_gpu = bound.gpu(placement.training.pool)
+    rates = GPURates.from_profile(training_gpu, "bf16")
+    layout = placement.training
+    collectives = GroupCollectives.on_cluster(topology, training_gpus, layout)
+    actor = TrainingCosts(spec, rates, layout, collectives)
+    critic = TrainingCosts(spec, rates, layout, collectives, head="value")
+    sequence = max(1, round(lengths.prompt + lengths.response))
+    per_rank = math.ceil(algo.samples_per_step / (layout.dp or 1))
+    everything = _pack(per_rank, sequence, layout)
+    mini_batch = _pack(math.ceil(per_rank / algo.mini_batches), sequence, layout)
+    updates = algo.mini_batches * algo.ppo_epochs
+    stages["old_log_prob"] = StageEstimate("old_log_prob", actor.forward_pass(everything).seconds)
+    stages["ref"] = StageEstimate("ref", actor.forward_pass(everything).seconds if algo.ref_model else 0.0)
+    stages["values"] = StageEstimate("values", critic.forward_pass(everything).seconds if algo.critic else 0.0)
+    note = f"{updates} optimizer step(s) of {len(mini_batch)} micro-batch(es) per DP rank"
+    stages["update_actor"] = StageEstimate("update_actor", updates * actor.update(mini_batch).seconds, note)
+    stages["update_critic"] = StageEstimate(
+        "update_critic", updates * critic.update(mini_batch).seconds if algo.critic else 0.0)
+    if placement.mode == "colocated":
+        switch = colocated_switch_for(bound, topology)
+        stages["weight_sync"] = StageEstimate(
+            "weight_sync", switch.total_s, f"reshard {switch.reshard_s:.2f} s, offload+reload "
+            f"{switch.offload_s + switch.reload_s:.2f} s, wake {switch.wake_s:.2f} s")
+    else:
+        sync = disaggregated_sync_for(bound, topology)
+        stages["weight_sync"] = StageEstimate(
+            "weight_sync", sync.total_s, f"{sync.method}: gather {sync.gather_s:.2f} s, transfer "
+            f"{sync.transfer_s:.2f} s, load {sync.load_s:.2f} s")
+    ordered = tuple(stages[name] for name in STAGES)
+    step, overlap = _combine(scenario, stages)
+    tokens = algo.samples_per_step * (lengths.prompt + lengths.response)
+    gpus = sum(pool.gpus for pool in scenario.cluster.pools)
+    return StepEstimate(scenario.name, ordered, step, overlap, tokens, gpus)
+
+
+def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: _Lengths) -> StageEstimate:
+    scenario, spec = bound.scenario, bound.model
+    engine_layout = scenario.placement.rollout
+    gpu = bound.gpu(engine_layout.pool)
+    group = topology.group(rollout_gpus[: engine_layout.tp])
+    engine = EngineCosts.for_placement(
+        spec, GPURates.from_profile(gpu, scenario.model.dtype), engine_layout,
+        (lambda n: collective_time("all_reduce", n, group).seconds) if engine_layout.tp > 1 else None,
+        (lambda n: collective_time("all_to_all", n, group).seconds) if engine_layout.ep > 1 else None,
+    )
+    kv_tokens = rollout_memory(scenario, spec, gpu).kv_cache_bytes / kv_bytes_per_token_per_gpu(spec, engine_layout.tp)
+    per_engine = math.ceil(scenario.algorithm.samples_per_step / engine_layout.engines)
+    prompt, response = max(1, round(lengths.prompt)), max(1, round(lengths.response))
+    concurrency = max(1, min(per_engine, engine_layout.max_num_seqs, int(kv_tokens // (prompt + response))))
+    per_prefill = max(1, engine_layout.max_num_batched_tokens // prompt)
+    prefill = math.ceil(per_engine / per_prefill) * engine.prefill_seconds(prompt, 0, min(per_prefill, per_engine))
+    waves = per_engine / concurrency
+    throughput = prefill + waves * engine.decode_k_iterations_seconds(concurrency, concurrency * prompt, response)
+    longest = max(1, round(lengths.longest_response))
+    tail = engine.prefill_seconds(prompt) + engine.decode_k_iterations_seconds(1, prompt, longest - 1)
+    if tail > throughput:
+        note = f"tail-bound: the longest response (~{longest} tokens) decodes alone for {tail:.1f} s"
+    else:
+        note = (f"throughput-bound: {per_engine} sequences per engine at concurrency {concurrency} "
+                f"({waves:.1f} waves); tail bound {tail:.1f} s")
+    if lengths.truncated > 0.001:
+        note += f"; {lengths.truncated:.1%} of responses hit the cap"
+    return StageEstimate("gen", max(tail, throughput), note)
+
+
+def _reward(scenario: Scenario, lengths: _Lengths) -> StageEstimate:
+    reward = scenario.workload.reward
+    samples = scenario.algorithm.samples_per_step
+    if reward.kind == "rule":
+        return StageEstimate("reward", samples * reward.cpu_seconds_per_sample / reward.workers,
+                             f"{reward.workers} CPU workers")
+    if reward.kind == "sandbox":
+        mean_latency = reward.median_latency_s * math.exp(reward.latency_sigma**2 / 2)
+        return StageEstimate("reward", samples * mean_latency / reward.concurrency,
+                             f"{reward.concurrency} concurrent sandboxes, mean {mean_latency:.2f} s each")
+    return StageEstimate("reward", 0.0, "reward model on GPUs: priced by the simulator, not the estimate")
+
+
+def _pack(sequences: int, length: int, layout: TrainingPlacement) -> list[list[int]]:
+    """Micro-batches of whole sequences, each holding at most micro_batch_tokens (at least one sequence)."""
+    per_micro = max(1, layout.micro_batch_tokens // length)
+    full, rest = divmod(sequences, per_micro)
+    return [[length] * per_micro for _ in range(full)] + ([[length] * rest] if rest else [])
+
+
+def _combine(scenario: Scenario, stages: dict[str, StageEstimate]) -> tuple[float, str]:
+    produce = stages["gen"].seconds + stages["reward"].seconds
+    train = sum(stages[name].seconds for name in TRAINING_STAGES)
+    sync = stages["weight_sync"].seconds
+    if scenario.schedule.mode == "sync":
+        return produce + train + sync, "sync: gen + reward + training stages + weight_sync"
+    # Off-policy schedules overlap generation of the next step with training of this one: the slower side sets the pace.
+    return max(produce, train) + sync, f"{scenario.schedule.mode}: max(gen + reward, training stages) + weight_sync"
