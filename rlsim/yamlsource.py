@@ -1,7 +1,9 @@
 """Read YAML keeping the line of every value, so errors can point at the line a user must edit."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ class YamlDocument:
     data: Any
     file: str
     lines: dict[PathKey, int]
+    overrides: dict[PathKey, str] = field(default_factory=dict)  # path -> the `--set path=value` text that wrote it
 
     def line_of(self, path: PathKey) -> int | None:
         """Line of the deepest written ancestor of `path` (a missing field is reported at its parent)."""
@@ -31,7 +34,39 @@ class YamlDocument:
         return None
 
     def problem(self, path: PathKey, message: str, **details: Any) -> Problem:
+        for end in range(len(path), 0, -1):
+            if tuple(path[:end]) in self.overrides:
+                # The value came from the command line, not the file: point there.
+                return Problem(message=message, path=dotted(path), file=f"--set {self.overrides[tuple(path[:end])]}",
+                               **details)
         return Problem(message=message, path=dotted(path), file=self.file, line=self.line_of(path), **details)
+
+    def with_overrides(self, assignments: dict[str, Any]) -> YamlDocument:
+        """A copy with dotted-path assignments applied (`placement.rollout.gpus` -> 48, `cluster.pools[0].nodes` -> 2)."""
+        data = copy.deepcopy(self.data)
+        overrides = dict(self.overrides)
+        for text_path, value in assignments.items():
+            path = parse_path(text_path)
+            node = data
+            for i, part in enumerate(path[:-1]):
+                missing = (isinstance(node, dict) and part not in node) or (
+                    isinstance(node, list) and not (isinstance(part, int) and -len(node) <= part < len(node)))
+                if missing or not isinstance(node, (dict, list)):
+                    if isinstance(node, dict) and isinstance(part, str):
+                        node[part] = {} if isinstance(path[i + 1], str) else []
+                    else:
+                        raise ScenarioError(Problem(f"cannot set {text_path}: {dotted(path[:i + 1])} is not a "
+                                                    "mapping or list entry in the scenario", file=f"--set {text_path}"))
+                node = node[part]
+            if isinstance(node, dict) and isinstance(path[-1], str):
+                node[path[-1]] = value
+            elif isinstance(node, list) and isinstance(path[-1], int) and -len(node) <= path[-1] < len(node):
+                node[path[-1]] = value
+            else:
+                raise ScenarioError(Problem(f"cannot set {text_path}: its parent is not a mapping or the index is out "
+                                            "of range", file=f"--set {text_path}"))
+            overrides[path] = f"{text_path}={value!r}"
+        return YamlDocument(data=data, file=self.file, lines=self.lines, overrides=overrides)
 
 
 def dotted(path: PathKey) -> str:
@@ -43,6 +78,20 @@ def dotted(path: PathKey) -> str:
         else:
             text += ("." if text else "") + str(part)
     return text
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(-?\d+)\]")
+
+
+def parse_path(text: str) -> PathKey:
+    """"cluster.pools[0].gpu" -> ("cluster", "pools", 0, "gpu")."""
+    parts: list[str | int] = []
+    for name, index in _PATH_PART.findall(text):
+        parts.append(int(index) if index else name)
+    if not parts or "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".") != text.strip():
+        raise ScenarioError(Problem(f"not a field path: {text!r} (expected e.g. placement.rollout.gpus or "
+                                    "cluster.pools[0].nodes)", file=f"--set {text}"))
+    return tuple(parts)
 
 
 def parse_yaml(text: str, file: str) -> YamlDocument:

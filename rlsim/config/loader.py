@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rlsim.config.checks import resolve_and_check
 from rlsim.config.schema import Scenario
@@ -10,9 +11,15 @@ from rlsim.loading import validate_document
 from rlsim.yamlsource import YamlDocument, parse_yaml, read_yaml
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read, validate and resolve a scenario file. Bad input raises ScenarioError naming file, line and field."""
-    return scenario_from_document(read_yaml(path), base_dir=Path(path).resolve().parent)
+def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> Scenario:
+    """Read, validate and resolve a scenario file, after applying dotted-path `overrides` (as `rlsim run --set` gives).
+
+    Bad input raises ScenarioError naming file, line and field (or the override that set it).
+    """
+    doc = read_yaml(path)
+    if overrides:
+        doc = doc.with_overrides(overrides)
+    return scenario_from_document(doc, base_dir=Path(path).resolve().parent)
 
 
 def parse_scenario(text: str, *, file: str = "<string>", base_dir: Path | None = None) -> Scenario:

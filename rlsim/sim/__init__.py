@@ -1,0 +1,1 @@
+"""The SimPy simulation of the RL loop. The only package that imports simpy."""

@@ -1,0 +1,134 @@
+"""The training GPUs: forward-only passes (old log-probs, reference, critic values) and mini-batch updates.
+
+Each batch is split over data-parallel ranks by the `dp_balance` policy and packed into micro-batches. Ranks then run
+in lock step: with pure FSDP (pp = 1, ZeRO ≥ 2) the per-layer collectives of every micro-batch make the slowest rank set
+each micro-step; otherwise ranks meet at every optimizer step (and at the end of a forward pass). The waiting of the
+faster ranks is recorded as `barrier`. Seconds per rank come from `costs.training.TrainingCosts`.
+"""
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, fields
+
+import simpy
+
+from rlsim.config.schema import TrainingPlacement
+from rlsim.costs.training import PipelineTime, TrainingCosts, TrainingTime
+from rlsim.sim.dp_balance import DP_BALANCERS, pack_micro_batches
+from rlsim.sim.recorder import Recorder
+
+# Order in which a rank's seconds are laid out on the timeline within one synchronised piece of work.
+LABEL_ORDER = ("logprob", "train_forward", "train_backward", "exposed_collective", "pipeline_bubble", "optimizer",
+               "barrier")
+
+
+@dataclass(frozen=True)
+class TrainingGroup:
+    """Where the training job sits: GPUs [first_gpu, first_gpu + gpus) in Megatron rank order (TP fastest, then CP,
+    DP, PP), so one data-parallel rank of one pipeline stage is a contiguous block of tp·cp GPUs."""
+
+    first_gpu: int
+    layout: TrainingPlacement
+
+    @property
+    def dp(self) -> int:
+        return self.layout.dp or 1
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.gpus or 0
+
+    def block(self, dp_rank: int, pp_stage: int) -> tuple[int, int]:
+        per = self.layout.tp * self.layout.cp
+        return self.first_gpu + per * (dp_rank + self.dp * pp_stage), per
+
+
+class Trainer:
+    def __init__(self, env: simpy.Environment, recorder: Recorder, group: TrainingGroup, balance: str):
+        self.env = env
+        self.recorder = recorder
+        self.group = group
+        self.balance = DP_BALANCERS[balance]
+        self._cache: dict[tuple, PipelineTime] = {}
+
+    def forward_pass(self, stage: str, costs: TrainingCosts, lengths: Sequence[int]) -> Generator:
+        """Old-policy, reference or critic-value pass over the batch; ranks meet at its end."""
+        per_rank = [self._micro_batches(share) for share in self._split(lengths)]
+        times = [self._priced("forward", costs, mbs) for mbs in per_rank]
+        per_stage = [[t.stages[s].labels("logprob") if t else {} for t in times] for s in range(self.group.layout.pp)]
+        yield from self._run(stage, per_stage)
+
+    def update(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], mini_batches: int,
+               epochs: int) -> Generator:
+        """`epochs` passes of `mini_batches` optimizer steps over the batch (actor or critic update)."""
+        size = -(-len(lengths) // mini_batches)
+        for _ in range(epochs):
+            for start in range(0, len(lengths), size):
+                yield from self._optimizer_step(stage, costs, lengths[start:start + size])
+
+    def _optimizer_step(self, stage: str, costs: TrainingCosts, lengths: Sequence[int]) -> Generator:
+        per_rank = [self._micro_batches(share) for share in self._split(lengths)]
+        layout = self.group.layout
+        if layout.pp == 1 and layout.zero_stage >= 2:
+            yield from self._run(stage, [self._lock_step_micro_batches(costs, per_rank)])
+        else:
+            times = [self._priced("update", costs, mbs) for mbs in per_rank]
+            yield from self._run(stage, [[t.stages[s].labels() if t else {} for t in times] for s in range(layout.pp)])
+
+    def _lock_step_micro_batches(self, costs: TrainingCosts, per_rank: list[list[list[int]]]) -> list[dict[str, float]]:
+        """pp = 1 with FSDP: micro-step i lasts as long as the slowest rank's micro-batch i; then one optimizer step."""
+        optimizer = costs.optimizer_step(0)
+        ranks = len(per_rank)
+        steps = max(len(mbs) for mbs in per_rank)
+        totals = [dict.fromkeys(LABEL_ORDER, 0.0) for _ in range(ranks)]
+        for i in range(steps):
+            micro = []
+            for mbs in per_rank:
+                if i < len(mbs):
+                    whole = self._priced("update", costs, [mbs[i]]).stages[0]
+                    micro.append(_minus(whole, optimizer))
+                else:
+                    micro.append(TrainingTime())
+            slowest = max(t.total for t in micro)
+            for rank, t in enumerate(micro):
+                for label, seconds in t.labels().items():
+                    totals[rank][label] += seconds
+                totals[rank]["barrier"] += slowest - t.total
+        for rank in range(ranks):
+            for label, seconds in optimizer.labels().items():
+                totals[rank][label] += seconds
+        return totals
+
+    def _run(self, stage: str, per_stage: list[list[dict[str, float]]]) -> Generator:
+        """Lay each rank's seconds out from now, pad every rank to the slowest with `barrier`, and wait that long."""
+        start = self.env.now
+        wall = max((sum(labels.values()) for ranks in per_stage for labels in ranks), default=0.0)
+        for pp_stage, ranks in enumerate(per_stage):
+            for dp_rank, labels in enumerate(ranks):
+                first, count = self.group.block(dp_rank, pp_stage)
+                cursor = start
+                for label in LABEL_ORDER:
+                    seconds = labels.get(label, 0.0)
+                    if seconds > 0:
+                        self.recorder.busy(first, count, cursor, cursor + seconds, label, stage, unit=f"dp{dp_rank}")
+                        cursor += seconds
+                self.recorder.busy(first, count, cursor, start + wall, "barrier", stage, unit=f"dp{dp_rank}")
+        yield self.env.timeout(wall)
+
+    def _split(self, lengths: Sequence[int]) -> list[list[int]]:
+        return [[lengths[i] for i in indices] for indices in self.balance(lengths, self.group.dp)]
+
+    def _micro_batches(self, lengths: list[int]) -> list[list[int]]:
+        return pack_micro_batches(lengths, self.group.layout.micro_batch_tokens) if lengths else []
+
+    def _priced(self, kind: str, costs: TrainingCosts, micro_batches: list[list[int]]) -> PipelineTime | None:
+        if not micro_batches:
+            return None
+        key = (kind, id(costs), tuple(tuple(mb) for mb in micro_batches))
+        if key not in self._cache:
+            self._cache[key] = costs.update(micro_batches) if kind == "update" else costs.forward_pass(micro_batches)
+        return self._cache[key]
+
+
+def _minus(a: TrainingTime, b: TrainingTime) -> TrainingTime:
+    return TrainingTime(*(max(0.0, getattr(a, f.name) - getattr(b, f.name)) for f in fields(a)))

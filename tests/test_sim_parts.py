@@ -1,0 +1,93 @@
+"""The simulator's parts that need no rollout engine: DP balancing, micro-batch packing, recorder, reward pool."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlsim.config.workload import RuleReward, SandboxReward
+from rlsim.metrics import gpu_label_seconds
+from rlsim.sim.dp_balance import DP_BALANCERS, pack_micro_batches, work
+from rlsim.sim.recorder import Recorder
+from rlsim.sim.reward import RewardPool
+
+LENGTHS = st.lists(st.integers(min_value=1, max_value=32_000), min_size=1, max_size=200)
+
+
+@settings(max_examples=100, deadline=None)
+@given(LENGTHS, st.integers(min_value=1, max_value=16), st.sampled_from(sorted(DP_BALANCERS)))
+def test_every_sequence_goes_to_exactly_one_rank(lengths, ranks, policy):
+    assignment = DP_BALANCERS[policy](lengths, ranks)
+    assert len(assignment) == ranks
+    assert sorted(i for rank in assignment for i in rank) == list(range(len(lengths)))
+
+
+def imbalance(lengths, ranks, policy) -> float:
+    loads = [sum(work(lengths[i]) for i in rank) for rank in DP_BALANCERS[policy](lengths, ranks)]
+    return max(loads) / (sum(loads) / ranks)
+
+
+def test_balancing_policies_beat_dealing_in_order_on_skewed_lengths():
+    rng = np.random.default_rng(0)
+    lengths = [int(x) for x in np.clip(rng.lognormal(7.5, 1.0, 512), 1, 16_000)]
+    plain = imbalance(lengths, 16, "none")
+    assert imbalance(lengths, 16, "sorted_greedy") < plain
+    assert imbalance(lengths, 16, "karmarkar_karp") < plain
+    assert imbalance(lengths, 16, "karmarkar_karp") < 1.05
+
+
+def test_dp_imbalance_grows_with_length_variance():
+    rng = np.random.default_rng(1)
+    narrow = [int(x) for x in np.clip(rng.lognormal(7.5, 0.2, 256), 1, 32_000)]
+    wide = [int(x) for x in np.clip(rng.lognormal(7.5, 1.2, 256), 1, 32_000)]
+    assert imbalance(wide, 32, "none") > imbalance(narrow, 32, "none")
+
+
+@settings(max_examples=100, deadline=None)
+@given(LENGTHS, st.integers(min_value=1, max_value=40_000))
+def test_micro_batches_hold_every_sequence_within_capacity(lengths, capacity):
+    bins = pack_micro_batches(lengths, capacity)
+    assert sorted(x for b in bins for x in b) == sorted(lengths)
+    assert all(sum(b) <= capacity or len(b) == 1 for b in bins)
+
+
+def test_recorder_labels_every_gpu_second_once():
+    rec = Recorder(gpus=4)
+    rec.busy(0, 2, 0.0, 3.0, "decode", "gen")
+    rec.busy(2, 2, 0.0, 1.0, "decode", "gen")
+    rec.context(0, 4, 0.0, 5.0, "tail", "gen")
+    rec.context(0, 4, 5.0, 8.0, "starved", "reward")
+    rec.busy(0, 4, 8.0, 9.0, "train_forward", "update_actor")
+    log = rec.freeze(wall_s=10.0, events=0)
+    per_gpu = gpu_label_seconds(log)
+    for seconds in per_gpu:
+        assert sum(seconds.values()) == pytest.approx(10.0)
+    assert per_gpu[0] == pytest.approx({"decode": 3.0, "tail": 2.0, "starved": 3.0, "train_forward": 1.0,
+                                        "unassigned": 1.0})
+    assert per_gpu[3] == pytest.approx({"decode": 1.0, "tail": 4.0, "starved": 3.0, "train_forward": 1.0,
+                                        "unassigned": 1.0})
+    # Idle pieces of neighbouring GPUs with the same content are merged into one span.
+    tails = [s for s in log.spans if s.label == "tail"]
+    assert {(s.first_gpu, s.gpu_count) for s in tails} == {(0, 2), (2, 2)}
+
+
+def test_rule_reward_is_samples_over_workers():
+    env = simpy.Environment()
+    pool = RewardPool(env, RuleReward(kind="rule", cpu_seconds_per_sample=0.5, workers=4), np.random.default_rng(0))
+    env.process(pool.score_batch(10))
+    env.run()
+    assert env.now == pytest.approx(0.5 * 3)  # 10 samples on 4 workers: 3 rounds
+
+
+def test_sandbox_concurrency_limits_throughput():
+    times = []
+    for concurrency in (4, 64):
+        env = simpy.Environment()
+        reward = SandboxReward(kind="sandbox", median_latency_s=2.0, latency_sigma=0.5, concurrency=concurrency)
+        pool = RewardPool(env, reward, np.random.default_rng(3))
+        env.process(pool.score_batch(256))
+        env.run()
+        times.append(env.now)
+    assert times[0] > 8 * times[1]
