@@ -208,6 +208,10 @@ class GPUProfile(Frozen):
     peak_tflops: PeakTflops
     memory_gib: SourcedNumber
     hbm_tbps: SourcedNumber  # device memory bandwidth, TB/s (decimal); GDDR on cards without HBM
+    # Streaming multiprocessors (NVIDIA) or compute units (AMD): how many GEMM output tiles run at once, which sets
+    # the wave quantization of `rlsim.costs.compute`. Optional: without it that model keeps tile quantization but
+    # treats the tiles as perfectly balanced over the GPU (no partial last wave, no split-K).
+    sm_count: SourcedCount | None = None
     scale_up: ScaleUp | None = None
     node: Node
     tdp_w: SourcedNumber

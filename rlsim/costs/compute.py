@@ -1,24 +1,62 @@
-"""Roofline time of GPU kernels with size-dependent efficiency.
+"""Roofline time of GPU kernels, with shape-aware GEMMs.
 
-A kernel takes the longer of its compute time and its memory time. Neither rate is a constant fraction of peak: small
-operations fill the GPU poorly. Both curves have the form the reference recommends, eff(x) = e_max·x/(x + x_half), which
-is the same as a fixed fill cost plus work at the asymptotic rate:
+A kernel takes the longer of its compute time and its memory time. Neither rate is a constant fraction of peak.
 
-    compute:  t = GEMM_FILL_S + flops / (e_gemm · peak_flops)
-    memory:   t = (bytes + MEMORY_HALF_BYTES) / (e_hbm · hbm_bytes_per_s)
+GEMMs (`gemm_seconds`, for any shape). cuBLAS and CUTLASS split the (m×n) output into tiles, one thread block each,
+and run as many blocks at once as the GPU has SMs (one 128×128 block per SM); NVIDIA's "Matrix Multiplication
+Background User's Guide" (docs.nvidia.com/deeplearning/performance, ch. 3) names the two losses that follow:
 
-e_gemm and e_hbm come from each GPU profile's public measurements (best large BF16 GEMM, HBM stream), so a calibrated
-profile changes them without touching this file.
+* tile quantization: a partial tile at the edge of m or n costs a whole tile;
+* wave quantization: tiles run in waves of `sm_count`; a last, partial wave costs a whole one
+  (also stas00/ml-engineering training/performance/README.md, "Do more SMs give more TFLOPS?").
+
+A problem too small to fill one wave has its K dimension split over several blocks (CUTLASS media/docs/
+efficient_gemm.md, "Parallelized Reductions: Split K"), and a short problem (m below one tile) runs on a narrower
+tile, down to the 16 rows of a tensor-core MMA. Each block computes at the GPU's measured large-GEMM rate divided by
+its SM count, so a problem that fills whole waves runs at that rate. The fixed fill cost (launch, pipeline prologue,
+epilogue and tail) applies whichever of compute and memory binds:
+
+    t = GEMM_FILL_S + max(waves · 2·tile_m·tile_n·(k/split) / (gemm_flops / sm_count),
+                          (bytes + MEMORY_HALF_BYTES) / hbm_bytes_per_s)
+
+with hbm_bytes_per_s the measured stream rate.
+
+Shape-blind kernels (`compute_seconds`, `kernel_seconds`: fused or irregular work whose shape the caller does not
+give) keep the plain curve t = GEMM_FILL_S + flops / gemm_flops, and memory-bound kernels
+t = (bytes + MEMORY_HALF_BYTES) / hbm_bytes_per_s. Both forms are eff(x) = e_max·x/(x + x_half) curves, as the
+reference recommends.
+
+gemm_flops and hbm_bytes_per_s come from each GPU profile's public measurements (best large BF16 GEMM, HBM stream) and
+sm_count from its datasheet, so a calibrated profile changes them without touching this file. The constants below
+are the same for every GPU, dtype and model.
+
+Checked, not tuned, against public measurements (tests/test_compute.py): Vidur's profiled vLLM layer GEMMs
+(microsoft/vidur data/profiling/compute/{a100,h100}/meta-llama/*/mlp.csv: QKV, output, up and down projections of
+Llama-3-8B/70B on A100 and Llama-2-7B/70B on H100, tensor parallelism 1-8, 1 to 32k tokens): mean absolute error
+12% (the plain curve: 20%); the model is faster than those kernels by ~10% in the median, mostly because Vidur's A100
+reaches ~232 TF on these shapes where the profile's best measured GEMM is 271 TF.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rlsim.hardware import GPUProfile
 
-# Fixed cost of one GEMM: least-squares fit of t = t0 + F/R to the H100 FP8 GEMM series in the hardware reference §2
-# (274 TF at 1024³, 1011 at 2048³, 1217 at 4096³, 1377 at 16384³): t0 = 6.0 µs, R = 0.70·peak, every point within 9%.
+# Fixed cost of one GEMM: the time left over once the tile/wave model's compute is taken out of Azure's cuBLASLt
+# GEMMs that fit in one or two waves (Azure/AI-benchmarking-guide Azure_Results: ND_A100_v4 FP16 1024³ 4.6 µs,
+# 1024×2145×1024 7.1 µs; ND_H100_v5 FP8 1024³ 6.1 µs, 2048³ 5.8 µs, 1024×2145×1024 5.4 µs; mean 5.8 µs). Vidur's
+# memory-bound layer GEMMs (1 token, A100 and H100) take 2-8 µs longer than their bytes at the stream rate.
 GEMM_FILL_S = 6.0e-6
+# Output tile of one thread block, rows × columns: one of the tiles cuBLAS uses (NVIDIA's Matrix Multiplication
+# Background guide, §2.3, lists 256×128, 128×256, 128×128, 256×64, 64×256, 128×64, 64×128 and 64×64; CUTLASS's SM80
+# default is 128×256, DeepGEMM's SM90 baseline 128×128). One tile for every GPU: of the large ones it is the closest to
+# Vidur's layer GEMMs (mean absolute error 12.4%; 128×256 13.3%, 256×128 14.7%), cuBLAS picking smaller tiles for
+# these transformer shapes than for its best-case squares.
+GEMM_TILE_M = 128
+GEMM_TILE_N = 128
+# Below one tile of rows the kernel uses a narrower tile, at least one tensor-core MMA high (m16n8k16, PTX ISA).
+GEMM_MIN_TILE_M = 16
 # Memory efficiency reaches half its maximum at 2 MB: the fit of e_max·B/(B + B_half) to Calculon's HBM efficiency steps
 # (≥100 MB 0.90, ≥10 MB 0.75, < 1 MB 0.3; reference §3).
 MEMORY_HALF_BYTES = 2.0e6
@@ -34,13 +72,17 @@ ATTENTION_PEAK_FRACTION = 0.73
 
 @dataclass(frozen=True)
 class GPURates:
-    """What one GPU achieves for a given compute dtype: asymptotic GEMM FLOP/s and streaming HBM bytes/s."""
+    """What one GPU achieves for a given compute dtype: asymptotic GEMM FLOP/s and streaming HBM bytes/s.
+
+    `sm_count`: blocks that run at once (SMs, or AMD compute units); None leaves out wave quantization and split-K.
+    """
 
     name: str
     peak_flops: float
     gemm_flops: float
     hbm_bytes_per_s: float
     memory_bytes: float
+    sm_count: int | None = None
 
     @classmethod
     def from_profile(cls, gpu: GPUProfile, dtype: str = "bf16") -> GPURates:
@@ -49,10 +91,11 @@ class GPURates:
         # The measured BF16 fraction of peak is taken to hold for the other dtypes of the same GPU.
         gemm_efficiency = measured_gemm / gpu.peak_flops("bf16") if measured_gemm else DEFAULT_GEMM_EFFICIENCY
         stream = gpu.measured.hbm_stream_bytes_per_s or gpu.hbm_bytes_per_s * DEFAULT_HBM_EFFICIENCY
-        return cls(gpu.name, peak, peak * gemm_efficiency, stream, gpu.memory_bytes)
+        sm_count = gpu.sm_count.value if gpu.sm_count is not None else None
+        return cls(gpu.name, peak, peak * gemm_efficiency, stream, gpu.memory_bytes, sm_count)
 
     def compute_seconds(self, flops: float) -> float:
-        """Time of a GEMM-like kernel doing `flops`, compute-bound."""
+        """Time of a GEMM-like kernel doing `flops`, compute-bound, shape unknown (no tile or wave quantization)."""
         return GEMM_FILL_S + flops / self.gemm_flops
 
     def memory_seconds(self, nbytes: float) -> float:
@@ -60,7 +103,7 @@ class GPURates:
         return (nbytes + MEMORY_HALF_BYTES) / self.hbm_bytes_per_s
 
     def kernel_seconds(self, flops: float, nbytes: float) -> float:
-        """Roofline: a kernel is bound by whichever of compute and memory takes longer."""
+        """Roofline of a kernel of unknown shape: bound by whichever of compute and memory takes longer."""
         return max(self.compute_seconds(flops), self.memory_seconds(nbytes))
 
     @property
@@ -72,6 +115,27 @@ class GPURates:
         """Roofline of a fused attention kernel: its FLOPs at the attention rate, or its KV/Q/O traffic through HBM."""
         return max(GEMM_FILL_S + flops / self.attention_flops, self.memory_seconds(nbytes))
 
-    def gemm_seconds(self, m: float, n: float, k: float, dtype_bytes: float = 2.0) -> float:
-        """(m×k)·(k×n): 2mnk FLOPs; reads both operands and writes the result once."""
-        return self.kernel_seconds(2.0 * m * n * k, dtype_bytes * (m * k + k * n + m * n))
+    def gemm_compute_seconds(self, m: float, n: float, k: float) -> float:
+        """Tensor-core time of an (m×k)·(k×n) GEMM after tile and wave quantization, without the fill cost.
+
+        The padded work of every wave, at the measured large-GEMM rate; m may be fractional (an average over groups).
+        """
+        if m <= 0 or n <= 0 or k <= 0:
+            return 0.0
+        tile_m = GEMM_TILE_M if m >= GEMM_TILE_M else max(GEMM_MIN_TILE_M, 2 ** math.ceil(math.log2(m)))
+        tiles = math.ceil(m / tile_m) * math.ceil(n / GEMM_TILE_N)
+        tile_flops = 2.0 * tile_m * GEMM_TILE_N * k
+        if self.sm_count is None:
+            return tiles * tile_flops / self.gemm_flops
+        sms = self.sm_count
+        split = max(1, sms // tiles)  # split-K until the blocks fill one wave
+        waves = math.ceil(tiles * split / sms)
+        return waves * sms * tile_flops / split / self.gemm_flops
+
+    def gemm_seconds(
+        self, m: float, n: float, k: float, dtype_bytes: float = 2.0, nbytes: float | None = None
+    ) -> float:
+        """(m×k)·(k×n): 2mnk FLOPs; reads both operands and writes the result once (`nbytes` overrides that traffic,
+        e.g. for weights stored narrower than the activations). Fill + the longer of quantized compute and memory."""
+        traffic = dtype_bytes * (m * k + k * n + m * n) if nbytes is None else nbytes
+        return GEMM_FILL_S + max(self.gemm_compute_seconds(m, n, k), self.memory_seconds(traffic))

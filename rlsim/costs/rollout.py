@@ -2,8 +2,9 @@
 
 An engine iteration runs every layer once for the tokens scheduled in it: new prompt tokens (prefill, possibly a chunk of
 a longer prompt) and one token per decoding sequence. Each kernel of that forward pass takes the roofline time of
-`GPURates` (the longer of its compute and its HBM traffic, both with a fixed fill cost), on one GPU of the engine,
-with the weights, heads and experts split the way vLLM and SGLang split them:
+`GPURates` (the longer of its compute and its HBM traffic, with a fixed fill cost; the weight GEMMs by their shape,
+with tile and wave quantization), on one GPU of the engine, with the weights, heads and experts split the way vLLM and
+SGLang split them:
 
 * attention heads and FFN columns over `tp` (Megatron column/row parallelism), KV heads too until each GPU holds one,
   the MLA latent cache replicated on every GPU; two all-reduces of the hidden states per layer;
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from rlsim.config.schema import RolloutPlacement
-from rlsim.costs.compute import GEMM_FILL_S, MEMORY_HALF_BYTES, GPURates
+from rlsim.costs.compute import GEMM_FILL_S, GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
 from rlsim.models import ModelSpec
 
@@ -113,6 +114,8 @@ class _Kernel(NamedTuple):
     """One kernel launched `count` times per iteration, its work affine in the decode batch's total context c.
 
     kind: "gemm" runs at the GEMM rate, "attention" at the fused-attention rate, "memory" is bound by HBM alone.
+    shape: (m, n, k) of a GEMM, timed by `GPURates.gemm_seconds` (tile and wave quantization); its work does not
+    depend on the context.
     """
 
     name: str
@@ -122,6 +125,7 @@ class _Kernel(NamedTuple):
     flops_per_context: float = 0.0
     nbytes: float = 0.0
     bytes_per_context: float = 0.0
+    shape: tuple[float, float, float] | None = None
 
 
 class _Collective(NamedTuple):
@@ -417,7 +421,9 @@ class EngineCosts:
         """Roofline time of `kernel.count` launches of a kernel at decode context `decode_context`."""
         flops = kernel.flops + kernel.flops_per_context * decode_context
         nbytes = kernel.nbytes + kernel.bytes_per_context * decode_context
-        if kernel.kind == "gemm":
+        if kernel.kind == "gemm" and kernel.shape is not None:
+            seconds = self.rates.gemm_seconds(*kernel.shape, nbytes=nbytes)
+        elif kernel.kind == "gemm":
             seconds = self.rates.kernel_seconds(flops, nbytes)
         elif kernel.kind == "attention":
             seconds = self.rates.attention_seconds(flops, nbytes)
@@ -439,7 +445,7 @@ class EngineCosts:
             for name, in_features, out_features, rows, weights in self._layer_gemms(kind, work):
                 flops = 2.0 * rows * in_features * out_features
                 nbytes = weights * self._weight_bytes + act * rows * (in_features + out_features)
-                kernels.append(_Kernel(name, layers, "gemm", flops, 0.0, nbytes))
+                kernels.append(_Kernel(name, layers, "gemm", flops, 0.0, nbytes, shape=(rows, out_features, in_features)))
             kernels.append(self._attention_kernel(work, kv_per_layer, layers))
             kernels.extend(self._elementwise_kernels(kind, work, kv_per_layer, layers))
             collectives.extend(self._layer_collectives(kind, tokens, layers))
@@ -451,7 +457,7 @@ class EngineCosts:
             head_weights = hidden * vocab / tp
             flops = 2.0 * rows * head_weights
             nbytes = head_weights * self._weight_bytes + act * rows * (hidden + vocab / tp)
-            kernels.append(_Kernel("lm_head", 1, "gemm", flops, 0.0, nbytes))
+            kernels.append(_Kernel("lm_head", 1, "gemm", flops, 0.0, nbytes, shape=(rows, vocab / tp, hidden)))
             kernels.append(_Kernel("sampler", 1, "memory", nbytes=SAMPLER_LOGIT_PASSES * LOGIT_BYTES * rows * vocab))
         kernels.append(_Kernel("embedding", 1, "memory", nbytes=2 * act * tokens * hidden))
         kernels.append(_Kernel("final_norm", 1, "memory", nbytes=2 * act * tokens * hidden))
@@ -575,11 +581,19 @@ class EngineCosts:
         constant += launches * self.overheads.kernel_gap_seconds
         for kernel in kernels:
             memory = (
-                kernel.count * (kernel.nbytes + MEMORY_HALF_BYTES) / rates.hbm_bytes_per_s,
+                kernel.count * rates.memory_seconds(kernel.nbytes),
                 kernel.count * kernel.bytes_per_context / rates.hbm_bytes_per_s,
             )
             if kernel.kind == "memory":
                 terms.append([memory])
+                continue
+            if kernel.shape is not None:
+                # A weight GEMM: fill + max(quantized compute, memory), constant in the context.
+                compute_seconds = rates.gemm_compute_seconds(*kernel.shape)
+                terms.append([
+                    (kernel.count * (GEMM_FILL_S + compute_seconds), 0.0),
+                    (kernel.count * (GEMM_FILL_S + rates.memory_seconds(kernel.nbytes)), memory[1]),
+                ])
                 continue
             rate = rates.gemm_flops if kernel.kind == "gemm" else rates.attention_flops
             compute = (

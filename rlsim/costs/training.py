@@ -244,6 +244,29 @@ class LayerTime:
                          self.elementwise + other.elementwise, self.collective + other.collective)
 
 
+# Megatron-Core computes Q, K and V with one fused column-parallel GEMM (linear_qkv) and SwiGLU's gate and up with one
+# (linear_fc1); Hugging Face models, which the FSDP backends train, keep them as separate nn.Linear modules.
+_MEGATRON_FUSED = {"self_attn.q_proj": "linear_qkv", "self_attn.k_proj": "linear_qkv", "self_attn.v_proj": "linear_qkv",
+                   "mlp.gate_proj": "linear_fc1", "mlp.up_proj": "linear_fc1"}
+
+
+def _fuse_megatron(gemms: list[tuple[str, float, float, float]]) -> list[tuple[str, float, float, float]]:
+    """Merge the GEMMs Megatron fuses: same input, output widths side by side, at the first member's place."""
+    out: list[tuple[str, float, float, float]] = []
+    where: dict[str, int] = {}
+    for name, m, k, n in gemms:
+        group = _MEGATRON_FUSED.get(name)
+        if group is None:
+            out.append((name, m, k, n))
+        elif group in where:
+            fused = out[where[group]]
+            out[where[group]] = (group, fused[1], fused[2], fused[3] + n)
+        else:
+            where[group] = len(out)
+            out.append((group, m, k, n))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------- FLOPs
 
 
@@ -348,6 +371,7 @@ class TrainingCosts:
         arch, tp, rates = self.spec.architecture, self.layout.tp, self.rates
         moe_tokens = tokens / tp  # sequence parallelism: the MoE block and router see this GPU's share of the tokens
         seconds = 0.0
+        local: list[tuple[str, float, float, float]] = []  # (name, m, k, n) of each dense GEMM on this GPU
         for shape in self.spec.layer_gemm_shapes(kind):
             m, k, n = tokens, shape.in_features, shape.out_features
             if shape.name.startswith("mlp.experts"):
@@ -366,6 +390,10 @@ class TrainingCosts:
                 n /= min(tp, arch.num_key_value_heads)  # KV heads replicate once TP exceeds them
             elif not shape.name.endswith(("q_a_proj", "kv_a_proj_with_mqa")):
                 n /= tp  # column-parallel; MLA's down-projections to the latents are replicated
+            local.append((shape.name, m, k, n))
+        if self.layout.backend == "megatron":
+            local = _fuse_megatron(local)
+        for _, m, k, n in local:
             if backward:
                 seconds += rates.gemm_seconds(m, k, n) + rates.gemm_seconds(k, n, m)
             else:
