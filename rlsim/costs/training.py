@@ -25,9 +25,9 @@ What a micro-batch costs, layer by layer (one GPU; T = the micro-batch's tokens 
   (weights are resharded after forward), and reduce-scatters its gradients after its backward, on every micro-batch.
   FSDP prefetches one unit ahead, so a layer's communication overlaps the previous layer's compute: exposed =
   Σ max(0, comm_i − compute_(i−1)) plus the first gather and the last reduce-scatter, which nothing hides. ZeRO-2
-  reduce-scatters gradients every micro-batch the same way; ZeRO-0/1 reduce once per mini-batch, bucketed under the
-  last micro-batch's backward (PyTorch DDP buckets, Megatron --overlap-grad-reduce), and ZeRO-1/2 all-gather the updated
-  weights after the optimizer step.
+  reduce-scatters gradients every micro-batch the same way; ZeRO-0/1 reduce once per mini-batch, during the last
+  micro-batch's backward, layer by layer with the same overlap rule (the effect of PyTorch DDP buckets and Megatron's
+  --overlap-grad-reduce, at layer granularity), and ZeRO-1/2 all-gather the updated weights after the optimizer step.
 * **Pipeline**: 1F1B (and Megatron's interleaved schedule with v model chunks per stage) is played out op by op, so the
   wall time of unequal micro-batches is exact; with equal ones it is (m + p − 1)(t_f + t_b), and the bubble is
   (p − 1)/v of one micro-batch's forward and backward (arXiv 2104.04473 §2.2). Point-to-point sends of activations and

@@ -11,7 +11,9 @@ engine in three terms, reported separately because they scale differently:
   `per_tensor` (verl's default NCCL path: each tensor broadcast on its own from training rank 0 to a group of all
   training and rollout GPUs), `checkpoint_engine` (verl's checkpoint engine after MoonshotAI/checkpoint-engine:
   each training rank stages its 1/N share of the exported tensors in host memory, then bucket after bucket is copied
-  back to its owner GPU and broadcast to the group), `nccl_broadcast` (bucketed, GPU-resident broadcast from one
+  back to its owner GPU and broadcast to the group; the *gather* before it is still priced as collecting every tensor
+  out of the pipeline stages onto one rank, as the per-tensor export does, since the export walks the same tensors),
+  `nccl_broadcast` (bucketed, GPU-resident broadcast from one
   training GPU to the rollout GPUs, as slime does) and `rdma_p2p` (each rollout GPU receives only its own shard by
   point-to-point RDMA, all engines at once, over the max-flow of the training-to-rollout links).
 * *load* — each engine copies its TP shard into its weights, one `load_weights` call per tensor.
