@@ -34,6 +34,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal, NamedTuple
 
 from rlsim.config.schema import RolloutPlacement
@@ -463,12 +464,17 @@ class EngineCosts:
         kernels.append(_Kernel("final_norm", 1, "memory", nbytes=2 * act * tokens * hidden))
         return kernels, collectives
 
+    @cached_property
+    def _gemm_shapes(self) -> dict[str, tuple]:
+        # The spec rebuilds its shapes on every call; an engine prices thousands of iterations.
+        return {kind: self.spec.layer_gemm_shapes(kind) for kind in ("dense", "moe") if self.spec.layer_count(kind)}
+
     def _layer_gemms(self, kind: str, work: _Work) -> list[tuple[str, float, float, float, float]]:
         """(name, in_features, out_features, rows M, weight elements read) per fused GEMM of one layer on one GPU."""
         arch, tp, ep = self.spec.architecture, self.tp, self.ep
         tokens = work.tokens
         fused: dict[str, list[float]] = {}  # name -> [in_features, out_features, rows, weight elements]
-        for shape in self.spec.layer_gemm_shapes(kind):  # type: ignore[arg-type]
+        for shape in self._gemm_shapes[kind]:
             split = _SPLIT.get(shape.name)
             if split is None:
                 raise ValueError(f"no tensor-parallel layout is known for weight {shape.name!r}")

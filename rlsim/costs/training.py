@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Literal
 
 from rlsim.config.schema import TrainingPlacement
@@ -244,6 +244,15 @@ class LayerTime:
                          self.elementwise + other.elementwise, self.collective + other.collective)
 
 
+def _sum_by_kind(kinds: Sequence[LayerKind], times: dict[LayerKind, LayerTime]) -> LayerTime:
+    """Σ over layers of their times, as count × time per kind (the same result, without a sum per layer)."""
+    total = LayerTime()
+    for kind in set(kinds):
+        count, t = kinds.count(kind), times[kind]
+        total = total + LayerTime(t.gemm * count, t.attention * count, t.elementwise * count, t.collective * count)
+    return total
+
+
 # Megatron-Core computes Q, K and V with one fused column-parallel GEMM (linear_qkv) and SwiGLU's gate and up with one
 # (linear_fc1); Hugging Face models, which the FSDP backends train, keep them as separate nn.Linear modules.
 _MEGATRON_FUSED = {"self_attn.q_proj": "linear_qkv", "self_attn.k_proj": "linear_qkv", "self_attn.v_proj": "linear_qkv",
@@ -372,7 +381,7 @@ class TrainingCosts:
         moe_tokens = tokens / tp  # sequence parallelism: the MoE block and router see this GPU's share of the tokens
         seconds = 0.0
         local: list[tuple[str, float, float, float]] = []  # (name, m, k, n) of each dense GEMM on this GPU
-        for shape in self.spec.layer_gemm_shapes(kind):
+        for shape in self._gemm_shapes[kind]:
             m, k, n = tokens, shape.in_features, shape.out_features
             if shape.name.startswith("mlp.experts"):
                 assert arch.moe is not None
@@ -506,9 +515,23 @@ class TrainingCosts:
 
     def _unit_params(self, kind: LayerKind) -> tuple[float, float]:
         """(dense, routed-expert) parameters of one layer on this GPU before ZeRO sharding."""
-        params = self.spec.layer_params(kind)
-        routed = sum(v for name, v in params.items() if name.startswith("mlp.experts"))
-        return (sum(params.values()) - routed) / self.layout.tp, routed / self.layout.ep
+        return self._unit_param_table[kind]
+
+    @cached_property
+    def _unit_param_table(self) -> dict[LayerKind, tuple[float, float]]:
+        # Counted once per cost model: the hot path asks for every layer of every micro-batch.
+        table = {}
+        for kind in ("dense", "moe"):
+            if not self.spec.layer_count(kind):
+                continue
+            params = self.spec.layer_params(kind)
+            routed = sum(v for name, v in params.items() if name.startswith("mlp.experts"))
+            table[kind] = ((sum(params.values()) - routed) / self.layout.tp, routed / self.layout.ep)
+        return table
+
+    @cached_property
+    def _gemm_shapes(self) -> dict[LayerKind, tuple]:
+        return {kind: self.spec.layer_gemm_shapes(kind) for kind in ("dense", "moe") if self.spec.layer_count(kind)}
 
     def _root_params(self, chunk: int) -> float:
         """Embedding (first chunk) and final norm + output head (last chunk) parameters on this GPU."""
@@ -553,14 +576,15 @@ class TrainingCosts:
         """One forward op of a pipeline chunk: its layers, the head on the last chunk, FSDP gathers, the send onward."""
         kinds = self.chunk_layers(chunk)
         passes = [layers[kind] for kind in kinds]
-        total = sum(passes, LayerTime())
+        total = _sum_by_kind(kinds, layers)
         last = chunk == self._chunks - 1
         if last:
             total = total + self.head_time(sequence_lengths, backward=False)
         exposed = total.collective
         if self.layout.zero_stage >= 3:
             # Root unit and first layer gathered up front; each later gather hides behind the previous layer.
-            gathers = [self._gather(*self._unit_params(kind)) for kind in kinds]
+            gather_of = {kind: self._gather(*self._unit_params(kind)) for kind in set(kinds)}
+            gathers = [gather_of[kind] for kind in kinds]
             root = self._root_params(chunk)
             exposed += (self._gather(root, 0.0) if root else 0.0) + gathers[0]
             exposed += sum(max(0.0, g - p.compute) for g, p in zip(gathers[1:], passes[:-1], strict=True))
@@ -574,13 +598,17 @@ class TrainingCosts:
         kinds = self.chunk_layers(chunk)
         last = chunk == self._chunks - 1
         head = self.head_time(sequence_lengths, backward=True) if last else LayerTime()
-        backward = sum((layers[kind] for kind in kinds), head)
-        recompute = sum((recomputed[kind] for kind in kinds), LayerTime())
+        backward = _sum_by_kind(kinds, layers) + head
+        recompute = _sum_by_kind(kinds, recomputed)
         exposed = backward.collective + recompute.collective
-        windows = [layers[kind].compute + recomputed[kind].compute for kind in reversed(kinds)]
-        units = [self._unit_params(kind) for kind in reversed(kinds)]
-        gathers = [self._gather(*u) for u in units] if self.layout.zero_stage >= 3 else [0.0] * len(units)
-        reduces = [self._reduce(*u) for u in units] if reduce_gradients else [0.0] * len(units)
+        order = tuple(reversed(kinds))
+        windows = [layers[kind].compute + recomputed[kind].compute for kind in order]
+        # One gather and one reduce per layer kind: every layer of a kind moves the same bytes.
+        gather_of = {kind: self._gather(*self._unit_params(kind)) if self.layout.zero_stage >= 3 else 0.0
+                     for kind in set(kinds)}
+        reduce_of = {kind: self._reduce(*self._unit_params(kind)) if reduce_gradients else 0.0 for kind in set(kinds)}
+        gathers = [gather_of[kind] for kind in order]
+        reduces = [reduce_of[kind] for kind in order]
         root_reduce = self._reduce(self._root_params(chunk), 0.0) if reduce_gradients else 0.0
         # Layers run last to first. The first gather hides behind the head's backward (if this chunk has it); while
         # layer i computes, the next layer's gather and the previous layer's reduce-scatter run.

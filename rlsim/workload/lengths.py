@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from rlsim.config.workload import (
     EmpiricalLength,
@@ -89,11 +88,15 @@ def _fixed(model: FixedLength, field: str) -> LengthDistribution:
 
 @register_length_model("lognormal")
 def _lognormal(model: LognormalLength, field: str) -> LengthDistribution:
+    from scipy import stats  # scipy.stats takes a second to import; only continuous models need it
+
     return LengthDistribution("lognormal", continuous=stats.lognorm(s=model.sigma, scale=model.median_tokens))
 
 
 @register_length_model("gamma")
 def _gamma(model: GammaLength, field: str) -> LengthDistribution:
+    from scipy import stats
+
     return LengthDistribution("gamma", continuous=stats.gamma(a=model.shape, scale=model.mean_tokens / model.shape))
 
 

@@ -1,0 +1,311 @@
+"""The RL controller: one RL step after another under the scenario's schedule.
+
+sync          generate a batch (all of it, or under APRIL the first `prompts_per_step` complete groups, carrying the
+              rest over), score it, run the log-prob passes and updates, then move the new weights to the engines.
+one_step_off  generation of batch k+1 overlaps training on batch k: a producer may start batch b once the policy has
+              version b − 1; weights move at batch boundaries (engines drain first).
+async         the producer keeps engines busy, admitting a group while fewer than (version + η + 1)·batch groups have
+              been admitted (AReaL's rule); the trainer takes complete groups in the order they complete, dropping any
+              that would exceed staleness η (policy "staleness_bound"). Weight updates drain the engines, or interrupt
+              in-flight sequences and recompute their KV cache (partial_rollout: interrupt).
+
+Idle time is labelled through recorder contexts: rollout GPUs waiting for their peers (`tail`) or for new weights
+(`staleness_block`); training GPUs waiting for samples (`starved`).
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+
+import simpy
+
+from rlsim.events import SequenceRecord, StepRecord
+from rlsim.sim.balance import Dispatcher
+from rlsim.sim.build import Simulation
+from rlsim.sim.sequence import Rollout
+from rlsim.workload.batches import PromptGroup
+
+
+class RLLoop:
+    def __init__(self, sim: Simulation):
+        self.sim = sim
+        self.env = sim.env
+        scenario = sim.bound.scenario
+        self.scenario = scenario
+        self.algorithm = scenario.algorithm
+        self.schedule = scenario.schedule
+        self.recorder = sim.recorder
+        self.version = 0
+        self.dispatcher = Dispatcher(scenario.schedule, sim.engines, sim.balancer_rng)
+        for engine in sim.engines:
+            engine.on_finish = self._on_finish
+        self._next_seq = 0
+        self._members: dict[int, list[Rollout]] = {}  # group -> its rollouts
+        self._left: dict[int, int] = {}  # group -> samples still generating
+        self._complete: deque[int] = deque()  # groups whose samples all finished (and, off-policy, were scored)
+        self._complete_changed = self.env.event()
+        self._version_changed = self.env.event()
+        self._dropped_groups = 0  # groups dropped by the staleness bound, replaced by new admissions
+
+    # ------------------------------------------------------------------------------------------- entry point
+
+    def run(self) -> Generator:
+        steps = self.scenario.run.steps
+        if self.schedule.mode == "sync":
+            for step in range(steps):
+                yield from self._sync_step(step)
+        else:
+            eta = 1 if self.schedule.mode == "one_step_off" else self.schedule.max_staleness
+            assert eta is not None
+            producer = self.env.process(self._producer(eta))
+            for step in range(steps):
+                yield from self._off_policy_step(step, eta)
+            producer.interrupt()
+        self._drop_leftovers()
+
+    # ------------------------------------------------------------------------------------------- sync
+
+    def _sync_step(self, step: int) -> Generator:
+        sim, env = self.sim, self.env
+        self.recorder.phase.step = step
+        start = env.now
+        target = self.algorithm.prompts_per_step
+        partial = self.schedule.partial_rollout
+        launch = round(target * partial.over_provision) if partial.mode == "april" else target
+        in_flight = sum(1 for left in self._left.values() if left > 0)
+        self._launch(max(0, launch - in_flight - len(self._complete)))
+        yield from self._until_complete(target)
+        if partial.mode == "april":
+            # APRIL: the target is met; stop the stragglers and carry them into the next step.
+            yield simpy.AllOf(env, [engine.pause(drain=False) for engine in sim.engines])
+        gen_end = env.now
+        first, count = sim.rollout_gpus
+        self.recorder.context(first, count, start, gen_end, "tail", "gen")
+        self._training_context(start, gen_end, "starved", "gen")
+        groups = [self._complete.popleft() for _ in range(target)]
+        stages = {"gen": gen_end - start}
+        yield from self._reward(groups, stages)
+        yield from self._train(step, groups, stages, start)
+        if partial.mode == "april":
+            for engine in sim.engines:
+                engine.resume(self.version)
+
+    # ------------------------------------------------------------------------------------------- off-policy
+
+    def _producer(self, eta: int) -> Generator:
+        """Admit groups while the staleness bound allows; rollout GPUs it holds back are `staleness_block`."""
+        per_step = self.algorithm.prompts_per_step
+        admitted = 0
+        try:
+            while True:
+                allowed = (self.version + eta + 1) * per_step + self._dropped_groups
+                if admitted < allowed:
+                    batch = per_step if self.schedule.mode == "one_step_off" else allowed - admitted
+                    self._launch(batch)
+                    admitted += batch
+                    continue
+                blocked_from = self.env.now
+                yield self._version_changed
+                first, count = self.sim.rollout_gpus
+                self.recorder.context(first, count, blocked_from, self.env.now, "staleness_block", "gen")
+        except simpy.Interrupt:
+            return
+
+    def _off_policy_step(self, step: int, eta: int) -> Generator:
+        env = self.env
+        self.recorder.phase.step = step
+        start = env.now
+        target = self.algorithm.prompts_per_step
+        groups: list[int] = []
+        while len(groups) < target:
+            while not self._complete:
+                yield self._complete_changed
+            group = self._complete.popleft()
+            oldest = min(r.version_started for r in self._members[group])
+            if self.version - oldest > eta:
+                self._drop(group, "staleness_bound")
+                self._dropped_groups += 1
+                self._notify_version()  # the producer may admit a replacement
+                continue
+            groups.append(group)
+        waited = env.now
+        self._training_context(start, waited, "starved", "gen")
+        # verl's off-policy "gen" is the trainer's wait for samples; rewards were scored as samples arrived.
+        stages = {"gen": waited - start, "reward": 0.0}
+        yield from self._train(step, groups, stages, start)
+
+    # ------------------------------------------------------------------------------------------- shared stages
+
+    def _reward(self, groups: list[int], stages: dict[str, float]) -> Generator:
+        start = self.env.now
+        samples = sum(len(self._members[g]) for g in groups)
+        if self.sim.reward is not None:
+            yield from self.sim.reward.score_batch(samples)
+        else:
+            trainer, costs = self.sim.reward_model
+            yield from trainer.forward_pass("reward", costs, self._lengths(groups))
+        self._all_roles_context(start, self.env.now, "starved", "reward")
+        stages["reward"] = self.env.now - start
+
+    def _train(self, step: int, groups: list[int], stages: dict[str, float], start: float) -> Generator:
+        sim, env, algo = self.sim, self.env, self.algorithm
+        lengths = self._lengths(groups)
+        if sim.switch is not None:
+            yield from self._span_all("reload", sim.switch.reload_s, "weight_sync")
+        train_start = env.now
+        passes = [("old_log_prob", sim.actor, True), ("ref", sim.actor, algo.ref_model),
+                  ("values", sim.critic, algo.critic)]
+        for name, costs, used in passes:
+            began = env.now
+            if used:
+                yield from sim.trainer.forward_pass(name, costs, lengths)
+            stages[name] = env.now - began
+        for name, costs, used in (("update_critic", sim.critic, algo.critic), ("update_actor", sim.actor, True)):
+            began = env.now
+            if used:
+                yield from sim.trainer.update(name, costs, lengths, algo.mini_batches, algo.ppo_epochs)
+            stages[name] = env.now - began
+        self._rollout_only_context(train_start, env.now, "staleness_block")
+        self._consume(step, groups)
+        self.version += 1
+        self.recorder.phase.version = self.version
+        began = env.now
+        yield from self._update_weights(stages)
+        stages["weight_sync"] = env.now - began - stages.get("wait", 0.0)
+        stages.setdefault("wait", 0.0)
+        self._notify_version()
+        tokens = sum(lengths)
+        self.recorder.step(StepRecord(step, start, env.now, stages, samples=len(lengths), tokens=tokens))
+
+    def _update_weights(self, stages: dict[str, float]) -> Generator:
+        sim, env = self.sim, self.env
+        interrupt = self.schedule.partial_rollout.mode == "interrupt"
+        began = env.now
+        yield simpy.AllOf(env, [engine.pause(drain=not interrupt) for engine in sim.engines])
+        stages["wait"] = env.now - began
+        self._training_context(began, env.now, "barrier", "weight_sync")
+        if sim.switch is not None:
+            switch = sim.switch
+            for label, seconds in (("offload", switch.offload_s), ("reshard", switch.reshard_s),
+                                   ("reload", switch.wake_s + switch.checkpoint_s)):
+                yield from self._span_all(label, seconds, "weight_sync")
+        else:
+            yield from self._span_all("weight_sync", sim.sync.total_s, "weight_sync")
+        for engine in sim.engines:
+            engine.resume(self.version)
+
+    # ------------------------------------------------------------------------------------------- rollouts
+
+    def _launch(self, count: int) -> None:
+        if count <= 0:
+            return
+        rollouts = []
+        for group in self.sim.sampler.draw(count):
+            members = [self._rollout(group, i) for i in range(len(group.response_tokens))]
+            self._members[group.group] = members
+            self._left[group.group] = len(members)
+            rollouts.extend(members)
+        self.dispatcher.dispatch(rollouts)
+
+    def _rollout(self, group: PromptGroup, i: int) -> Rollout:
+        rollout = Rollout(self._next_seq, group.group, group.prompt_tokens, group.response_tokens[i],
+                          group.truncated[i], submitted=self.env.now)
+        self._next_seq += 1
+        return rollout
+
+    def _on_finish(self, rollout: Rollout) -> None:
+        group = rollout.group
+        self._left[group] -= 1
+        if self._left[group]:
+            return
+        if self.schedule.mode == "sync" or self.sim.reward is None:
+            self._group_complete(group)
+            return
+        # Off-policy: samples are scored as they arrive; the group is ready when its last score is in.
+        members = self._members[group]
+        ready = max(self.sim.reward.completion_times([r.finished for r in sorted(members, key=lambda r: r.finished)]))
+        self.env.process(self._ready_at(group, ready))
+
+    def _ready_at(self, group: int, when: float) -> Generator:
+        yield self.env.timeout(max(0.0, when - self.env.now))
+        self._group_complete(group)
+
+    def _group_complete(self, group: int) -> None:
+        self._complete.append(group)
+        event, self._complete_changed = self._complete_changed, self.env.event()
+        event.succeed()
+
+    def _notify_version(self) -> None:
+        event, self._version_changed = self._version_changed, self.env.event()
+        event.succeed()
+
+    def _until_complete(self, groups: int) -> Generator:
+        while len(self._complete) < groups:
+            yield self._complete_changed
+
+    def _lengths(self, groups: list[int]) -> list[int]:
+        return [r.prompt_tokens + r.target_tokens for g in groups for r in self._members[g]]
+
+    def _consume(self, step: int, groups: list[int]) -> None:
+        for group in groups:
+            for r in self._members.pop(group):
+                self.recorder.sequence(self._record(r, self.version, step))
+            del self._left[group]
+
+    def _drop(self, group: int, policy: str) -> None:
+        for r in self._members.pop(group):
+            self.recorder.sequence(self._record(r, -1, -1, dropped_by=policy))
+        del self._left[group]
+
+    def _drop_leftovers(self) -> None:
+        """Rollouts still generating or waiting when the last step ends are dropped by the run's end, and named so."""
+        for group in list(self._members):
+            self._drop(group, "run_end")
+
+    def _record(self, r: Rollout, version: int, step: int, dropped_by: str = "") -> SequenceRecord:
+        return SequenceRecord(r.seq_id, r.group, r.engine, r.prompt_tokens, r.generated, r.truncated, r.submitted,
+                              r.finished, r.version_started, version, step, r.preemptions, dropped_by)
+
+    # ------------------------------------------------------------------------------------------- spans
+
+    def _span_all(self, label: str, seconds: float, stage: str) -> Generator:
+        if seconds <= 0:
+            return
+        start = self.env.now
+        for first, count in self._role_blocks():
+            self.recorder.busy(first, count, start, start + seconds, label, stage)
+        yield self.env.timeout(seconds)
+
+    def _role_blocks(self) -> list[tuple[int, int]]:
+        """GPU ranges of rollout and training, without counting shared GPUs twice."""
+        first, count = self.sim.rollout_gpus
+        training = self.sim.training
+        t_first, t_count = training.first_gpu, training.gpus
+        if t_first >= first + count or t_first + t_count <= first:
+            return [(first, count), (t_first, t_count)]
+        lo, hi = min(first, t_first), max(first + count, t_first + t_count)
+        return [(lo, hi - lo)]
+
+    def _all_roles_context(self, start: float, end: float, label: str, stage: str) -> None:
+        for first, count in self._role_blocks():
+            self.recorder.context(first, count, start, end, label, stage)
+
+    def _training_context(self, start: float, end: float, label: str, stage: str) -> None:
+        """Training GPUs that do not also generate (colocated GPUs keep the rollout's context)."""
+        training = self.sim.training
+        for first, count in _minus_range((training.first_gpu, training.gpus), self.sim.rollout_gpus):
+            self.recorder.context(first, count, start, end, label, stage)
+
+    def _rollout_only_context(self, start: float, end: float, label: str) -> None:
+        """Rollout GPUs that do not train wait for new weights while training runs."""
+        first, count = self.sim.rollout_gpus
+        training = self.sim.training
+        for gpu_first, gpu_count in _minus_range((first, count), (training.first_gpu, training.gpus)):
+            self.recorder.context(gpu_first, gpu_count, start, end, label, "update_actor")
+
+
+def _minus_range(a: tuple[int, int], b: tuple[int, int]) -> list[tuple[int, int]]:
+    a0, a1 = a[0], a[0] + a[1]
+    b0, b1 = b[0], b[0] + b[1]
+    pieces = [(a0, min(a1, b0)), (max(a0, b1), a1)]
+    return [(lo, hi - lo) for lo, hi in pieces if hi > lo]
