@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Generic, Literal, NamedTuple, TypeVar
@@ -361,6 +362,14 @@ def _profile_files(root: Path) -> list[Path]:
 
 
 def _read_profile(path: Path) -> _Loaded:
+    stat = path.stat()
+    return _read_profile_version(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=512)
+def _read_profile_version(path: Path, mtime_ns: int, size: int) -> _Loaded:
+    """One version of a profile file, parsed once: sweeps and tests load the same files thousands of times. The key
+    holds the file's modification time and size, so an edited file is read again; the result is a frozen model."""
     doc = read_yaml(path)
     data = doc.data
     kind = data.get("kind") if isinstance(data, dict) else None

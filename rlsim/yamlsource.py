@@ -14,6 +14,8 @@ from rlsim.errors import Problem, ScenarioError
 PathKey = tuple[str | int, ...]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+# libyaml's parser when PyYAML was built with it (ten times faster, same nodes and line marks), else the pure-Python one.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
     """Parse one YAML document. Syntax errors, duplicate keys and empty input raise ScenarioError."""
     loader = None
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _LOADER(text)
         node = loader.get_single_node()
         if node is None:
             raise ScenarioError(Problem("the file is empty (expected a YAML mapping)", file=file, line=1))

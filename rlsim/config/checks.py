@@ -272,6 +272,9 @@ def _check_algorithm(scenario: Scenario, check: _Checker) -> None:
     if algo.name in ("grpo", "dapo") and algo.samples_per_prompt < 2:
         check.fail(("algorithm", "samples_per_prompt"), f"{algo.name.upper()} compares samples within a group, "
                    "so it needs at least 2 per prompt", value=algo.samples_per_prompt, valid="≥ 2")
+    if algo.dynamic_sampling and scenario.workload.informative_group_fraction == 0:
+        check.fail(("workload", "informative_group_fraction"), "dynamic sampling keeps only informative groups, so "
+                   "with none the batch never fills", value=0.0, valid="a fraction above 0")
     if algo.name == "ppo" and not algo.critic:
         check.fail(("algorithm", "critic"), "PPO estimates advantages with a value model", value=False,
                    valid="true (or use grpo / reinforce, which need no critic)")

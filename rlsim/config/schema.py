@@ -91,6 +91,9 @@ class Algorithm(Frozen):
     ppo_epochs: PositiveInt = 1
     ref_model: Flag = Field(description="compute reference log-probs for a KL term; default: on except for DAPO")
     critic: Flag = Field(description="train a value model; default: on for PPO only")
+    dynamic_sampling: Flag = Field(
+        description="drop groups whose rewards are all equal and generate more until the batch is full (DAPO); "
+        "default: on for DAPO only")
     max_prompt_tokens: PositiveInt
     max_response_tokens: PositiveInt
 
@@ -103,6 +106,7 @@ class Algorithm(Frozen):
             name = data.get("name")
             data.setdefault("critic", name == "ppo")
             data.setdefault("ref_model", name != "dapo")
+            data.setdefault("dynamic_sampling", name == "dapo")
         return data
 
     @property
@@ -172,6 +176,12 @@ class PartialRollout(Frozen):
         "interrupt: stop in-flight sequences at a weight update and recompute their KV cache (AReaL)",
     )
     over_provision: float = Field(1.0, ge=1.0, description="prompts launched per prompt needed (april)")
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _bare_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare `off` as false; `mode: off` must mean what it says.
+        return "off" if value is False else value
 
 
 class WeightSync(Frozen):

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from rlsim.fields import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
+from rlsim.fields import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt, Probability
 
 
 class FixedLength(Frozen):
@@ -92,3 +92,6 @@ class Workload(Frozen):
     prompt_tokens: LengthModel
     response_tokens: LengthModel
     reward: RewardConfig = Field(default_factory=lambda: RuleReward(kind="rule"))
+    informative_group_fraction: Probability = Field(
+        1.0, description="chance that a group's rewards differ (not all right or all wrong): the groups DAPO's "
+        "dynamic sampling keeps")

@@ -1,6 +1,7 @@
 """The model catalog: named architectures with their sources, looked up case-insensitively, aliases resolved."""
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
@@ -76,14 +77,9 @@ class ModelCatalog:
     @classmethod
     def load(cls, path: str | Path | None = None) -> ModelCatalog:
         """Read a catalog file (the one shipped with rlsim by default); a malformed file raises ScenarioError."""
-        doc = read_yaml(SHIPPED_CATALOG if path is None else path)
-        catalog = validate_document(CatalogFile, doc)
-        problems = _inconsistencies(catalog)
-        if problems:
-            raise ScenarioError(
-                [doc.problem(where, message, suggestion=suggestion) for where, message, suggestion in problems]
-            )
-        return cls(catalog)
+        path = Path(SHIPPED_CATALOG if path is None else path)
+        stat = path.stat() if path.exists() else None
+        return _load_version(cls, path, stat.st_mtime_ns if stat else 0, stat.st_size if stat else 0)
 
     def names(self) -> tuple[str, ...]:
         """Every name `spec` accepts, as the catalog spells them: models first, then aliases."""
@@ -150,3 +146,15 @@ def _inconsistencies(catalog: CatalogFile) -> list[tuple[PathKey, str, str | Non
 
 def _key(name: str) -> str:
     return name.strip().lower()
+
+
+@lru_cache(maxsize=16)
+def _load_version(cls: type[ModelCatalog], path: Path, mtime_ns: int, size: int) -> ModelCatalog:
+    """One version of a catalog file, parsed once (keyed by modification time and size, so an edit is re-read).
+    A ModelCatalog is immutable, so sharing it is safe."""
+    doc = read_yaml(path)
+    catalog = validate_document(CatalogFile, doc)
+    problems = _inconsistencies(catalog)
+    if problems:
+        raise ScenarioError([doc.problem(where, message, suggestion=suggestion) for where, message, suggestion in problems])
+    return cls(catalog)

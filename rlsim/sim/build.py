@@ -45,6 +45,7 @@ class Simulation:
     sync: WeightSyncCost | None  # disaggregated / hybrid: per weight update
     sampler: GroupSampler
     balancer_rng: np.random.Generator
+    filter_rng: np.random.Generator  # which groups dynamic sampling keeps
     finished: list[Rollout]
 
 
@@ -57,7 +58,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     recorder = Recorder(len(index))
     rollout, training = role_gpus(bound, topology)
     # One independent stream per component, so adding randomness to one never shifts another's draws.
-    workload_seed, balancer_seed, reward_seed = np.random.SeedSequence(scenario.seed).spawn(3)
+    workload_seed, balancer_seed, reward_seed, filter_seed = np.random.SeedSequence(scenario.seed).spawn(4)
     finished: list[Rollout] = []
 
     engine_layout = placement.rollout
@@ -99,7 +100,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     sync = disaggregated_sync_for(bound, topology) if placement.mode != "colocated" else None
     return Simulation(env, bound, recorder, engines, (index[rollout[0]], len(rollout)), group, trainer, actor, critic,
                       reward, reward_model, switch, sync, GroupSampler(scenario, np.random.default_rng(workload_seed)),
-                      np.random.default_rng(balancer_seed), finished)
+                      np.random.default_rng(balancer_seed), np.random.default_rng(filter_seed), finished)
 
 
 def _memoised(op: str, group: CommGroup):

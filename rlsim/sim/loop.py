@@ -14,7 +14,7 @@ Idle time is labelled through recorder contexts: rollout GPUs waiting for their 
 """
 from __future__ import annotations
 
-from collections import deque
+import math
 from collections.abc import Generator
 
 import simpy
@@ -24,6 +24,10 @@ from rlsim.sim.balance import Dispatcher
 from rlsim.sim.build import Simulation
 from rlsim.sim.sequence import Rollout
 from rlsim.workload.batches import PromptGroup
+
+# Completions closer together than this count as simultaneous. Fast mode sums iteration times in closed form and exact
+# mode one by one, so the same instant can differ by ~1e-15 s between them; decisions must not depend on that.
+TIE_WINDOW_S = 1e-9
 
 
 class RLLoop:
@@ -42,7 +46,9 @@ class RLLoop:
         self._next_seq = 0
         self._members: dict[int, list[Rollout]] = {}  # group -> its rollouts
         self._left: dict[int, int] = {}  # group -> samples still generating
-        self._complete: deque[int] = deque()  # groups whose samples all finished (and, off-policy, were scored)
+        # (when, group) of groups whose samples all finished (and, off-policy, were scored). Taken in that order, ties by
+        # group id, so that simultaneous completions never depend on the order SimPy happens to process them in.
+        self._complete: list[tuple[float, int]] = []
         self._complete_changed = self.env.event()
         self._version_changed = self.env.event()
         self._dropped_groups = 0  # groups dropped by the staleness bound, replaced by new admissions
@@ -74,21 +80,32 @@ class RLLoop:
         launch = round(target * partial.over_provision) if partial.mode == "april" else target
         in_flight = sum(1 for left in self._left.values() if left > 0)
         self._launch(max(0, launch - in_flight - len(self._complete)))
-        yield from self._until_complete(target)
         if partial.mode == "april":
+            while len(self._complete) < target:
+                if not self._in_flight():
+                    self._launch(self._top_up(target))
+                yield self._complete_changed
+                yield from self._settle()
             # APRIL: the target is met; stop the stragglers and carry them into the next step.
             yield simpy.AllOf(env, [engine.pause(drain=False) for engine in sim.engines])
+        else:
+            # The whole generation batch finishes; if dynamic sampling left it short, another batch tops it up.
+            while self._in_flight() or len(self._complete) < target:
+                if not self._in_flight():
+                    self._launch(self._top_up(target))
+                yield self._complete_changed
+            yield from self._settle()
         gen_end = env.now
         first, count = sim.rollout_gpus
         self.recorder.context(first, count, start, gen_end, "tail", "gen")
         self._training_context(start, gen_end, "starved", "gen")
-        groups = [self._complete.popleft() for _ in range(target)]
+        groups = self._take(target)
+        if partial.mode != "april":
+            for group in self._take(len(self._complete)):
+                self._drop(group, "batch_full")  # verl keeps the first train_batch_size groups
         stages = {"gen": gen_end - start}
         yield from self._reward(groups, stages)
-        yield from self._train(step, groups, stages, start)
-        if partial.mode == "april":
-            for engine in sim.engines:
-                engine.resume(self.version)
+        yield from self._train(step, groups, stages, start)  # resumes the engines with the new weights
 
     # ------------------------------------------------------------------------------------------- off-policy
 
@@ -120,7 +137,8 @@ class RLLoop:
         while len(groups) < target:
             while not self._complete:
                 yield self._complete_changed
-            group = self._complete.popleft()
+            yield from self._settle()
+            group = self._take(1)[0]
             oldest = min(r.version_started for r in self._members[group])
             if self.version - oldest > eta:
                 self._drop(group, "staleness_bound")
@@ -150,6 +168,11 @@ class RLLoop:
     def _train(self, step: int, groups: list[int], stages: dict[str, float], start: float) -> Generator:
         sim, env, algo = self.sim, self.env, self.algorithm
         lengths = self._lengths(groups)
+        if self.schedule.mode != "sync":
+            # Hybrid: engines on GPUs that also train stop while training runs (their sequences are recomputed later).
+            shared = [e for e in sim.engines if _overlap((e.first_gpu, e.gpu_count), self._training_range())]
+            if shared:
+                yield simpy.AllOf(env, [engine.pause(drain=False) for engine in shared])
         if sim.switch is not None:
             yield from self._span_all("reload", sim.switch.reload_s, "weight_sync")
         train_start = env.now
@@ -231,17 +254,44 @@ class RLLoop:
         self._group_complete(group)
 
     def _group_complete(self, group: int) -> None:
-        self._complete.append(group)
+        if self.algorithm.dynamic_sampling and self._uninformative():
+            self._drop(group, "dynamic_sampling")
+            self._dropped_groups += 1  # off-policy: the producer admits a replacement
+            self._notify_version()
+        else:
+            self._complete.append((self.env.now, group))
         event, self._complete_changed = self._complete_changed, self.env.event()
         event.succeed()
+
+    def _take(self, count: int) -> list[int]:
+        """The `count` earliest-completed groups (simultaneous ones by group id), removed from the complete set."""
+        self._complete.sort(key=lambda item: (round(item[0] / TIE_WINDOW_S), item[1]))
+        taken, self._complete = self._complete[:count], self._complete[count:]
+        return [group for _, group in taken]
+
+    def _settle(self) -> Generator:
+        """Let every completion of this instant arrive before deciding which groups to take."""
+        yield self.env.timeout(TIE_WINDOW_S)
+        while True:
+            seen = len(self._complete)
+            yield self.env.timeout(0)  # queues behind every event already due now
+            if len(self._complete) == seen:
+                return
+
+    def _in_flight(self) -> bool:
+        return any(left > 0 for left in self._left.values())
+
+    def _top_up(self, target: int) -> int:
+        """Groups to launch so that, at the rate dynamic sampling keeps them, the batch is expected to fill."""
+        kept = self.scenario.workload.informative_group_fraction if self.algorithm.dynamic_sampling else 1.0
+        return math.ceil((target - len(self._complete)) / kept)
+
+    def _uninformative(self) -> bool:
+        return bool(self.sim.filter_rng.random() >= self.scenario.workload.informative_group_fraction)
 
     def _notify_version(self) -> None:
         event, self._version_changed = self._version_changed, self.env.event()
         event.succeed()
-
-    def _until_complete(self, groups: int) -> Generator:
-        while len(self._complete) < groups:
-            yield self._complete_changed
 
     def _lengths(self, groups: list[int]) -> list[int]:
         return [r.prompt_tokens + r.target_tokens for g in groups for r in self._members[g]]
@@ -276,6 +326,9 @@ class RLLoop:
             self.recorder.busy(first, count, start, start + seconds, label, stage)
         yield self.env.timeout(seconds)
 
+    def _training_range(self) -> tuple[int, int]:
+        return self.sim.training.first_gpu, self.sim.training.gpus
+
     def _role_blocks(self) -> list[tuple[int, int]]:
         """GPU ranges of rollout and training, without counting shared GPUs twice."""
         first, count = self.sim.rollout_gpus
@@ -302,6 +355,10 @@ class RLLoop:
         training = self.sim.training
         for gpu_first, gpu_count in _minus_range((first, count), (training.first_gpu, training.gpus)):
             self.recorder.context(gpu_first, gpu_count, start, end, label, "update_actor")
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
 
 
 def _minus_range(a: tuple[int, int], b: tuple[int, int]) -> list[tuple[int, int]]:

@@ -25,7 +25,8 @@ def simulate_log(bound: Bound, *, mode: Literal["fast", "exact"] = "fast") -> Ru
     events = 0
     env = sim.env
     # Stepping by hand (rather than env.run) counts the events: the simulator's work, which must scale with sequences.
-    while not done.triggered:
+    # Until the loop's end is *processed*: a loop that fails is triggered at once, and only processing re-raises.
+    while not done.processed:
         if env.peek() == float("inf"):
             raise RuntimeError(f"the simulation of {bound.scenario.name!r} stalled at t={env.now:.3f} s with steps "
                                "left: a process waits for an event nothing will trigger (a bug in rlsim)")

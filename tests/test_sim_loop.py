@@ -1,0 +1,195 @@
+"""The whole RL loop: behaviours that must emerge from the model, invariants over random scenarios, fast vs exact,
+and determinism. Scenarios are small (Qwen2.5-0.5B, a few hundred sequences) so that each runs in well under a second."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlsim.events import LABELS
+from rlsim.metrics import gpu_label_seconds, summary
+from rlsim.sim.run import simulate_log
+from tests.sim_scenarios import bound
+
+HEAVY = "{kind: lognormal, median_tokens: 600, sigma: 1.3}"
+DROP_POLICIES = {"staleness_bound", "dynamic_sampling", "batch_full", "run_end"}
+
+
+def run(warmup: int = 1, **kwargs):
+    output = simulate_log(bound(**kwargs))
+    return output.log, summary(output.log, warmup)
+
+
+# ------------------------------------------------------------------------------------------------- behaviours
+
+
+def test_colocated_long_tail_floor():
+    """More GPUs shorten generation of equal-length work, but not of a long tail: the longest response sets the floor."""
+    gen = {}
+    for response in ("{kind: fixed, tokens: 1500}", HEAVY):
+        for gpus in (8, 32):
+            _, m = run(gpus=gpus, nodes=gpus // 8, prompts=64, samples=8, response=response, max_response=16384,
+                       max_num_seqs=16)
+            gen[response, gpus] = m["stages_s"]["gen"]
+    assert gen["{kind: fixed, tokens: 1500}", 32] < 0.4 * gen["{kind: fixed, tokens: 1500}", 8]
+    assert gen[HEAVY, 32] > 0.9 * gen[HEAVY, 8]
+
+
+def test_async_beats_colocated_on_long_tails():
+    base = dict(gpus=32, nodes=4, prompts=64, samples=8, response=HEAVY, max_response=16384, steps=5)
+    _, colocated = run(mode="colocated", schedule="sync", **base)
+    _, asynchronous = run(mode="disaggregated", rollout_gpus=24, training_gpus=8, schedule="async", staleness=2,
+                          partial="interrupt", **base)
+    assert colocated["step_time_s"]["mean"] > 2.0 * asynchronous["step_time_s"]["mean"]
+
+
+def test_staleness_zero_to_one_gains_much_and_two_saturates():
+    """AReaL's ablation shape: with generation saturated, η = 1 removes the wait, and more staleness adds little."""
+    base = dict(gpus=8, prompts=64, samples=8, response=HEAVY, max_response=8192, steps=6, max_num_seqs=32,
+                mode="disaggregated", rollout_gpus=6, training_gpus=2, schedule="async", partial="interrupt")
+    throughput = {eta: run(staleness=eta, **base)[1]["throughput"]["tokens_per_s"] for eta in (0, 1, 2, 4)}
+    assert throughput[1] > 1.5 * throughput[0]
+    assert throughput[4] < 1.15 * throughput[2]
+
+
+def test_april_raises_rollout_throughput_on_a_long_tail():
+    def rollout_throughput(log) -> float:
+        steps = [s for s in log.steps if s.step >= 1]
+        trained = {s.step for s in steps}
+        tokens = sum(r.response_tokens for r in log.sequences if r.step_trained in trained)
+        return tokens / sum(s.stages["gen"] for s in steps)
+
+    base = dict(gpus=8, prompts=32, samples=8, response=HEAVY, max_response=16384, steps=5)
+    plain, _ = run(**base)
+    april, metrics = run(partial="april", over_provision=2.0, **base)
+    assert rollout_throughput(april) > 1.2 * rollout_throughput(plain)
+    assert metrics["staleness"]["max"] >= 1  # carried-over sequences finish under newer weights
+
+
+def test_length_aware_balancing_beats_round_robin_on_skewed_lengths():
+    base = dict(gpus=8, prompts=64, samples=8, response="{kind: lognormal, median_tokens: 300, sigma: 1.0}",
+                max_response=4096, max_num_seqs=8)
+    _, round_robin = run(balancer="round_robin", **base)
+    _, length_aware = run(balancer="length_aware", **base)
+    assert length_aware["stages_s"]["gen"] < 0.8 * round_robin["stages_s"]["gen"]
+
+
+def test_dp_rank_imbalance_grows_with_length_variance():
+    def barrier_share(sigma: float) -> float:
+        log, _ = run(gpus=16, nodes=2, prompts=32, samples=8, max_response=16384, dp_balance="none",
+                     response=f"{{kind: lognormal, median_tokens: 1500, sigma: {sigma}}}", micro_batch_tokens=16384)
+        update = [s for s in log.spans if s.stage == "update_actor"]
+        return sum(s.seconds * s.gpu_count for s in update if s.label == "barrier") / sum(
+            s.seconds * s.gpu_count for s in update)
+
+    assert barrier_share(1.2) > barrier_share(0.2) + 0.05
+
+
+def test_dynamic_sampling_drops_uninformative_groups_and_fills_the_batch():
+    log, metrics = run(dynamic_sampling=True, informative=0.5, prompts=16, samples=4, steps=3)
+    reasons = Counter(r.dropped_by for r in log.sequences)
+    assert reasons["dynamic_sampling"] > 0
+    assert all(s.samples == 16 * 4 for s in log.steps)
+    assert metrics["staleness"]["max"] == 0
+
+
+# ------------------------------------------------------------------------------------------------- invariants
+
+
+@st.composite
+def small_scenario(draw):
+    schedule = draw(st.sampled_from(["sync", "one_step_off", "async"]))
+    kwargs = dict(
+        prompts=draw(st.sampled_from([8, 16])), samples=draw(st.sampled_from([2, 4])),
+        steps=draw(st.integers(min_value=1, max_value=3)), seed=draw(st.integers(min_value=0, max_value=2**16)),
+        response=f"{{kind: lognormal, median_tokens: {draw(st.sampled_from([30, 120, 400]))}, "
+                 f"sigma: {draw(st.sampled_from([0.3, 1.0, 1.5]))}}}",
+        max_response=draw(st.sampled_from([256, 1024, 4096])), max_num_seqs=draw(st.sampled_from([2, 8, 64])),
+        balancer=draw(st.sampled_from(["round_robin", "least_requests", "least_kv", "length_aware", "work_stealing"])),
+        group_placement=draw(st.sampled_from(["together", "spread"])),
+        dp_balance=draw(st.sampled_from(["none", "sorted_greedy", "karmarkar_karp"])),
+        dynamic_sampling=draw(st.booleans()), informative=draw(st.sampled_from([0.5, 1.0])),
+        mini_batches=draw(st.sampled_from([1, 2])), schedule=schedule,
+    )
+    if schedule == "sync":
+        kwargs["mode"] = draw(st.sampled_from(["colocated", "disaggregated", "hybrid"]))
+        if draw(st.booleans()):
+            kwargs.update(partial="april", over_provision=2.0)
+    else:
+        kwargs["mode"] = draw(st.sampled_from(["disaggregated", "hybrid"]))
+        if schedule == "async":
+            kwargs["staleness"] = draw(st.integers(min_value=0, max_value=3))
+        kwargs["partial"] = draw(st.sampled_from(["off", "interrupt"]))
+    if kwargs["mode"] == "disaggregated":
+        kwargs.update(rollout_gpus=4, training_gpus=4)
+    elif kwargs["mode"] == "hybrid":
+        kwargs.update(rollout_gpus=8, training_gpus=4)
+    return kwargs
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_scenario())
+def test_invariants_over_random_small_scenarios(kwargs):
+    log, _ = run(warmup=0, **kwargs)
+    # Every GPU-second has exactly one label, and the labels of each GPU sum to the simulated wall time.
+    for seconds in gpu_label_seconds(log):
+        assert set(seconds) <= set(LABELS)
+        assert sum(seconds.values()) == pytest.approx(log.wall_s, rel=1e-9, abs=1e-9)
+    # No GPU runs two spans at once.
+    per_gpu: dict[int, list[tuple[float, float]]] = {}
+    for span in log.spans:
+        assert span.end > span.start
+        for gpu in range(span.first_gpu, span.first_gpu + span.gpu_count):
+            per_gpu.setdefault(gpu, []).append((span.start, span.end))
+    for spans in per_gpu.values():
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+            assert start >= end - 1e-9 * max(1.0, end)
+    # Each rollout is trained exactly once, or dropped by a named policy.
+    ids = [r.seq_id for r in log.sequences]
+    assert sorted(ids) == list(range(len(ids)))
+    for r in log.sequences:
+        if r.step_trained >= 0:
+            assert r.dropped_by == "" and r.response_tokens == r.response_tokens
+        else:
+            assert r.dropped_by in DROP_POLICIES
+    # Staleness never exceeds the bound.
+    bound_eta = {"sync": 0, "one_step_off": 1, "async": kwargs.get("staleness")}[kwargs["schedule"]]
+    if kwargs.get("partial") != "april":
+        assert all(r.staleness <= bound_eta for r in log.sequences if r.step_trained >= 0)
+    assert len(log.steps) == kwargs["steps"]
+
+
+# ------------------------------------------------------------------------------------------------- fast vs exact
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fast_and_exact_modes_agree(seed):
+    schedules = [dict(schedule="sync", mode="colocated"),
+                 dict(schedule="async", mode="disaggregated", rollout_gpus=4, training_gpus=4, staleness=1,
+                      partial="interrupt"),
+                 dict(schedule="one_step_off", mode="disaggregated", rollout_gpus=4, training_gpus=4),
+                 dict(schedule="sync", mode="colocated", partial="april", over_provision=2.0)]
+    kwargs = dict(seed=seed, prompts=8, samples=4, steps=2, max_response=1024, max_num_seqs=4,
+                  response="{kind: lognormal, median_tokens: 150, sigma: 1.2}", **schedules[seed % len(schedules)])
+    fast = simulate_log(bound(**kwargs), mode="fast").log
+    exact = simulate_log(bound(**kwargs), mode="exact").log
+    assert fast.wall_s == pytest.approx(exact.wall_s, rel=0.005)
+    finish = {r.seq_id: r.finished for r in exact.sequences}
+    for r in fast.sequences:
+        if r.finished >= 0:
+            assert r.finished == pytest.approx(finish[r.seq_id], rel=0.005, abs=1e-9)
+    assert exact.events > fast.events
+
+
+def test_same_scenario_and_seed_give_identical_metrics():
+    kwargs = dict(schedule="async", mode="disaggregated", rollout_gpus=4, training_gpus=4, staleness=2,
+                  partial="interrupt", balancer="length_aware", dynamic_sampling=True, informative=0.7, steps=3)
+    first = json.dumps(summary(simulate_log(bound(**kwargs)).log, 1), sort_keys=True)
+    second = json.dumps(summary(simulate_log(bound(**kwargs)).log, 1), sort_keys=True)
+    assert first == second
+    other = json.dumps(summary(simulate_log(bound(seed=1, **kwargs)).log, 1), sort_keys=True)
+    assert other != first
