@@ -12,7 +12,8 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
                   schedule: str = "sync", staleness: int | None = None, partial: str = "off", over_provision: float = 1.0,
                   balancer: str = "round_robin", group_placement: str = "spread", dp_balance: str = "sorted_greedy",
                   dynamic_sampling: bool = False, informative: float = 1.0, seed: int = 0,
-                  micro_batch_tokens: int = 8192, max_num_seqs: int = 256) -> str:
+                  micro_batch_tokens: int = 8192, max_num_seqs: int = 256,
+                  streaming: bool = False, every_updates: int = 1) -> str:
     rollout_gpus = rollout_gpus if rollout_gpus is not None else gpus
     training = f"gpus: {training_gpus}, " if training_gpus is not None else ""
     staleness_line = f"  max_staleness: {staleness}\n" if staleness is not None else ""
@@ -37,6 +38,8 @@ schedule:
   load_balancer: {balancer}
   group_placement: {group_placement}
   dp_balance: {dp_balance}
+  streaming: {str(streaming).lower()}
+  weight_sync: {{every_updates: {every_updates}}}
 run: {{steps: {steps}}}
 """
 

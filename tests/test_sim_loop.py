@@ -96,6 +96,16 @@ def test_dynamic_sampling_drops_uninformative_groups_and_fills_the_batch():
     assert metrics["staleness"]["max"] == 0
 
 
+def test_streaming_trains_each_mini_batch_as_it_arrives_and_syncs_every_k_updates():
+    base = dict(mode="disaggregated", rollout_gpus=4, training_gpus=4, schedule="async", staleness=2,
+                partial="interrupt", mini_batches=4, prompts=16, samples=4, steps=2)
+    for every, syncs_per_step in ((1, 4), (2, 2), (4, 1)):
+        log, _ = run(streaming=True, every_updates=every, **base)
+        syncs = {(s.start, s.end) for s in log.spans if s.label == "weight_sync"}
+        assert len(syncs) == syncs_per_step * 2
+        assert all(s.samples == 16 * 4 for s in log.steps)
+
+
 # ------------------------------------------------------------------------------------------------- invariants
 
 
@@ -122,6 +132,8 @@ def small_scenario(draw):
         kwargs["mode"] = draw(st.sampled_from(["disaggregated", "hybrid"]))
         if schedule == "async":
             kwargs["staleness"] = draw(st.integers(min_value=0, max_value=3))
+            if draw(st.booleans()):
+                kwargs.update(streaming=True, mini_batches=2, every_updates=draw(st.sampled_from([1, 2])))
         kwargs["partial"] = draw(st.sampled_from(["off", "interrupt"]))
     if kwargs["mode"] == "disaggregated":
         kwargs.update(rollout_gpus=4, training_gpus=4)

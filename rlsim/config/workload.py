@@ -41,6 +41,7 @@ class EmpiricalLength(Frozen):
     kind: Literal["empirical"]
     tokens: list[PositiveInt] = Field(min_length=1)
     weights: list[PositiveFloat] | None = None
+    scale: PositiveFloat = Field(1.0, description="multiply every length (what if responses were k times longer?)")
 
     @model_validator(mode="after")
     def _weights_match(self) -> EmpiricalLength:
@@ -54,6 +55,7 @@ class TraceLength(Frozen):
 
     kind: Literal["trace"]
     path: str = Field(min_length=1)
+    scale: PositiveFloat = Field(1.0, description="multiply every length (what if responses were k times longer?)")
 
 
 LengthModel = Annotated[

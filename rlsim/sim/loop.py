@@ -19,7 +19,7 @@ from collections.abc import Generator
 
 import simpy
 
-from rlsim.events import SequenceRecord, StepRecord
+from rlsim.events import STAGES, SequenceRecord, StepRecord
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.build import Simulation
 from rlsim.sim.sequence import Rollout
@@ -52,6 +52,8 @@ class RLLoop:
         self._complete_changed = self.env.event()
         self._version_changed = self.env.event()
         self._dropped_groups = 0  # groups dropped by the staleness bound, replaced by new admissions
+        self._trained: dict[int, list[Rollout]] = {}  # group -> its rollouts, once trained
+        self._updates = 0  # optimizer steps so far
 
     # ------------------------------------------------------------------------------------------- entry point
 
@@ -105,17 +107,24 @@ class RLLoop:
                 self._drop(group, "batch_full")  # verl keeps the first train_batch_size groups
         stages = {"gen": gen_end - start}
         yield from self._reward(groups, stages)
-        yield from self._train(step, groups, stages, start)  # resumes the engines with the new weights
+        yield from self._train_on(groups, stages, mini_batches=self.algorithm.mini_batches)
+        self._consume(step, groups)
+        yield from self._publish(stages)  # resumes the engines with the new weights
+        self._record_step(step, start, groups, stages)
 
     # ------------------------------------------------------------------------------------------- off-policy
 
     def _producer(self, eta: int) -> Generator:
         """Admit groups while the staleness bound allows; rollout GPUs it holds back are `staleness_block`."""
         per_step = self.algorithm.prompts_per_step
+        per_version = per_step
+        if self.schedule.streaming:
+            # Streaming publishes weights every `every_updates` mini-batches: that many groups per policy version.
+            per_version = per_step // self.algorithm.mini_batches * self.schedule.weight_sync.every_updates
         admitted = 0
         try:
             while True:
-                allowed = (self.version + eta + 1) * per_step + self._dropped_groups
+                allowed = (self.version + eta + 1) * per_version + self._dropped_groups
                 if admitted < allowed:
                     batch = per_step if self.schedule.mode == "one_step_off" else allowed - admitted
                     self._launch(batch)
@@ -129,12 +138,31 @@ class RLLoop:
             return
 
     def _off_policy_step(self, step: int, eta: int) -> Generator:
-        env = self.env
+        """One RL step of the trainer; with streaming, one optimizer step per mini-batch as soon as its groups are in."""
         self.recorder.phase.step = step
-        start = env.now
-        target = self.algorithm.prompts_per_step
+        start = self.env.now
+        algo = self.algorithm
+        # verl's off-policy "gen" is the trainer's wait for samples; rewards were scored as samples arrived.
+        stages = {"gen": 0.0, "reward": 0.0}
+        trained: list[int] = []
+        pieces = algo.mini_batches if self.schedule.streaming else 1
+        for _ in range(pieces):
+            waiting = self.env.now
+            groups = yield from self._collect(algo.prompts_per_step // pieces, eta)
+            self._training_context(waiting, self.env.now, "starved", "gen")
+            stages["gen"] += self.env.now - waiting
+            yield from self._train_on(groups, stages, mini_batches=algo.mini_batches // pieces)
+            self._consume(step, groups)
+            trained += groups
+            self._updates += algo.mini_batches // pieces
+            if not self.schedule.streaming or self._updates % self.schedule.weight_sync.every_updates == 0:
+                yield from self._publish(stages)
+        self._record_step(step, start, trained, stages)
+
+    def _collect(self, count: int, eta: int) -> Generator:
+        """Wait for `count` complete groups fresh enough to train: older than the staleness bound are dropped."""
         groups: list[int] = []
-        while len(groups) < target:
+        while len(groups) < count:
             while not self._complete:
                 yield self._complete_changed
             yield from self._settle()
@@ -146,11 +174,7 @@ class RLLoop:
                 self._notify_version()  # the producer may admit a replacement
                 continue
             groups.append(group)
-        waited = env.now
-        self._training_context(start, waited, "starved", "gen")
-        # verl's off-policy "gen" is the trainer's wait for samples; rewards were scored as samples arrived.
-        stages = {"gen": waited - start, "reward": 0.0}
-        yield from self._train(step, groups, stages, start)
+        return groups
 
     # ------------------------------------------------------------------------------------------- shared stages
 
@@ -165,9 +189,11 @@ class RLLoop:
         self._all_roles_context(start, self.env.now, "starved", "reward")
         stages["reward"] = self.env.now - start
 
-    def _train(self, step: int, groups: list[int], stages: dict[str, float], start: float) -> Generator:
+    def _train_on(self, groups: list[int], stages: dict[str, float], *, mini_batches: int) -> Generator:
+        """Log-prob passes and updates over these groups, adding each stage's seconds to `stages`."""
         sim, env, algo = self.sim, self.env, self.algorithm
         lengths = self._lengths(groups)
+        shared = []
         if self.schedule.mode != "sync":
             # Hybrid: engines on GPUs that also train stop while training runs (their sequences are recomputed later).
             shared = [e for e in sim.engines if _overlap((e.first_gpu, e.gpu_count), self._training_range())]
@@ -176,36 +202,45 @@ class RLLoop:
         if sim.switch is not None:
             yield from self._span_all("reload", sim.switch.reload_s, "weight_sync")
         train_start = env.now
-        passes = [("old_log_prob", sim.actor, True), ("ref", sim.actor, algo.ref_model),
-                  ("values", sim.critic, algo.critic)]
-        for name, costs, used in passes:
+        work = [("old_log_prob", sim.actor, True, False), ("ref", sim.actor, algo.ref_model, False),
+                ("values", sim.critic, algo.critic, False), ("update_critic", sim.critic, algo.critic, True),
+                ("update_actor", sim.actor, True, True)]
+        for name, costs, used, updates in work:
             began = env.now
-            if used:
+            if used and updates:
+                yield from sim.trainer.update(name, costs, lengths, mini_batches, algo.ppo_epochs)
+            elif used:
                 yield from sim.trainer.forward_pass(name, costs, lengths)
-            stages[name] = env.now - began
-        for name, costs, used in (("update_critic", sim.critic, algo.critic), ("update_actor", sim.actor, True)):
-            began = env.now
-            if used:
-                yield from sim.trainer.update(name, costs, lengths, algo.mini_batches, algo.ppo_epochs)
-            stages[name] = env.now - began
+            stages[name] = stages.get(name, 0.0) + env.now - began
         self._rollout_only_context(train_start, env.now, "staleness_block")
-        self._consume(step, groups)
+        for engine in shared:
+            engine.resume(self.version)  # same weights; a publish that follows pauses them again to load new ones
+
+    def _publish(self, stages: dict[str, float]) -> Generator:
+        """A new policy version: move its weights to the engines."""
         self.version += 1
         self.recorder.phase.version = self.version
-        began = env.now
-        yield from self._update_weights(stages)
-        stages["weight_sync"] = env.now - began - stages.get("wait", 0.0)
-        stages.setdefault("wait", 0.0)
+        began = self.env.now
+        waited = yield from self._update_weights()
+        stages["wait"] = stages.get("wait", 0.0) + waited
+        stages["weight_sync"] = stages.get("weight_sync", 0.0) + self.env.now - began - waited
         self._notify_version()
-        tokens = sum(lengths)
-        self.recorder.step(StepRecord(step, start, env.now, stages, samples=len(lengths), tokens=tokens))
 
-    def _update_weights(self, stages: dict[str, float]) -> Generator:
+    def _record_step(self, step: int, start: float, groups: list[int], stages: dict[str, float]) -> None:
+        for name in STAGES:
+            stages.setdefault(name, 0.0)
+        samples = [r for g in groups for r in self._trained[g]]
+        self.recorder.step(StepRecord(step, start, self.env.now, stages, samples=len(samples),
+                                      tokens=sum(r.prompt_tokens + r.target_tokens for r in samples)))
+
+    def _update_weights(self) -> Generator:
+        """Stop the engines (drain, or interrupt in-flight sequences), move the weights, resume. Returns the seconds
+        spent waiting for the engines to stop, which verl reports apart from the transfer."""
         sim, env = self.sim, self.env
         interrupt = self.schedule.partial_rollout.mode == "interrupt"
         began = env.now
         yield simpy.AllOf(env, [engine.pause(drain=not interrupt) for engine in sim.engines])
-        stages["wait"] = env.now - began
+        waited = env.now - began
         self._training_context(began, env.now, "barrier", "weight_sync")
         if sim.switch is not None:
             switch = sim.switch
@@ -216,6 +251,7 @@ class RLLoop:
             yield from self._span_all("weight_sync", sim.sync.total_s, "weight_sync")
         for engine in sim.engines:
             engine.resume(self.version)
+        return waited
 
     # ------------------------------------------------------------------------------------------- rollouts
 
@@ -298,8 +334,10 @@ class RLLoop:
 
     def _consume(self, step: int, groups: list[int]) -> None:
         for group in groups:
-            for r in self._members.pop(group):
+            members = self._members.pop(group)
+            for r in members:
                 self.recorder.sequence(self._record(r, self.version, step))
+            self._trained[group] = members
             del self._left[group]
 
     def _drop(self, group: int, policy: str) -> None:

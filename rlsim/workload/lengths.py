@@ -106,12 +106,17 @@ def _empirical(model: EmpiricalLength, field: str) -> LengthDistribution:
     if model.weights is not None:
         weights = np.asarray(model.weights, dtype=float)
         weights = weights / weights.sum()
-    return LengthDistribution("empirical", values=np.asarray(model.tokens), weights=weights)
+    return LengthDistribution("empirical", values=_scaled(model.tokens, model.scale), weights=weights)
 
 
 @register_length_model("trace")
 def _trace(model: TraceLength, field: str) -> LengthDistribution:
-    return LengthDistribution("trace", values=np.asarray(read_packed_lengths(Path(model.path), field)))
+    return LengthDistribution("trace", values=_scaled(read_packed_lengths(Path(model.path), field), model.scale))
+
+
+def _scaled(tokens: list[int], scale: float) -> np.ndarray:
+    values = np.asarray(tokens)
+    return values if scale == 1.0 else np.maximum(1, np.rint(values * scale)).astype(np.int64)
 
 
 def read_packed_lengths(path: Path, field: str) -> list[int]:
