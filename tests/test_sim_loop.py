@@ -205,3 +205,40 @@ def test_same_scenario_and_seed_give_identical_metrics():
     assert first == second
     other = json.dumps(summary(simulate_log(bound(seed=1, **kwargs)).log, 1), sort_keys=True)
     assert other != first
+
+
+@pytest.mark.parametrize("schedule", ["sync", "one_step_off"])
+def test_heterogeneous_pools_with_a_reward_model_on_its_own_gpus(schedule):
+    """H20s generate, H800s train, a reward model scores on H20s of its own; every GPU's time is accounted for."""
+    from rlsim.config import parse_scenario
+    from rlsim.config.bound import bind
+
+    text = f"""
+name: hetero
+cluster:
+  pools:
+    - {{name: gen, gpu: h20, nodes: 2}}
+    - {{name: train, gpu: h800-sxm, nodes: 1}}
+model: Qwen2.5-7B
+algorithm: {{name: ppo, prompts_per_step: 32, samples_per_prompt: 1, mini_batches: 2, max_prompt_tokens: 1024,
+            max_response_tokens: 2048}}
+workload:
+  prompt_tokens: {{kind: fixed, tokens: 300}}
+  response_tokens: {{kind: lognormal, median_tokens: 400, sigma: 0.8}}
+  reward: {{kind: reward_model, model: Qwen2.5-1.5B}}
+placement:
+  mode: disaggregated
+  rollout: {{pool: gen, gpus: 12, tp: 2}}
+  training: {{pool: train, gpus: 8}}
+  reward_model: {{pool: gen, gpus: 4}}
+schedule: {{mode: {schedule}}}
+run: {{steps: 2}}
+"""
+    log = simulate_log(bind(parse_scenario(text))).log
+    assert log.gpus == 24
+    for seconds in gpu_label_seconds(log):
+        assert sum(seconds.values()) == pytest.approx(log.wall_s, rel=1e-9)
+        assert "unassigned" not in seconds
+    reward_gpus = {s.first_gpu for s in log.spans if s.label == "reward_model"}
+    assert reward_gpus and min(reward_gpus) >= 12  # the four GPUs after the rollout engines in the gen pool
+    assert any(s.stage == "update_critic" for s in log.spans)  # PPO trains its critic

@@ -54,6 +54,7 @@ class RLLoop:
         self._dropped_groups = 0  # groups dropped by the staleness bound, replaced by new admissions
         self._trained: dict[int, list[Rollout]] = {}  # group -> its rollouts, once trained
         self._updates = 0  # optimizer steps so far
+        self._reward_model_lock = simpy.Resource(self.env, capacity=1)  # the reward model's GPUs run one pass at a time
 
     # ------------------------------------------------------------------------------------------- entry point
 
@@ -70,6 +71,10 @@ class RLLoop:
                 yield from self._off_policy_step(step, eta)
             producer.interrupt()
         self._drop_leftovers()
+        if self.sim.reward_model is not None:
+            # The reward model's GPUs wait for samples whenever they are not scoring.
+            group = self.sim.reward_model[0].group
+            self.recorder.context(group.first_gpu, group.gpus, 0.0, self.env.now, "starved", "reward")
 
     # ------------------------------------------------------------------------------------------- sync
 
@@ -122,6 +127,7 @@ class RLLoop:
             # Streaming publishes weights every `every_updates` mini-batches: that many groups per policy version.
             per_version = per_step // self.algorithm.mini_batches * self.schedule.weight_sync.every_updates
         admitted = 0
+        blocked_from = None
         try:
             while True:
                 allowed = (self.version + eta + 1) * per_version + self._dropped_groups
@@ -132,10 +138,15 @@ class RLLoop:
                     continue
                 blocked_from = self.env.now
                 yield self._version_changed
-                first, count = self.sim.rollout_gpus
-                self.recorder.context(first, count, blocked_from, self.env.now, "staleness_block", "gen")
+                self._rollout_context(blocked_from, "staleness_block")
+                blocked_from = None
         except simpy.Interrupt:
-            return
+            if blocked_from is not None:  # the run ended while the bound held the producer back
+                self._rollout_context(blocked_from, "staleness_block")
+
+    def _rollout_context(self, since: float, label: str) -> None:
+        first, count = self.sim.rollout_gpus
+        self.recorder.context(first, count, since, self.env.now, label, "gen")
 
     def _off_policy_step(self, step: int, eta: int) -> Generator:
         """One RL step of the trainer; with streaming, one optimizer step per mini-batch as soon as its groups are in."""
@@ -185,7 +196,7 @@ class RLLoop:
             yield from self.sim.reward.score_batch(samples)
         else:
             trainer, costs = self.sim.reward_model
-            yield from trainer.forward_pass("reward", costs, self._lengths(groups))
+            yield from trainer.forward_pass("reward", costs, self._lengths(groups), label="reward_model")
         self._all_roles_context(start, self.env.now, "starved", "reward")
         stages["reward"] = self.env.now - start
 
@@ -277,13 +288,24 @@ class RLLoop:
         self._left[group] -= 1
         if self._left[group]:
             return
-        if self.schedule.mode == "sync" or self.sim.reward is None:
+        if self.schedule.mode == "sync":
             self._group_complete(group)
+            return
+        if self.sim.reward is None:
+            self.env.process(self._score_on_reward_model(group))
             return
         # Off-policy: samples are scored as they arrive; the group is ready when its last score is in.
         members = self._members[group]
         ready = max(self.sim.reward.completion_times([r.finished for r in sorted(members, key=lambda r: r.finished)]))
         self.env.process(self._ready_at(group, ready))
+
+    def _score_on_reward_model(self, group: int) -> Generator:
+        """Off-policy with a reward model: each finished group is scored by a forward pass, one pass at a time."""
+        trainer, costs = self.sim.reward_model
+        with self._reward_model_lock.request() as turn:
+            yield turn
+            yield from trainer.forward_pass("reward", costs, self._lengths([group]), label="reward_model")
+        self._group_complete(group)
 
     def _ready_at(self, group: int, when: float) -> Generator:
         yield self.env.timeout(max(0.0, when - self.env.now))

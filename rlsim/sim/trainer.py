@@ -18,7 +18,7 @@ from rlsim.sim.dp_balance import DP_BALANCERS, pack_micro_batches
 from rlsim.sim.recorder import Recorder
 
 # Order in which a rank's seconds are laid out on the timeline within one synchronised piece of work.
-LABEL_ORDER = ("logprob", "train_forward", "train_backward", "exposed_collective", "pipeline_bubble", "optimizer",
+LABEL_ORDER = ("logprob", "reward_model", "train_forward", "train_backward", "exposed_collective", "pipeline_bubble", "optimizer",
                "barrier")
 
 
@@ -51,11 +51,13 @@ class Trainer:
         self.balance = DP_BALANCERS[balance]
         self._cache: dict[tuple, PipelineTime] = {}
 
-    def forward_pass(self, stage: str, costs: TrainingCosts, lengths: Sequence[int]) -> Generator:
-        """Old-policy, reference or critic-value pass over the batch; ranks meet at its end."""
+    def forward_pass(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], *,
+                     label: str = "logprob") -> Generator:
+        """Old-policy, reference or critic-value pass over the batch (or a reward model's, labelled `reward_model`);
+        ranks meet at its end."""
         per_rank = [self._micro_batches(share) for share in self._split(lengths)]
         times = [self._priced("forward", costs, mbs) for mbs in per_rank]
-        per_stage = [[t.stages[s].labels("logprob") if t else {} for t in times] for s in range(self.group.layout.pp)]
+        per_stage = [[t.stages[s].labels(label) if t else {} for t in times] for s in range(self.group.layout.pp)]
         yield from self._run(stage, per_stage)
 
     def update(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], mini_batches: int,
