@@ -150,6 +150,8 @@ def test_invariants_over_random_small_scenarios(kwargs):
     for seconds in gpu_label_seconds(log):
         assert set(seconds) <= set(LABELS)
         assert sum(seconds.values()) == pytest.approx(log.wall_s, rel=1e-9, abs=1e-9)
+        # Every GPU of these scenarios has a role, so every idle second has a cause.
+        assert seconds.get("unassigned", 0.0) == 0.0
     # No GPU runs two spans at once.
     per_gpu: dict[int, list[tuple[float, float]]] = {}
     for span in log.spans:
