@@ -377,37 +377,55 @@ class TrainingCosts:
         return LayerTime(gemm, attention, elementwise, collective)
 
     def _gemm_seconds(self, kind: LayerKind, tokens: float, *, backward: bool) -> float:
-        arch, tp, rates = self.spec.architecture, self.layout.tp, self.rates
-        moe_tokens = tokens / tp  # sequence parallelism: the MoE block and router see this GPU's share of the tokens
+        rates = self.rates
+        experts, gemms = self._gemm_plan[kind]
         seconds = 0.0
-        local: list[tuple[str, float, float, float]] = []  # (name, m, k, n) of each dense GEMM on this GPU
-        for shape in self._gemm_shapes[kind]:
-            m, k, n = tokens, shape.in_features, shape.out_features
-            if shape.name.startswith("mlp.experts"):
-                assert arch.moe is not None
-                assignments = moe_tokens * arch.moe.num_experts_per_tok
-                touched = min(arch.moe.num_experts / self.layout.ep, assignments)
+        if experts:
+            moe = self.spec.architecture.moe
+            assert moe is not None
+            # Sequence parallelism: the MoE block sees this GPU's share of the tokens.
+            assignments = tokens / self.layout.tp * moe.num_experts_per_tok
+            touched = min(moe.num_experts / self.layout.ep, assignments)
+            for k, n in experts:
                 flops = 2.0 * assignments * k * n
                 nbytes = ACTIVATION_BYTES * (assignments * k + touched * k * n + assignments * n)
                 seconds += (2 if backward else 1) * rates.kernel_seconds(flops, nbytes)
-                continue
-            if shape.name == "mlp.gate":
-                m = moe_tokens  # the router is replicated across TP
-            elif shape.name.endswith(("o_proj", "down_proj")):
-                k /= tp  # row-parallel
-            elif shape.name.endswith(("k_proj", "v_proj")):
-                n /= min(tp, arch.num_key_value_heads)  # KV heads replicate once TP exceeds them
-            elif not shape.name.endswith(("q_a_proj", "kv_a_proj_with_mqa")):
-                n /= tp  # column-parallel; MLA's down-projections to the latents are replicated
-            local.append((shape.name, m, k, n))
-        if self.layout.backend == "megatron":
-            local = _fuse_megatron(local)
-        for _, m, k, n in local:
+        for rows_divisor, k, n in gemms:
+            m = tokens / rows_divisor
             if backward:
                 seconds += rates.gemm_seconds(m, k, n) + rates.gemm_seconds(k, n, m)
             else:
                 seconds += rates.gemm_seconds(m, n, k)
         return seconds
+
+    @cached_property
+    def _gemm_plan(self) -> dict[LayerKind, tuple[tuple[tuple[float, float], ...], tuple[tuple[float, float, float], ...]]]:
+        """Per layer kind, the GEMMs one GPU runs, split by this layout once: routed experts as (K, N), and every other
+        GEMM as (divisor of the token count giving its rows M, K, N) after TP splitting and Megatron's fusion."""
+        arch, tp = self.spec.architecture, self.layout.tp
+        plan = {}
+        for kind, shapes in self._gemm_shapes.items():
+            experts: list[tuple[float, float]] = []
+            local: list[tuple[str, float, float, float]] = []  # (name, rows divisor, K, N)
+            for shape in shapes:
+                k, n = shape.in_features, shape.out_features
+                if shape.name.startswith("mlp.experts"):
+                    experts.append((k, n))
+                    continue
+                rows_divisor = 1
+                if shape.name == "mlp.gate":
+                    rows_divisor = tp  # the router is replicated across TP and sees this GPU's share of the tokens
+                elif shape.name.endswith(("o_proj", "down_proj")):
+                    k /= tp  # row-parallel
+                elif shape.name.endswith(("k_proj", "v_proj")):
+                    n /= min(tp, arch.num_key_value_heads)  # KV heads replicate once TP exceeds them
+                elif not shape.name.endswith(("q_a_proj", "kv_a_proj_with_mqa")):
+                    n /= tp  # column-parallel; MLA's down-projections to the latents are replicated
+                local.append((shape.name, rows_divisor, k, n))
+            if self.layout.backend == "megatron":
+                local = _fuse_megatron(local)
+            plan[kind] = (tuple(experts), tuple((d, k, n) for _, d, k, n in local))
+        return plan
 
     def _attention_seconds(self, sequence_lengths: Sequence[int], *, backward: bool) -> float:
         forward_eff, backward_eff = ATTENTION_EFFICIENCY["megatron" if self.layout.backend == "megatron" else "fsdp"]
@@ -506,6 +524,17 @@ class TrainingCosts:
     def _chunks(self) -> int:
         return self.layout.pp * self.layout.virtual_pipeline_stages
 
+    def _adjacent_kinds(self, chunk: int) -> dict[tuple[LayerKind, LayerKind], int]:
+        """How often each (layer kind, next layer kind) pair occurs in a chunk."""
+        cache = self.__dict__.setdefault("_adjacent_cache", {})
+        if chunk not in cache:
+            kinds = self.chunk_layers(chunk)
+            counts: dict[tuple[LayerKind, LayerKind], int] = {}
+            for pair in zip(kinds[:-1], kinds[1:], strict=True):
+                counts[pair] = counts.get(pair, 0) + 1
+            cache[chunk] = counts
+        return cache[chunk]
+
     def chunk_layers(self, chunk: int) -> tuple[LayerKind, ...]:
         """Layer kinds of model chunk `chunk` (stage chunk % pp); layers split as evenly as possible, earlier chunks larger."""
         kinds = self.spec.layer_kinds
@@ -575,7 +604,6 @@ class TrainingCosts:
                        layers: dict[LayerKind, LayerTime]) -> TrainingTime:
         """One forward op of a pipeline chunk: its layers, the head on the last chunk, FSDP gathers, the send onward."""
         kinds = self.chunk_layers(chunk)
-        passes = [layers[kind] for kind in kinds]
         total = _sum_by_kind(kinds, layers)
         last = chunk == self._chunks - 1
         if last:
@@ -584,10 +612,12 @@ class TrainingCosts:
         if self.layout.zero_stage >= 3:
             # Root unit and first layer gathered up front; each later gather hides behind the previous layer.
             gather_of = {kind: self._gather(*self._unit_params(kind)) for kind in set(kinds)}
-            gathers = [gather_of[kind] for kind in kinds]
             root = self._root_params(chunk)
-            exposed += (self._gather(root, 0.0) if root else 0.0) + gathers[0]
-            exposed += sum(max(0.0, g - p.compute) for g, p in zip(gathers[1:], passes[:-1], strict=True))
+            exposed += (self._gather(root, 0.0) if root else 0.0) + gather_of[kinds[0]]
+            # Each gather hides behind the previous layer's compute; pairs of layer kinds repeat, so count them.
+            compute = {kind: layers[kind].compute for kind in gather_of}
+            exposed += sum(count * max(0.0, gather_of[later] - compute[earlier])
+                           for (earlier, later), count in self._adjacent_kinds(chunk).items())
         if not last:
             exposed += self._send(sequence_lengths)
         return TrainingTime(forward=total.compute, exposed_collective=exposed)
