@@ -1,0 +1,112 @@
+"""Model FLOPs utilisation (MFU) and the HBM-bandwidth utilisation of decoding. docs/metrics.md gives the formulas
+and says what is counted."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from rlsim.events import EventLog
+from rlsim.metrics.facts import RunFacts
+from rlsim.metrics.sequences import SequenceArrays, trained
+
+# The verl stages that run on the training layout: forward-only passes and updates.
+TRAINING_STAGES = ("old_log_prob", "ref", "values", "update_actor", "update_critic")
+GENERATION_LABELS = ("prefill", "decode")
+
+
+def model_flops(log: EventLog, facts: RunFacts) -> dict[str, float]:
+    """Model FLOPs of the whole run, by kind of work.
+
+    generation: every generated response token (trained or dropped) after its prompt, and each group's prompt once
+    per engine that held it (prefix sharing); recomputation after a preemption or interruption is not model work.
+    inference_passes: per trained sequence, the old log-prob pass, the reference pass and the critic's values pass
+    (2·N·tokens + attention each, the critic without the output head). updates: 3× the forward FLOPs (forward and
+    backward) per PPO epoch, actor and critic. reward_model: one forward pass per trained sequence.
+    """
+    policy = facts.policy
+    arrays = SequenceArrays.of(log)
+    pairs, index = np.unique(np.stack([arrays.engine, arrays.group]), axis=1, return_inverse=True)
+    prompts = np.zeros(pairs.shape[1])
+    np.maximum.at(prompts, np.ravel(index), arrays.prompt)
+    generation = (policy.forward(prompts, lm_head=False)
+                  + policy.forward(arrays.generated, context=arrays.prompt))
+    tokens = np.array([r.prompt_tokens + r.response_tokens for r in trained(log)], dtype=np.float64)
+    actor_forward = policy.forward(tokens)
+    critic_forward = policy.forward(tokens, lm_head=False) if facts.critic else 0.0
+    passes = actor_forward * (1 + facts.ref_model) + critic_forward
+    updates = 3.0 * (actor_forward + critic_forward) * facts.ppo_epochs
+    reward = facts.reward_model.forward(tokens, lm_head=False) if facts.reward_model is not None else 0.0
+    return {"generation": generation, "inference_passes": passes, "updates": updates, "reward_model": reward}
+
+
+def mfu(log: EventLog, facts: RunFacts, flops: dict[str, float]) -> dict[str, float]:
+    """Model FLOPs over peak dense bf16 FLOP/s × GPU-seconds, for three scopes:
+
+    overall: all model FLOPs over every GPU of the cluster for the whole run;
+    generation: generation FLOPs over the rollout GPU-seconds labelled prefill or decode;
+    training: forward-only passes and updates over the GPU-seconds of the training ranks in those verl stages
+    (their barriers, bubbles and exposed communication included, as verl's per-stage MFU does).
+    """
+    capacity = sum(pool.peak_bf16_flops * pool.gpus for pool in facts.pools) * log.wall_s
+    generation_capacity = training_capacity = 0.0
+    for span in log.spans:
+        peak = facts.pool_of_gpu(span.first_gpu).peak_bf16_flops
+        if span.label in GENERATION_LABELS:
+            generation_capacity += peak * span.seconds * span.gpu_count
+        elif span.unit.startswith("dp") and span.stage in TRAINING_STAGES:
+            training_capacity += peak * span.seconds * span.gpu_count
+    training = flops["inference_passes"] + flops["updates"]
+    return {
+        "overall": sum(flops.values()) / capacity if capacity else 0.0,
+        "generation": flops["generation"] / generation_capacity if generation_capacity else 0.0,
+        "training": training / training_capacity if training_capacity else 0.0,
+    }
+
+
+def decode_hbm_utilisation(log: EventLog, facts: RunFacts) -> dict[str, float]:
+    """Bytes decoding reads from HBM over what the rollout GPUs could read while labelled `decode`.
+
+    Each decode iteration reads the engine's weights once, and each generated token reads its sequence's KV cache
+    (prompt plus the tokens before it). The log does not count iterations, so they are estimated per engine as its
+    generated tokens over its mean running batch: the sequences outstanding on it, capped at max_num_seqs, averaged
+    over its decode spans.
+    """
+    arrays = SequenceArrays.of(log)
+    decode_spans: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    decode_gpu_seconds = 0.0
+    for span in log.spans:
+        if span.label == "decode" and span.unit.startswith("engine"):
+            decode_spans[int(span.unit.removeprefix("engine"))].append((span.start, span.end))
+            decode_gpu_seconds += span.seconds * span.gpu_count
+    iterations = 0.0
+    for engine, intervals in decode_spans.items():
+        mine = arrays.engine == engine
+        batch = mean_running_batch(arrays.start[mine], arrays.end[mine], np.array(intervals), facts.max_num_seqs)
+        if batch > 0:
+            iterations += arrays.generated[mine].sum() / batch
+    generated, prompt = arrays.generated, arrays.prompt
+    kv_tokens_read = float((generated * prompt + generated * (generated - 1) / 2).sum())
+    read = iterations * facts.weight_bytes_per_engine + kv_tokens_read * facts.kv_bytes_per_token
+    bandwidth = facts.pool(facts.rollout_pool).hbm_bytes_per_s
+    return {
+        "decode": float(read / (bandwidth * decode_gpu_seconds)) if decode_gpu_seconds else 0.0,
+        "decode_bytes": float(read),
+        "decode_iterations": float(iterations),
+    }
+
+
+def mean_running_batch(starts: np.ndarray, ends: np.ndarray, intervals: np.ndarray, cap: int) -> float:
+    """Time-average over `intervals` ([n, 2] start, end) of min(cap, sequences outstanding), where sequence i is
+    outstanding over [starts[i], ends[i])."""
+    if not starts.size or not intervals.size:
+        return 0.0
+    times = np.concatenate([starts, ends])
+    order = np.argsort(times, kind="stable")
+    times = times[order]
+    level = np.cumsum(np.concatenate([np.ones(starts.size), -np.ones(ends.size)])[order])
+    # ∫ min(cap, outstanding) dt from the first event up to each event time: piecewise linear in between.
+    area = np.concatenate([[0.0], np.cumsum(np.minimum(level[:-1], cap) * np.diff(times))])
+    covered = np.interp(intervals[:, 1], times, area) - np.interp(intervals[:, 0], times, area)
+    seconds = float((intervals[:, 1] - intervals[:, 0]).sum())
+    return float(covered.sum()) / seconds if seconds else 0.0

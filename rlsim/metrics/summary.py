@@ -1,0 +1,60 @@
+"""The run's headline figures: `summary` is the metrics.json contract of the event engine; `run_metrics` adds the
+breakdowns a report shows (per pool, utilisation, MFU, HBM bandwidth, long tail, cost) under keys of their own."""
+from __future__ import annotations
+
+import numpy as np
+
+from rlsim.events import EventLog
+from rlsim.metrics.cost import cost
+from rlsim.metrics.efficiency import decode_hbm_utilisation, mfu, model_flops
+from rlsim.metrics.facts import RunFacts
+from rlsim.metrics.labels import gpu_seconds_by_label, pool_label_seconds, utilisation
+from rlsim.metrics.sequences import response_length_stats, staleness_histogram, trained
+from rlsim.metrics.steps import long_tail, measured_steps, stage_means, throughput
+
+
+def summary(log: EventLog, warmup_steps: int) -> dict:
+    """The metrics.json contract: step time, verl stage means, throughput, GPU-seconds by label, staleness, simulator.
+
+    Everything here is a function of the scenario and seed alone, so the same inputs give a byte-identical file; the
+    host seconds a run took are reported beside it (timing.json), not in it.
+    """
+    steps = measured_steps(log, warmup_steps) or list(log.steps)
+    times = np.array([s.seconds for s in steps]) if steps else np.zeros(1)
+    done = trained(log)
+    staleness = np.array([r.staleness for r in done]) if done else np.zeros(1)
+    return {
+        "step_time_s": {"mean": float(times.mean()), "p50": float(np.median(times)), "max": float(times.max())},
+        "stages_s": stage_means(steps),
+        "throughput": throughput(steps, log.gpus),
+        "gpu_seconds_by_label": gpu_seconds_by_label(log),
+        "staleness": {"mean": float(staleness.mean()), "max": int(staleness.max())},
+        "sequences": {"trained": len(done), "dropped": len(log.sequences) - len(done),
+                      "truncated_fraction": float(np.mean([r.truncated for r in done])) if done else 0.0},
+        "simulator": {"events": log.events, "wall_s": log.wall_s},
+    }
+
+
+def run_metrics(log: EventLog, facts: RunFacts) -> dict:
+    """Everything `rlsim run` writes to metrics.json: `summary`'s keys, unchanged, plus the report's breakdowns."""
+    metrics = summary(log, facts.warmup_steps)
+    by_pool = pool_label_seconds(log, facts)
+    tails = [row for row in long_tail(log) if row["step"] >= facts.warmup_steps] or long_tail(log)
+    flops = model_flops(log, facts)
+    metrics["staleness"]["histogram"] = staleness_histogram(log)
+    metrics.update({
+        "scenario": facts.scenario,
+        "gpus": facts.gpus,
+        "pools": {pool.name: {"gpu": pool.gpu, "gpus": pool.gpus, "gpu_seconds_by_label": by_pool[pool.name],
+                              "utilisation": utilisation(by_pool[pool.name])} for pool in facts.pools},
+        "utilisation": utilisation(metrics["gpu_seconds_by_label"]),
+        "model_flops": flops,
+        "mfu": mfu(log, facts, flops),
+        "hbm_bandwidth_utilisation": decode_hbm_utilisation(log, facts),
+        "long_tail": {"bubble_s_mean": float(np.mean([t["bubble_s"] for t in tails])) if tails else 0.0,
+                      "bubble_s_max": max((t["bubble_s"] for t in tails), default=0.0),
+                      "tail_gpu_s_per_step": float(np.mean([t["tail_gpu_s"] for t in tails])) if tails else 0.0},
+        "response_tokens": response_length_stats(log),
+        "cost": cost(metrics["step_time_s"]["mean"], facts),
+    })
+    return metrics
