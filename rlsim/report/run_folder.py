@@ -1,0 +1,34 @@
+"""Everything `rlsim run` leaves in a run folder, written in one place so the CLI and the Python API agree."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from rlsim.config.schema import Scenario
+from rlsim.report.event_files import write_event_files
+from rlsim.report.figures import RunData
+from rlsim.report.html import run_report_html
+from rlsim.report.trace import write_trace
+
+
+def metrics_json(metrics: dict) -> str:
+    return json.dumps(metrics, indent=2, sort_keys=True) + "\n"
+
+
+def write_run_folder(out: Path, scenario: Scenario, data: RunData, host_seconds: float) -> list[Path]:
+    """resolved.yaml, metrics.json, timing.json (host time, the only file that varies between identical runs), the
+    event tables, trace.json and report.html. Returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "resolved.yaml", out / "metrics.json", out / "timing.json"]
+    written[0].write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+    written[1].write_text(metrics_json(data.metrics))
+    events = data.log.events
+    timing = {"host_seconds": host_seconds, "events": events,
+              "events_per_second": events / host_seconds if host_seconds else 0.0}
+    written[2].write_text(json.dumps(timing, indent=2) + "\n")
+    written += write_event_files(data.log, out)
+    write_trace(data.log, data.facts, out / "trace.json")
+    (out / "report.html").write_text(run_report_html(data, scenario))
+    return written + [out / "trace.json", out / "report.html"]
