@@ -1,4 +1,8 @@
-"""rlsim: a discrete-event simulator of GPU clusters running RL post-training of large language models."""
+"""rlsim: a discrete-event simulator of GPU clusters running RL post-training of large language models.
+
+The notebook API (docs/api.md): `load_scenario`, `with_`, `simulate` → `Result`, `compare` → `Comparison`.
+"""
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 
 try:
@@ -6,4 +10,23 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+source"
 
-__all__ = ["__version__"]
+__all__ = ["Comparison", "Result", "Scenario", "ScenarioError", "__version__", "compare", "load_scenario", "simulate",
+           "with_"]
+
+# Where each public name lives. They load on first use, so `rlsim --version` and the CLI's start-up do not pay for
+# the simulator and plotly.
+_PUBLIC = {"Comparison": "rlsim.api", "Result": "rlsim.api", "compare": "rlsim.api", "load_scenario": "rlsim.api",
+           "simulate": "rlsim.api", "with_": "rlsim.api", "Scenario": "rlsim.config.schema",
+           "ScenarioError": "rlsim.errors"}
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        value = getattr(import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rlsim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
