@@ -6,6 +6,11 @@ Generation per engine is the larger of two bounds:
   tail:       the longest response of the step (expected maximum of N samples, capped) decoded alone at batch 1 —
               no amount of GPUs shortens it, which is the long-tail floor of synchronous RL.
 Training stages pack each data-parallel rank's sequences of mean length into micro-batches of micro_batch_tokens.
+
+The workload enters through its marginals over the run (`rlsim.workload.marginals`): lengths averaged over a drifting
+schedule, samples per prompt of a budget, the extra groups dynamic sampling generates (1 / kept fraction), and for
+multi-turn trajectories their tool tokens (prefilled like prompt) and tool waits (which the longest trajectory sits
+through in full).
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from rlsim.costs.rollout import EngineCosts
 from rlsim.costs.training import GroupCollectives, TrainingCosts
 from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for, role_gpus
 from rlsim.topology import ClusterTopology
-from rlsim.workload import length_distribution
+from rlsim.workload.marginals import workload_marginals
 
 # Stage names as verl logs them (timing_s/...), in the order a synchronous step runs them.
 STAGES = ("gen", "reward", "old_log_prob", "ref", "values", "update_actor", "update_critic", "weight_sync")
@@ -68,18 +73,23 @@ class _Lengths:
     response: float  # mean response tokens, clipped
     longest_response: float  # expected longest response of a step
     truncated: float  # fraction of responses hitting the cap
+    trained: float  # samples trained per step
+    generated: float  # samples generated per step (more under dynamic sampling)
+    appended: float = 0.0  # mean tool-response tokens per sample (multi-turn)
+    tool_s: float = 0.0  # mean seconds a sample waits for tools (multi-turn)
 
 
 def _lengths(scenario: Scenario) -> _Lengths:
-    algo, workload = scenario.algorithm, scenario.workload
-    prompt = length_distribution(workload.prompt_tokens, "input")
-    response = length_distribution(workload.response_tokens, "output")
+    algo = scenario.algorithm
+    marginals = workload_marginals(scenario)
     cap = algo.max_response_tokens
-    samples = algo.samples_per_step
+    trained = algo.prompts_per_step * marginals.samples_per_prompt
+    generated = trained / marginals.kept_fraction if algo.dynamic_sampling else trained
     # The expected maximum of N draws sits near the 1 − 1/(N+1) quantile.
-    longest = response.quantile(1 - 1 / (samples + 1), cap)
-    return _Lengths(prompt.clipped_mean(algo.max_prompt_tokens), response.clipped_mean(cap), longest,
-                    response.clipped_fraction(cap))
+    longest = marginals.response.quantile(1 - 1 / (generated + 1), cap)
+    return _Lengths(marginals.prompt.clipped_mean(algo.max_prompt_tokens), marginals.response.clipped_mean(cap), longest,
+                    marginals.response.clipped_fraction(cap), trained, generated, marginals.appended_tokens,
+                    marginals.tool_seconds)
 
 
 def estimate_step(bound: Bound) -> StepEstimate:
@@ -90,7 +100,7 @@ def estimate_step(bound: Bound) -> StepEstimate:
     lengths = _lengths(scenario)
     stages = {
         "gen": _generation(bound, topology, rollout_gpus, lengths),
-        "reward": _reward(scenario, lengths),
+        "reward": _reward(bound, topology, lengths),
     }
     training_gpu = bound.gpu(placement.training.pool)
     rates = GPURates.from_profile(training_gpu, "bf16")
@@ -98,8 +108,8 @@ def estimate_step(bound: Bound) -> StepEstimate:
     collectives = GroupCollectives.on_cluster(topology, training_gpus, layout)
     actor = TrainingCosts(spec, rates, layout, collectives)
     critic = TrainingCosts(spec, rates, layout, collectives, head="value")
-    sequence = max(1, round(lengths.prompt + lengths.response))
-    per_rank = math.ceil(algo.samples_per_step / (layout.dp or 1))
+    sequence = max(1, round(lengths.prompt + min(lengths.response + lengths.appended, algo.max_response_tokens)))
+    per_rank = math.ceil(lengths.trained / (layout.dp or 1))
     everything = _pack(per_rank, sequence, layout)
     mini_batch = _pack(math.ceil(per_rank / algo.mini_batches), sequence, layout)
     updates = algo.mini_batches * algo.ppo_epochs
@@ -122,7 +132,7 @@ def estimate_step(bound: Bound) -> StepEstimate:
             f"{sync.transfer_s:.2f} s, load {sync.load_s:.2f} s")
     ordered = tuple(stages[name] for name in STAGES)
     step, overlap = _combine(scenario, stages)
-    tokens = algo.samples_per_step * (lengths.prompt + lengths.response)
+    tokens = lengths.trained * sequence
     gpus = sum(pool.gpus for pool in scenario.cluster.pools)
     return StepEstimate(scenario.name, ordered, step, overlap, tokens, gpus)
 
@@ -138,15 +148,16 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
         (lambda n: collective_time("all_to_all", n, group).seconds) if engine_layout.ep > 1 else None,
     )
     kv_tokens = rollout_memory(scenario, spec, gpu).kv_cache_bytes / kv_bytes_per_token_per_gpu(spec, engine_layout.tp)
-    per_engine = math.ceil(scenario.algorithm.samples_per_step / engine_layout.engines)
-    prompt, response = max(1, round(lengths.prompt)), max(1, round(lengths.response))
+    per_engine = math.ceil(lengths.generated / engine_layout.engines)
+    # Tool responses are prefilled like prompt; a trajectory's context holds them too.
+    prompt, response = max(1, round(lengths.prompt + lengths.appended)), max(1, round(lengths.response))
     concurrency = max(1, min(per_engine, engine_layout.max_num_seqs, int(kv_tokens // (prompt + response))))
     per_prefill = max(1, engine_layout.max_num_batched_tokens // prompt)
     prefill = math.ceil(per_engine / per_prefill) * engine.prefill_seconds(prompt, 0, min(per_prefill, per_engine))
     waves = per_engine / concurrency
     throughput = prefill + waves * engine.decode_k_iterations_seconds(concurrency, concurrency * prompt, response)
     longest = max(1, round(lengths.longest_response))
-    tail = engine.prefill_seconds(prompt) + engine.decode_k_iterations_seconds(1, prompt, longest - 1)
+    tail = engine.prefill_seconds(prompt) + engine.decode_k_iterations_seconds(1, prompt, longest - 1) + lengths.tool_s
     if tail > throughput:
         note = f"tail-bound: the longest response (~{longest} tokens) decodes alone for {tail:.1f} s"
     else:
@@ -154,12 +165,17 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
                 f"({waves:.1f} waves); tail bound {tail:.1f} s")
     if lengths.truncated > 0.001:
         note += f"; {lengths.truncated:.1%} of responses hit the cap"
+    if lengths.tool_s > 0:
+        note += f"; {lengths.tool_s:.2f} s of tool calls per trajectory"
+    if lengths.generated > lengths.trained:
+        note += f"; dynamic sampling generates {lengths.generated / lengths.trained:.2f}× the batch"
     return StageEstimate("gen", max(tail, throughput), note)
 
 
-def _reward(scenario: Scenario, lengths: _Lengths) -> StageEstimate:
+def _reward(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageEstimate:
+    scenario = bound.scenario
     reward = scenario.workload.reward
-    samples = scenario.algorithm.samples_per_step
+    samples = lengths.generated
     if reward.kind == "rule":
         return StageEstimate("reward", samples * reward.cpu_seconds_per_sample / reward.workers,
                              f"{reward.workers} CPU workers")
@@ -167,7 +183,36 @@ def _reward(scenario: Scenario, lengths: _Lengths) -> StageEstimate:
         mean_latency = reward.median_latency_s * math.exp(reward.latency_sigma**2 / 2)
         return StageEstimate("reward", samples * mean_latency / reward.concurrency,
                              f"{reward.concurrency} concurrent sandboxes, mean {mean_latency:.2f} s each")
+    if reward.kind == "llm_judge":
+        return _judge(bound, topology, lengths)
     return StageEstimate("reward", 0.0, "reward model on GPUs: priced by the simulator, not the estimate")
+
+
+def _judge(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageEstimate:
+    """The judge's engines read each prompt and response and write a verdict: the throughput bound of generation."""
+    from rlsim.models import ModelCatalog
+    from rlsim.sim.build import judge_scenario
+    from rlsim.workload.lengths import length_schedule
+
+    scenario = bound.scenario
+    judge, placement = scenario.workload.reward, scenario.placement.reward_model
+    assert judge.kind == "llm_judge" and placement is not None
+    spec = ModelCatalog.load().spec(judge.model)
+    gpu = bound.gpu(placement.pool)
+    layout = judge_scenario(scenario).placement.rollout
+    engine = EngineCosts.for_placement(spec, GPURates.from_profile(gpu, scenario.model.dtype), layout, None, None)
+    kv_tokens = rollout_memory(judge_scenario(scenario), spec, gpu).kv_cache_bytes / kv_bytes_per_token_per_gpu(
+        spec, layout.tp)
+    verdict = max(1, round(length_schedule(judge.verdict_tokens).at(0).clipped_mean(1 << 30)))
+    prompt = max(1, round(lengths.prompt + lengths.response + lengths.appended + judge.instruction_tokens))
+    per_engine = math.ceil(lengths.trained / layout.engines)
+    concurrency = max(1, min(per_engine, layout.max_num_seqs, int(kv_tokens // (prompt + verdict))))
+    per_prefill = max(1, layout.max_num_batched_tokens // prompt)
+    prefill = math.ceil(per_engine / per_prefill) * engine.prefill_seconds(prompt, 0, min(per_prefill, per_engine))
+    waves = per_engine / concurrency
+    seconds = prefill + waves * engine.decode_k_iterations_seconds(concurrency, concurrency * prompt, verdict)
+    return StageEstimate("reward", seconds, f"LLM judge {judge.model} on {layout.engines} engine(s): {per_engine} "
+                         f"verdicts of ~{verdict} tokens each (TP collectives not priced here)")
 
 
 def _pack(sequences: int, length: int, layout: TrainingPlacement) -> list[list[int]]:

@@ -9,10 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from rlsim.config.schema import Placement, Pool, Scenario
+from rlsim.config.workload import Workload
 from rlsim.errors import Problem, UnknownName
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog, ModelSpec
+from rlsim.workload.traces import TraceFormatError
 from rlsim.yamlsource import PathKey, YamlDocument
 
 
@@ -45,7 +49,7 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
     schedule = scenario.schedule
     if schedule.mode == "async" and schedule.max_staleness is None:
         schedule = schedule.model_copy(update={"max_staleness": 1})
-    workload = _resolve_trace_paths(scenario, base_dir, check)
+    workload = _resolve_trace_paths(scenario.workload, base_dir, check)
     resolved = scenario.model_copy(update={
         "cluster": cluster, "model": model, "placement": placement, "schedule": schedule, "workload": workload,
     })
@@ -56,6 +60,7 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
     _check_algorithm(resolved, check)
     _check_schedule(scenario, resolved, check)
     _check_reward(resolved, check)
+    _check_workload(resolved, check)
     if resolved.run.warmup_steps >= resolved.run.steps:
         check.fail(("run", "warmup_steps"), "warm-up steps leave no measured step",
                    value=resolved.run.warmup_steps, valid=f"0 to {resolved.run.steps - 1}")
@@ -272,9 +277,12 @@ def _check_algorithm(scenario: Scenario, check: _Checker) -> None:
     if algo.name in ("grpo", "dapo") and algo.samples_per_prompt < 2:
         check.fail(("algorithm", "samples_per_prompt"), f"{algo.name.upper()} compares samples within a group, "
                    "so it needs at least 2 per prompt", value=algo.samples_per_prompt, valid="≥ 2")
-    if algo.dynamic_sampling and scenario.workload.informative_group_fraction == 0:
-        check.fail(("workload", "informative_group_fraction"), "dynamic sampling keeps only informative groups, so "
-                   "with none the batch never fills", value=0.0, valid="a fraction above 0")
+    informative = scenario.workload.informative_model
+    if algo.dynamic_sampling and informative.kind == "fraction" and informative.fraction == 0:
+        path = ("workload", "informative", "fraction") if scenario.workload.informative is not None \
+            else ("workload", "informative_group_fraction")
+        check.fail(path, "dynamic sampling keeps only informative groups, so with none the batch never fills",
+                   value=0.0, valid="a fraction above 0")
     if algo.name == "ppo" and not algo.critic:
         check.fail(("algorithm", "critic"), "PPO estimates advantages with a value model", value=False,
                    valid="true (or use grpo / reinforce, which need no critic)")
@@ -308,32 +316,109 @@ def _check_schedule(original: Scenario, scenario: Scenario, check: _Checker) -> 
 def _check_reward(scenario: Scenario, check: _Checker) -> None:
     reward = scenario.workload.reward
     has_gpus = scenario.placement.reward_model is not None
-    if reward.kind == "reward_model":
+    if reward.kind in ("reward_model", "llm_judge"):
         try:
             ModelCatalog.load().spec(reward.model)
         except UnknownName as err:
             check.unknown(("workload", "reward", "model"), err)
         if not has_gpus:
-            check.fail(("placement",), "a reward_model reward needs placement.reward_model (pool, gpus, tp)",
+            check.fail(("placement",), f"a {reward.kind} reward needs placement.reward_model (pool, gpus, tp)",
                        valid="placement.reward_model: {gpus: 8}")
+        elif reward.kind == "llm_judge" and scenario.placement.reward_model.gpus % scenario.placement.reward_model.tp:
+            check.fail(("placement", "reward_model", "gpus"), "the judge's GPUs must be whole engines of its tp",
+                       value=scenario.placement.reward_model.gpus,
+                       valid=f"a multiple of {scenario.placement.reward_model.tp}")
     elif has_gpus:
         check.fail(("placement", "reward_model"), f"GPUs for a reward model, but workload.reward.kind is {reward.kind}",
                    valid="remove it, or set workload.reward.kind: reward_model")
 
 
-def _resolve_trace_paths(scenario: Scenario, base_dir: Path, check: _Checker):
-    workload = scenario.workload
+def _resolve_trace_paths(workload: Workload, base_dir: Path, check: _Checker) -> Workload:
+    """Every `path` in the workload (trace length models, replay, recorded filters) made absolute against the
+    scenario's folder; a missing file is reported at its field."""
+    resolved = _with_resolved_paths(workload, ("workload",), base_dir, check)
+    assert isinstance(resolved, Workload)
+    return resolved
+
+
+def _with_resolved_paths(value: Any, at: PathKey, base_dir: Path, check: _Checker) -> Any:
+    if isinstance(value, list):
+        return [_with_resolved_paths(item, at + (i,), base_dir, check) for i, item in enumerate(value)]
+    if not isinstance(value, BaseModel):
+        return value
     updates = {}
-    for key in ("prompt_tokens", "response_tokens"):
-        model = getattr(workload, key)
-        if model.kind != "trace":
-            continue
-        path = Path(model.path) if Path(model.path).is_absolute() else base_dir / model.path
-        if not path.exists():
-            check.fail(("workload", key, "path"), "no such trace file or directory", value=model.path)
-        else:
-            updates[key] = model.model_copy(update={"path": str(path.resolve())})
-    return workload.model_copy(update=updates) if updates else workload
+    for name in type(value).model_fields:
+        field = getattr(value, name)
+        if name == "path" and isinstance(field, str):
+            path = Path(field) if Path(field).is_absolute() else base_dir / field
+            if not path.exists():
+                check.fail(at + (name,), "no such trace file or directory", value=field)
+            else:
+                updates[name] = str(path.resolve())
+        elif isinstance(field, (BaseModel, list)):
+            new = _with_resolved_paths(field, at + (name,), base_dir, check)
+            if new is not field:
+                updates[name] = new
+    return value.model_copy(update=updates) if updates else value
+
+
+def _check_workload(scenario: Scenario, check: _Checker) -> None:
+    """Workload parts that need each other, and traces that must be readable."""
+    workload = scenario.workload
+    needs_success = []
+    if workload.informative is not None and workload.informative.kind == "success_rate":
+        needs_success.append(("workload", "informative"))
+    if workload.samples_per_prompt.kind == "knapsack":
+        needs_success.append(("workload", "samples_per_prompt"))
+    for path in needs_success:
+        if workload.success_rate is None:
+            check.fail(path, "needs each prompt's success rate", valid="workload.success_rate: {mean: 0.5}")
+    if workload.replay is not None and workload.samples_per_prompt.kind != "uniform":
+        check.fail(("workload", "samples_per_prompt"), "a replayed trace keeps its recorded samples per prompt",
+                   value=workload.samples_per_prompt.kind, valid="uniform (or remove replay)")
+    if workload.joint_tokens is not None and workload.groups.prompt_response_correlation != 0:
+        check.fail(("workload", "groups", "prompt_response_correlation"), "joint_tokens' covariances already "
+                   "correlate prompt and response", value=workload.groups.prompt_response_correlation, valid="0")
+    if workload.generation_batch_prompts is not None and not scenario.algorithm.dynamic_sampling:
+        check.fail(("workload", "generation_batch_prompts"), "sets how dynamic sampling tops up a batch, which "
+                   "algorithm.dynamic_sampling turns off", value=workload.generation_batch_prompts)
+    for at, read in _trace_readers(workload):
+        try:
+            read()
+        except TraceFormatError as err:
+            check.fail(at, str(err))
+
+
+def _trace_readers(workload: Workload) -> list[tuple[PathKey, Any]]:
+    """(field, reader) of every trace the workload names, to parse each once at load time."""
+    from rlsim.config.workload import Replay, TraceFilter, TraceLength
+    from rlsim.workload.replay import recorded_groups
+    from rlsim.workload.traces import read_filter_indices, read_lengths
+
+    readers: list[tuple[PathKey, Any]] = []
+    for at, model in _models_with_paths(workload, ("workload",)):
+        path = Path(model.path)
+        if isinstance(model, Replay):
+            readers.append((at, lambda p=path: recorded_groups(p)))
+        elif isinstance(model, TraceFilter):
+            readers.append((at, lambda p=path: read_filter_indices(p)))
+        elif isinstance(model, TraceLength):
+            readers.append((at, lambda p=path: read_lengths(p, "output")))
+    return readers
+
+
+def _models_with_paths(value: Any, at: PathKey):
+    """(field path of `path`, model) of every model with a `path` field inside `value`."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _models_with_paths(item, at + (i,))
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            field = getattr(value, name)
+            if name == "path" and isinstance(field, str) and Path(field).exists():
+                yield at + (name,), value
+            else:
+                yield from _models_with_paths(field, at + (name,))
 
 
 def _divisors(n: int) -> str:

@@ -1,15 +1,26 @@
-"""Workload part of the scenario: how long prompts and responses are, and how rewards are computed.
+"""Workload part of the scenario: how long prompts and responses are, how a GRPO group's samples relate, how lengths
+drift over training, multi-turn tool use, per-prompt sample budgets, which groups dynamic sampling keeps, and how
+rewards are computed.
 
-The RL-workloads issue grows these unions (mixtures, trace replay formats, drift, multi-turn); each variant is a
-pydantic model tagged by `kind`, so YAML selects it by name and a bad parameter is reported with its field path.
+Each variant is a pydantic model tagged by `kind`, so YAML selects it by name and a bad parameter is reported with its
+field path. The runtime objects they describe live in `rlsim.workload` (one registered builder per kind).
 """
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlsim.fields import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt, Probability
+
+
+def _check_weights(weights: list[float] | None, count: int, what: str) -> None:
+    if weights is not None and len(weights) != count:
+        raise ValueError(f"weights has {len(weights)} entries but {what} has {count}")
+
+
+# ------------------------------------------------------------------------------------------------ length models
 
 
 class FixedLength(Frozen):
@@ -20,11 +31,22 @@ class FixedLength(Frozen):
 
 
 class LognormalLength(Frozen):
-    """Lengths whose logarithm is normal: the usual shape of reasoning-response lengths (long right tail)."""
+    """Lengths whose logarithm is normal: the usual shape of reasoning-response lengths (long right tail).
+
+    `loc_tokens` shifts the distribution (scipy's `loc`): a fitted scipy triple (s, loc, scale) is
+    `sigma: s, loc_tokens: loc, median_tokens: loc + scale`.
+    """
 
     kind: Literal["lognormal"]
     median_tokens: PositiveFloat
-    sigma: PositiveFloat = Field(description="standard deviation of ln(length)")
+    sigma: PositiveFloat = Field(description="standard deviation of ln(length - loc_tokens)")
+    loc_tokens: float = Field(0.0, description="where the distribution starts (scipy's loc); may be negative")
+
+    @model_validator(mode="after")
+    def _median_above_loc(self) -> LognormalLength:
+        if self.median_tokens <= self.loc_tokens:
+            raise ValueError(f"median_tokens ({self.median_tokens}) must exceed loc_tokens ({self.loc_tokens})")
+        return self
 
 
 class GammaLength(Frozen):
@@ -33,6 +55,32 @@ class GammaLength(Frozen):
     kind: Literal["gamma"]
     mean_tokens: PositiveFloat
     shape: PositiveFloat
+
+
+class GaussianComponent(Frozen):
+    weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
+    mean_tokens: float
+    std_tokens: PositiveFloat
+
+
+class GaussianMixtureLength(Frozen):
+    """A mixture of normal distributions of length (lengths below 1 token count as 1)."""
+
+    kind: Literal["gaussian_mixture"]
+    components: list[GaussianComponent] = Field(min_length=1)
+
+
+class LognormalComponent(Frozen):
+    weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
+    median_tokens: PositiveFloat
+    sigma: PositiveFloat
+
+
+class LognormalMixtureLength(Frozen):
+    """A mixture of lognormals (a Gaussian mixture of ln(length)): what `rlsim workload fit` fits to traces."""
+
+    kind: Literal["lognormal_mixture"]
+    components: list[LognormalComponent] = Field(min_length=1)
 
 
 class EmpiricalLength(Frozen):
@@ -45,22 +93,253 @@ class EmpiricalLength(Frozen):
 
     @model_validator(mode="after")
     def _weights_match(self) -> EmpiricalLength:
-        if self.weights is not None and len(self.weights) != len(self.tokens):
-            raise ValueError(f"weights has {len(self.weights)} entries but tokens has {len(self.tokens)}")
+        _check_weights(self.weights, len(self.tokens), "tokens")
         return self
 
 
 class TraceLength(Frozen):
-    """Replay of a recorded trace file (PolyTrace packed-length format); the path is relative to the scenario file."""
+    """Lengths drawn from all those of a recorded trace (PolyTrace packed lengths, or the multi-turn log's prompt and
+    trajectory lengths); the path is relative to the scenario file. Groups and order are not kept: `workload.replay`
+    replays a trace as recorded."""
 
     kind: Literal["trace"]
     path: str = Field(min_length=1)
     scale: PositiveFloat = Field(1.0, description="multiply every length (what if responses were k times longer?)")
 
 
-LengthModel = Annotated[
-    FixedLength | LognormalLength | GammaLength | EmpiricalLength | TraceLength, Field(discriminator="kind")
+StaticLengthModel = Annotated[
+    FixedLength | LognormalLength | GammaLength | GaussianMixtureLength | LognormalMixtureLength | EmpiricalLength
+    | TraceLength,
+    Field(discriminator="kind"),
 ]
+
+
+class DriftPoint(Frozen):
+    step: int = Field(ge=0, description="policy version (RL step) at which `model` holds")
+    model: StaticLengthModel
+
+
+class DriftLength(Frozen):
+    """Lengths that change over training: a length model at each listed step, and in between either the earlier one
+    (`step`) or a linear blend of the two quantile functions (`linear`: for two lognormals of equal sigma, the median
+    moves linearly). Before the first point the first holds, after the last the last."""
+
+    kind: Literal["drift"]
+    interpolation: Literal["linear", "step"] = "linear"
+    points: list[DriftPoint] = Field(min_length=1)
+
+    @field_validator("points")
+    @classmethod
+    def _increasing_steps(cls, points: list[DriftPoint]) -> list[DriftPoint]:
+        steps = [p.step for p in points]
+        if steps != sorted(set(steps)):
+            raise ValueError(f"steps must increase strictly, got {steps}")
+        return points
+
+
+LengthModel = Annotated[
+    FixedLength | LognormalLength | GammaLength | GaussianMixtureLength | LognormalMixtureLength | EmpiricalLength
+    | TraceLength | DriftLength,
+    Field(discriminator="kind"),
+]
+
+
+class JointComponent(Frozen):
+    weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
+    mean_tokens: tuple[float, float] = Field(description="[prompt, response] means")
+    covariance: tuple[tuple[float, float], tuple[float, float]] = Field(description="2×2 covariance of [prompt, response]")
+
+    @model_validator(mode="after")
+    def _positive_definite(self) -> JointComponent:
+        (a, b), (c, d) = self.covariance
+        if not math.isclose(b, c, rel_tol=1e-6, abs_tol=1e-9):
+            raise ValueError(f"covariance must be symmetric, got off-diagonal {b} and {c}")
+        if a <= 0 or d <= 0 or a * d - b * c <= 0:
+            raise ValueError("covariance must be positive definite (positive variances, |correlation| < 1)")
+        return self
+
+
+class JointGaussianMixture(Frozen):
+    """Prompt and response lengths drawn together from a 2-D Gaussian mixture, as in the production fit of
+    PolyTrace's enhanced_task_distribution_parameters.json (`math_task.gmm_parameters`): their correlation is kept."""
+
+    kind: Literal["joint_gaussian_mixture"]
+    components: list[JointComponent] = Field(min_length=1)
+
+
+# ------------------------------------------------------------------------------------------------ other distributions
+
+
+class FixedLatency(Frozen):
+    kind: Literal["fixed"]
+    seconds: NonNegativeFloat
+
+
+class LognormalLatency(Frozen):
+    kind: Literal["lognormal"]
+    median_s: PositiveFloat
+    sigma: PositiveFloat
+
+
+class LatencyComponent(Frozen):
+    weight: PositiveFloat
+    median_s: PositiveFloat
+    sigma: PositiveFloat
+
+
+class LognormalMixtureLatency(Frozen):
+    kind: Literal["lognormal_mixture"]
+    components: list[LatencyComponent] = Field(min_length=1)
+
+
+class EmpiricalLatency(Frozen):
+    kind: Literal["empirical"]
+    seconds: list[NonNegativeFloat] = Field(min_length=1)
+    weights: list[PositiveFloat] | None = None
+
+    @model_validator(mode="after")
+    def _weights_match(self) -> EmpiricalLatency:
+        _check_weights(self.weights, len(self.seconds), "seconds")
+        return self
+
+
+LatencyModel = Annotated[FixedLatency | LognormalLatency | LognormalMixtureLatency | EmpiricalLatency,
+                         Field(discriminator="kind")]
+
+
+class Categorical(Frozen):
+    """A count drawn from listed values with relative weights (equal weights when none are given)."""
+
+    values: list[PositiveInt] = Field(min_length=1)
+    weights: list[PositiveFloat] | None = None
+
+    @model_validator(mode="after")
+    def _weights_match(self) -> Categorical:
+        _check_weights(self.weights, len(self.values), "values")
+        return self
+
+
+# ------------------------------------------------------------------------------------------------ GRPO groups
+
+
+class GroupCorrelation(Frozen):
+    """How a prompt's samples relate (a Gaussian copula with a per-prompt difficulty factor).
+
+    A prompt draws a difficulty d ~ N(0, 1); each of its samples has the normal score √ρ·d + √(1−ρ)·ε, mapped through
+    the response length model's quantile function, so the marginal lengths are exactly the model's. The prompt length's
+    normal score has correlation `prompt_response_correlation` with d.
+    """
+
+    within_group_correlation: Probability = Field(
+        0.0, description="ρ: correlation of two samples' normal scores; for lognormal-like lengths ≈ the intra-class "
+        "correlation of ln(length). `rlsim workload fit` calibrates it to a trace")
+    prompt_response_correlation: float = Field(0.0, ge=-1.0, le=1.0, description="correlation of the prompt length's "
+                                               "normal score with the prompt's difficulty")
+
+
+# ------------------------------------------------------------------------------------------------ replay
+
+
+class Replay(Frozen):
+    """Replay a recorded trace as it was: its groups (prompt length, the n response lengths; or multi-turn
+    trajectories with their turns and tool calls) in the recorded order, step after step, starting again from the
+    first step when it runs out. Format is recognised from the files: PolyTrace `packed_lengths_step_*.jsonl` or
+    `multiturn_workload_step_*.jsonl[.gz]`."""
+
+    path: str = Field(min_length=1, description="trace file or folder, relative to the scenario file")
+
+
+# ------------------------------------------------------------------------------------------------ multi-turn
+
+
+class MultiTurn(Frozen):
+    """Agentic rollouts (Search-R1-like): a trajectory generates a turn, calls tools, appends their responses to its
+    context, and generates again, until its final (answer) turn. Turn and tool-response lengths are drawn per
+    turn; a per-trajectory factor correlates them (`within_trajectory_correlation`, as `groups` does for samples)."""
+
+    turns: Categorical = Field(description="generation turns per trajectory (tool-calling turns + the answer turn)")
+    tool_turn_tokens: LengthModel = Field(description="tokens generated in a turn that ends with tool calls")
+    answer_turn_tokens: LengthModel = Field(description="tokens generated in the final turn")
+    calls_per_turn: Categorical = Field(default_factory=lambda: Categorical(values=[1]),
+                                        description="tool calls a tool-calling turn makes (run concurrently)")
+    tool_latency: LatencyModel = Field(description="seconds one tool call takes")
+    tool_response_tokens: LengthModel = Field(description="tokens one tool call appends to the context")
+    within_trajectory_correlation: Probability = Field(
+        0.0, description="correlation of the normal scores of a trajectory's turn and tool-response lengths")
+
+
+# ------------------------------------------------------------------------------------------------ budgets, success, filters
+
+
+class BetaSuccess(Frozen):
+    """Per-prompt probability that a sample is correct, Beta-distributed across prompts (mean, and concentration
+    a + b: small = prompts are mostly all-right or all-wrong)."""
+
+    mean: float = Field(gt=0, lt=1)
+    concentration: PositiveFloat = 2.0
+    length_correlation: float = Field(
+        0.0, ge=-1.0, le=1.0, description="correlation of the success rate's normal score with the prompt's length "
+        "difficulty (negative: hard prompts, long answers, fewer right)")
+
+
+class UniformBudget(Frozen):
+    """Every prompt gets algorithm.samples_per_prompt samples."""
+
+    kind: Literal["uniform"]
+
+
+class CategoricalBudget(Frozen):
+    """Samples per prompt drawn per prompt (e.g. DUET-style varying budgets, or BroRL's hundreds)."""
+
+    kind: Literal["categorical"]
+    samples: Categorical
+
+
+class KnapsackBudget(Frozen):
+    """Knapsack RL: a step's budget of prompts × samples_per_prompt samples is split across its prompts to maximise
+    the expected number of informative groups (not all right or all wrong), given each prompt's success rate
+    (workload.success_rate). Greedy on marginal gains, which is optimal since each gain shrinks with n."""
+
+    kind: Literal["knapsack"]
+    min_samples: PositiveInt = 2
+    max_samples: PositiveInt = 256
+
+    @model_validator(mode="after")
+    def _ordered(self) -> KnapsackBudget:
+        if self.min_samples > self.max_samples:
+            raise ValueError(f"min_samples ({self.min_samples}) exceeds max_samples ({self.max_samples})")
+        return self
+
+
+Budget = Annotated[UniformBudget | CategoricalBudget | KnapsackBudget, Field(discriminator="kind")]
+
+
+class FractionFilter(Frozen):
+    """Each group is informative with a fixed probability."""
+
+    kind: Literal["fraction"]
+    fraction: Probability
+
+
+class SuccessRateFilter(Frozen):
+    """A group is uninformative when all its samples are right or all wrong, drawn from the prompt's success rate
+    (workload.success_rate) and its number of samples."""
+
+    kind: Literal["success_rate"]
+
+
+class TraceFilter(Frozen):
+    """Replay recorded dynamic-sampling decisions (PolyTrace dapo_filter_indices.jsonl): the i-th prompt of the k-th
+    generation batch is kept when the trace kept it. Groups are matched to the trace in the order they are drawn."""
+
+    kind: Literal["trace"]
+    path: str = Field(min_length=1)
+
+
+Informative = Annotated[FractionFilter | SuccessRateFilter | TraceFilter, Field(discriminator="kind")]
+
+
+# ------------------------------------------------------------------------------------------------ rewards
 
 
 class RuleReward(Frozen):
@@ -72,7 +351,8 @@ class RuleReward(Frozen):
 
 
 class SandboxReward(Frozen):
-    """Code execution in a sandbox: lognormal latency per sample and a cap on concurrent executions."""
+    """Code execution in a sandbox: lognormal latency per sample and a cap on concurrent executions.
+    `rlsim workload fit` fits both to PolyTrace reward timings."""
 
     kind: Literal["sandbox"]
     median_latency_s: PositiveFloat
@@ -87,13 +367,72 @@ class ModelReward(Frozen):
     model: str = Field(min_length=1, description="catalog model name")
 
 
-RewardConfig = Annotated[RuleReward | SandboxReward | ModelReward, Field(discriminator="kind")]
+class JudgeReward(Frozen):
+    """An LLM judge: a generation engine pool (placement.reward_model says where) reads each prompt and response
+    and generates a verdict."""
+
+    kind: Literal["llm_judge"]
+    model: str = Field(min_length=1, description="catalog model name of the judge")
+    instruction_tokens: PositiveInt = Field(256, description="judging instructions added to the prompt and response")
+    verdict_tokens: LengthModel = Field(default_factory=lambda: FixedLength(kind="fixed", tokens=256),
+                                        description="tokens the judge generates per response")
+    max_num_seqs: PositiveInt = Field(256, description="the judge engines' cap on sequences decoded together")
+
+
+RewardConfig = Annotated[RuleReward | SandboxReward | ModelReward | JudgeReward, Field(discriminator="kind")]
+
+
+# ------------------------------------------------------------------------------------------------ the workload
 
 
 class Workload(Frozen):
-    prompt_tokens: LengthModel
-    response_tokens: LengthModel
-    reward: RewardConfig = Field(default_factory=lambda: RuleReward(kind="rule"))
+    prompt_tokens: LengthModel | None = Field(None, description="required unless joint_tokens or replay gives it")
+    response_tokens: LengthModel | None = Field(
+        None, description="required unless joint_tokens, replay or multiturn gives it")
+    joint_tokens: JointGaussianMixture | None = Field(
+        None, description="prompt and response lengths drawn together (instead of prompt_tokens and response_tokens)")
+    groups: GroupCorrelation = Field(default_factory=GroupCorrelation)
+    replay: Replay | None = None
+    multiturn: MultiTurn | None = None
+    tool_wait: Literal["hold", "release"] = Field(
+        "hold", description="during a tool call a trajectory keeps its engine slot and KV cache (hold), or frees them "
+        "and is re-admitted when the tool returns, re-using whatever of its prefix is still cached (release)")
+    samples_per_prompt: Budget = Field(default_factory=lambda: UniformBudget(kind="uniform"))
+    success_rate: BetaSuccess | None = None
+    informative: Informative | None = Field(
+        None, description="which groups dynamic sampling keeps; default: informative_group_fraction")
     informative_group_fraction: Probability = Field(
         1.0, description="chance that a group's rewards differ (not all right or all wrong): the groups DAPO's "
         "dynamic sampling keeps")
+    generation_batch_prompts: PositiveInt | None = Field(
+        None, description="prompts generated per round while dynamic sampling fills a batch (verl data.gen_batch_size); "
+        "default: the batch, then as many as expected to fill it")
+    reward: RewardConfig = Field(default_factory=lambda: RuleReward(kind="rule"))
+
+    @model_validator(mode="after")
+    def _one_source_of_lengths(self) -> Workload:
+        given = [name for name in ("prompt_tokens", "response_tokens") if getattr(self, name) is not None]
+        if self.replay is not None and (given or self.joint_tokens is not None or self.multiturn is not None):
+            raise ValueError("replay gives the prompt and response lengths (and turns) as recorded; remove "
+                             + ", ".join(given + ["joint_tokens"] * (self.joint_tokens is not None)
+                                         + ["multiturn"] * (self.multiturn is not None)))
+        if self.joint_tokens is not None and given:
+            raise ValueError(f"joint_tokens gives both prompt and response lengths; remove {', '.join(given)}")
+        if self.replay is None and self.joint_tokens is None:
+            missing = [name for name in ("prompt_tokens", "response_tokens") if getattr(self, name) is None
+                       and not (name == "response_tokens" and self.multiturn is not None)]
+            if missing:
+                raise ValueError(f"{' and '.join(missing)} required (or joint_tokens, or replay of a trace)")
+            if self.multiturn is not None and self.response_tokens is not None:
+                raise ValueError("multiturn gives the response as turns; remove response_tokens")
+        if self.informative is not None and self.informative_group_fraction != 1.0:
+            raise ValueError("give informative or informative_group_fraction, not both")
+        return self
+
+    @property
+    def informative_model(self) -> FractionFilter | SuccessRateFilter | TraceFilter:
+        """The filter in force: `informative`, or the fixed fraction `informative_group_fraction`."""
+        if self.informative is not None:
+            return self.informative
+        return FractionFilter(kind="fraction", fraction=self.informative_group_fraction)
+

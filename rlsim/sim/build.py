@@ -1,5 +1,6 @@
 """Assemble a simulation from a bound scenario: GPU indices of every role, rollout engines with their cost models and
-KV budgets, the trainer with actor/critic costs, the reward stage, and weight-sync / switching costs."""
+KV budgets, the trainer with actor/critic costs, the reward stage (CPU pool, reward model, or LLM-judge engines), the
+workload's group sampler, and weight-sync / switching costs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ import numpy as np
 import simpy
 
 from rlsim.config.bound import Bound
-from rlsim.config.schema import TrainingPlacement
+from rlsim.config.schema import RolloutPlacement, Scenario, TrainingPlacement
 from rlsim.costs.collectives import collective_time
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
@@ -41,11 +42,12 @@ class Simulation:
     critic: TrainingCosts | None
     reward: RewardPool | None
     reward_model: tuple[Trainer, TrainingCosts] | None
+    judges: list[RolloutEngine]  # LLM-judge engines (workload.reward.kind llm_judge), else empty
     switch: SwitchCost | None  # colocated: per train <-> generate cycle
     sync: WeightSyncCost | None  # disaggregated / hybrid: per weight update
     sampler: GroupSampler
     balancer_rng: np.random.Generator
-    filter_rng: np.random.Generator  # which groups dynamic sampling keeps
+    reward_rng: np.random.Generator  # the judge's verdict lengths
     finished: list[Rollout]
 
 
@@ -79,7 +81,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
         gpus = rollout[e * engine_layout.tp:(e + 1) * engine_layout.tp]
         engines.append(RolloutEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
                                      engine_layout.max_num_batched_tokens, index[gpus[0]], len(gpus), recorder,
-                                     finished.append, mode=mode))
+                                     finished.append, mode=mode, tool_wait=scenario.workload.tool_wait))
 
     layout = placement.training
     group = TrainingGroup(index[training[0]], layout)
@@ -91,16 +93,19 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
 
     reward_config = scenario.workload.reward
     reward_rng = np.random.default_rng(reward_seed)
-    reward = RewardPool(env, reward_config, reward_rng) if reward_config.kind != "reward_model" else None
+    reward = RewardPool(env, reward_config, reward_rng) if reward_config.kind in ("rule", "sandbox") else None
     reward_model = None
     if reward_config.kind == "reward_model":
         reward_model = _reward_model(env, bound, topology, index, recorder, rollout, training)
+    judges = _judges(env, bound, topology, index, recorder, rollout, training, mode) \
+        if reward_config.kind == "llm_judge" else []
 
     switch = colocated_switch_for(bound, topology) if placement.mode == "colocated" else None
     sync = disaggregated_sync_for(bound, topology) if placement.mode != "colocated" else None
+    sampler = GroupSampler(scenario, np.random.default_rng(workload_seed), np.random.default_rng(filter_seed))
     return Simulation(env, bound, recorder, engines, (index[rollout[0]], len(rollout)), group, trainer, actor, critic,
-                      reward, reward_model, switch, sync, GroupSampler(scenario, np.random.default_rng(workload_seed)),
-                      np.random.default_rng(balancer_seed), np.random.default_rng(filter_seed), finished)
+                      reward, reward_model, judges, switch, sync, sampler, np.random.default_rng(balancer_seed),
+                      reward_rng, finished)
 
 
 def _memoised(op: str, group: CommGroup):
@@ -128,3 +133,57 @@ def _reward_model(env, bound: Bound, topology: ClusterTopology, index: dict[GPU,
                           GroupCollectives.on_cluster(topology, gpus, layout), head="value")
     trainer = Trainer(env, recorder, TrainingGroup(index[gpus[0]], layout), scenario.schedule.dp_balance)
     return trainer, costs
+
+
+def _judges(env, bound: Bound, topology: ClusterTopology, index: dict[GPU, int], recorder: Recorder,
+            rollout: tuple[GPU, ...], training: tuple[GPU, ...], mode: str) -> list[RolloutEngine]:
+    """LLM-judge generation engines on the reward GPUs (after the policy's roles in their pool); their busy time is
+    reward work (`reward_model`, stage `reward`)."""
+    scenario = bound.scenario
+    placement = scenario.placement.reward_model
+    judge = scenario.workload.reward
+    assert placement is not None and placement.pool is not None and judge.kind == "llm_judge"
+    used = {g for g in rollout + training if g.pool == placement.pool}
+    gpus = topology.allocate(placement.pool, placement.gpus, len(used))
+    layout = RolloutPlacement(pool=placement.pool, gpus=placement.gpus, tp=placement.tp,
+                              max_num_seqs=judge.max_num_seqs)
+    spec = ModelCatalog.load().spec(judge.model)
+    gpu = bound.gpu(placement.pool)
+    kv_tokens = int(rollout_memory(judge_scenario(scenario), spec, gpu).kv_cache_bytes
+                    // kv_bytes_per_token_per_gpu(spec, layout.tp))
+    group = topology.group(gpus[:layout.tp])
+    costs = EngineCosts.for_placement(spec, GPURates.from_profile(gpu, scenario.model.dtype), layout,
+                                      _memoised("all_reduce", group) if layout.tp > 1 else None, None)
+    engines = []
+    for e in range(layout.engines):
+        mine = gpus[e * layout.tp:(e + 1) * layout.tp]
+        engines.append(RolloutEngine(env, e, costs, kv_tokens, layout.max_num_seqs, layout.max_num_batched_tokens,
+                                     index[mine[0]], len(mine), recorder, lambda r: None, mode=mode,
+                                     busy_labels=("reward_model", "reward_model", "reward")))
+    return engines
+
+
+def judge_scenario(scenario: Scenario) -> Scenario:
+    """The scenario as the judge's engines see it: their own GPUs (no training state beside them) generating on
+    placement.reward_model, reading prompts of up to prompt + response + instruction tokens."""
+    placement = scenario.placement
+    judge = scenario.workload.reward
+    assert placement.reward_model is not None and judge.kind == "llm_judge"
+    layout = RolloutPlacement(pool=placement.reward_model.pool, gpus=placement.reward_model.gpus,
+                              tp=placement.reward_model.tp, max_num_seqs=judge.max_num_seqs)
+    algorithm = scenario.algorithm.model_copy(update={
+        "max_prompt_tokens": scenario.algorithm.max_prompt_tokens + scenario.algorithm.max_response_tokens
+        + judge.instruction_tokens,
+        "max_response_tokens": judge_max_verdict(scenario)})
+    return scenario.model_copy(update={
+        "algorithm": algorithm,
+        "placement": placement.model_copy(update={"mode": "disaggregated", "rollout": layout})})
+
+
+def judge_max_verdict(scenario: Scenario) -> int:
+    """The longest verdict the judge writes: its verdict model's 99.9th percentile (the judge's own generation cap)."""
+    from rlsim.workload.lengths import length_schedule
+
+    judge = scenario.workload.reward
+    assert judge.kind == "llm_judge"
+    return max(1, int(length_schedule(judge.verdict_tokens).at(0).quantile(0.999, 1 << 30)))

@@ -9,6 +9,11 @@ async         the producer keeps engines busy, admitting a group while fewer tha
               that would exceed staleness η (policy "staleness_bound"). Weight updates drain the engines, or interrupt
               in-flight sequences and recompute their KV cache (partial_rollout: interrupt).
 
+Groups come from the workload's sampler, drawn for the policy version that generates them (lengths may drift); a
+group of a multi-turn workload is a set of trajectories whose tool calls the engines run. Whether a group is
+informative (what dynamic sampling keeps) is decided when it is drawn. Rewards are scored by a CPU pool, a reward
+model's forward pass, or an LLM judge generating a verdict per response on its own engines.
+
 Idle time is labelled through recorder contexts: rollout GPUs waiting for their peers (`tail`) or for new weights
 (`staleness_block`); training GPUs waiting for samples (`starved`).
 """
@@ -21,9 +26,12 @@ import simpy
 
 from rlsim.events import STAGES, SequenceRecord, StepRecord
 from rlsim.sim.balance import Dispatcher
-from rlsim.sim.build import Simulation
+from rlsim.sim.build import Simulation, judge_max_verdict
+from rlsim.sim.rollout import MultiTurnRollout
 from rlsim.sim.sequence import Rollout
 from rlsim.workload.batches import PromptGroup
+from rlsim.workload.filters import expected_kept_fraction
+from rlsim.workload.lengths import length_schedule
 
 # Completions closer together than this count as simultaneous. Fast mode sums iteration times in closed form and exact
 # mode one by one, so the same instant can differ by ~1e-15 s between them; decisions must not depend on that.
@@ -46,6 +54,7 @@ class RLLoop:
         self._next_seq = 0
         self._members: dict[int, list[Rollout]] = {}  # group -> its rollouts
         self._left: dict[int, int] = {}  # group -> samples still generating
+        self._informative: dict[int, bool] = {}  # group -> whether dynamic sampling keeps it
         # (when, group) of groups whose samples all finished (and, off-policy, were scored). Taken in that order, ties by
         # group id, so that simultaneous completions never depend on the order SimPy happens to process them in.
         self._complete: list[tuple[float, int]] = []
@@ -55,6 +64,17 @@ class RLLoop:
         self._trained: dict[int, list[Rollout]] = {}  # group -> its rollouts, once trained
         self._updates = 0  # optimizer steps so far
         self._reward_model_lock = simpy.Resource(self.env, capacity=1)  # the reward model's GPUs run one pass at a time
+        workload = scenario.workload
+        self._kept = expected_kept_fraction(workload, self.algorithm.samples_per_prompt)
+        self._judging: dict[Rollout, simpy.Event] = {}  # judge requests in flight -> the event their group waits on
+        self._judging_left: dict[simpy.Event, int] = {}  # that event -> verdicts still to come
+        self._judge_seq = 0
+        self._judge_dispatch = 0
+        if sim.judges:
+            self._verdicts = length_schedule(workload.reward.verdict_tokens).at(0)
+            self._verdict_cap = judge_max_verdict(scenario)
+            for judge in sim.judges:
+                judge.on_finish = self._verdict_done
 
     # ------------------------------------------------------------------------------------------- entry point
 
@@ -75,6 +95,9 @@ class RLLoop:
             # The reward model's GPUs wait for samples whenever they are not scoring.
             group = self.sim.reward_model[0].group
             self.recorder.context(group.first_gpu, group.gpus, 0.0, self.env.now, "starved", "reward")
+        for judge in self.sim.judges:
+            judge.close()
+            self.recorder.context(judge.first_gpu, judge.gpu_count, 0.0, self.env.now, "starved", "reward")
 
     # ------------------------------------------------------------------------------------------- sync
 
@@ -194,6 +217,8 @@ class RLLoop:
         samples = sum(len(self._members[g]) for g in groups)
         if self.sim.reward is not None:
             yield from self.sim.reward.score_batch(samples)
+        elif self.sim.judges:
+            yield simpy.AllOf(self.env, [self._judge(g) for g in groups])
         else:
             trainer, costs = self.sim.reward_model
             yield from trainer.forward_pass("reward", costs, self._lengths(groups), label="reward_model")
@@ -242,7 +267,7 @@ class RLLoop:
             stages.setdefault(name, 0.0)
         samples = [r for g in groups for r in self._trained[g]]
         self.recorder.step(StepRecord(step, start, self.env.now, stages, samples=len(samples),
-                                      tokens=sum(r.prompt_tokens + r.target_tokens for r in samples)))
+                                      tokens=sum(self._trained_tokens(r) for r in samples)))
 
     def _update_weights(self) -> Generator:
         """Stop the engines (drain, or interrupt in-flight sequences), move the weights, resume. Returns the seconds
@@ -270,16 +295,22 @@ class RLLoop:
         if count <= 0:
             return
         rollouts = []
-        for group in self.sim.sampler.draw(count):
+        for group in self.sim.sampler.draw(count, self.version):
             members = [self._rollout(group, i) for i in range(len(group.response_tokens))]
             self._members[group.group] = members
             self._left[group.group] = len(members)
+            self._informative[group.group] = group.informative
             rollouts.extend(members)
         self.dispatcher.dispatch(rollouts)
 
     def _rollout(self, group: PromptGroup, i: int) -> Rollout:
-        rollout = Rollout(self._next_seq, group.group, group.prompt_tokens, group.response_tokens[i],
-                          group.truncated[i], submitted=self.env.now)
+        if group.turns is not None:
+            rollout: Rollout = MultiTurnRollout(self._next_seq, group.group, group.prompt_tokens,
+                                                group.response_tokens[i], group.truncated[i], submitted=self.env.now,
+                                                turns=group.turns[i])
+        else:
+            rollout = Rollout(self._next_seq, group.group, group.prompt_tokens, group.response_tokens[i],
+                              group.truncated[i], submitted=self.env.now)
         self._next_seq += 1
         return rollout
 
@@ -290,6 +321,9 @@ class RLLoop:
             return
         if self.schedule.mode == "sync":
             self._group_complete(group)
+            return
+        if self.sim.judges:
+            self.env.process(self._judged(group))
             return
         if self.sim.reward is None:
             self.env.process(self._score_on_reward_model(group))
@@ -307,12 +341,43 @@ class RLLoop:
             yield from trainer.forward_pass("reward", costs, self._lengths([group]), label="reward_model")
         self._group_complete(group)
 
+    def _judged(self, group: int) -> Generator:
+        yield self._judge(group)
+        self._group_complete(group)
+
+    def _judge(self, group: int) -> simpy.Event:
+        """Ask the judge about every response of the group; the event fires when the last verdict is written."""
+        members = self._members[group]
+        instruction = self.scenario.workload.reward.instruction_tokens
+        verdicts = self._verdicts.sample(self.sim.reward_rng, len(members), self._verdict_cap)
+        done = self.env.event()
+        self._judging_left[done] = len(members)
+        for r, verdict in zip(members, verdicts, strict=True):
+            request = Rollout(self._judge_seq, self._judge_seq, self._trained_tokens(r) + instruction, int(verdict),
+                              False, submitted=self.env.now)
+            self._judge_seq += 1
+            self._judging[request] = done
+            judges = self.sim.judges
+            # Least outstanding requests, ties to the next in turn: the judges share the work evenly.
+            choice = min(range(len(judges)), key=lambda e: (judges[e].outstanding, (e - self._judge_dispatch)
+                                                               % len(judges)))
+            self._judge_dispatch = choice + 1
+            judges[choice].submit(request)
+        return done
+
+    def _verdict_done(self, request: Rollout) -> None:
+        done = self._judging.pop(request)
+        self._judging_left[done] -= 1
+        if not self._judging_left[done]:
+            del self._judging_left[done]
+            done.succeed()
+
     def _ready_at(self, group: int, when: float) -> Generator:
         yield self.env.timeout(max(0.0, when - self.env.now))
         self._group_complete(group)
 
     def _group_complete(self, group: int) -> None:
-        if self.algorithm.dynamic_sampling and self._uninformative():
+        if self.algorithm.dynamic_sampling and not self._informative[group]:
             self._drop(group, "dynamic_sampling")
             self._dropped_groups += 1  # off-policy: the producer admits a replacement
             self._notify_version()
@@ -340,19 +405,24 @@ class RLLoop:
         return any(left > 0 for left in self._left.values())
 
     def _top_up(self, target: int) -> int:
-        """Groups to launch so that, at the rate dynamic sampling keeps them, the batch is expected to fill."""
-        kept = self.scenario.workload.informative_group_fraction if self.algorithm.dynamic_sampling else 1.0
+        """Groups to launch so that, at the rate dynamic sampling keeps them, the batch is expected to fill; a whole
+        generation batch when the workload sets one (verl's gen_batch_size)."""
+        if self.algorithm.dynamic_sampling and self.scenario.workload.generation_batch_prompts is not None:
+            return self.scenario.workload.generation_batch_prompts
+        kept = self._kept if self.algorithm.dynamic_sampling else 1.0
         return math.ceil((target - len(self._complete)) / kept)
-
-    def _uninformative(self) -> bool:
-        return bool(self.sim.filter_rng.random() >= self.scenario.workload.informative_group_fraction)
 
     def _notify_version(self) -> None:
         event, self._version_changed = self._version_changed, self.env.event()
         event.succeed()
 
     def _lengths(self, groups: list[int]) -> list[int]:
-        return [r.prompt_tokens + r.target_tokens for g in groups for r in self._members[g]]
+        return [self._trained_tokens(r) for g in groups for r in self._members[g]]
+
+    def _trained_tokens(self, r: Rollout) -> int:
+        """A finished rollout's tokens in training: its context, the response part (generated and tool tokens)
+        cut at max_response_tokens as verl cuts multi-turn responses."""
+        return r.prompt_tokens + min(r.context_tokens - r.prompt_tokens, self.algorithm.max_response_tokens)
 
     def _consume(self, step: int, groups: list[int]) -> None:
         for group in groups:
@@ -361,11 +431,13 @@ class RLLoop:
                 self.recorder.sequence(self._record(r, self.version, step))
             self._trained[group] = members
             del self._left[group]
+            del self._informative[group]
 
     def _drop(self, group: int, policy: str) -> None:
         for r in self._members.pop(group):
             self.recorder.sequence(self._record(r, -1, -1, dropped_by=policy))
         del self._left[group]
+        del self._informative[group]
 
     def _drop_leftovers(self) -> None:
         """Rollouts still generating or waiting when the last step ends are dropped by the run's end, and named so."""
@@ -373,8 +445,9 @@ class RLLoop:
             self._drop(group, "run_end")
 
     def _record(self, r: Rollout, version: int, step: int, dropped_by: str = "") -> SequenceRecord:
-        return SequenceRecord(r.seq_id, r.group, r.engine, r.prompt_tokens, r.generated, r.truncated, r.submitted,
-                              r.finished, r.version_started, version, step, r.preemptions, dropped_by)
+        # A trajectory's prompt tokens are all it did not generate: its prompt and every tool response appended.
+        return SequenceRecord(r.seq_id, r.group, r.engine, r.context_tokens - r.generated, r.generated, r.truncated,
+                              r.submitted, r.finished, r.version_started, version, step, r.preemptions, dropped_by)
 
     # ------------------------------------------------------------------------------------------- spans
 

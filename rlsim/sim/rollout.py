@@ -19,6 +19,13 @@ context it will hold after its prefill (prompt + generated + 1) up front, so pre
 and only decoding grows it. With prefix sharing, a GRPO group's prompt is held once per engine while any sequence of
 the group runs there, and a sequence whose group's prompt is there prefills only its own tokens.
 
+Multi-turn trajectories (`MultiTurnRollout`). When a trajectory's turn ends with tool calls it leaves the decode
+batch for the calls' latency; the engine's tool-wait policy decides whether it holds its sequence slot and KV cache
+meanwhile (`hold`: on return only the appended tool tokens, and the turn's last token, are prefilled) or frees them
+(`release`: its KV becomes an evictable prefix-cache entry, reclaimed least recently released first whenever room is
+needed; on return it queues again, and prefills whatever of its context is no longer cached). A tool return wakes the
+engine like a submit. The cache holds only released trajectories (and their group's prompt when they held it last).
+
 Fast advance. Between batch-changing events (an admission or prefill chunk, a finish, a preemption, a wake-up by a
 submit or a pause) the engine only decodes a fixed batch, so it computes in closed form how many iterations run until
 the first of its sequences finishes or the KV cache fills, and sleeps once for all of them. A wake-up lets the
@@ -29,8 +36,10 @@ iteration counter, so booking is O(1) and a finish O(log batch): events scale wi
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from itertools import accumulate
 from typing import Literal, Protocol
 
 import simpy
@@ -38,6 +47,8 @@ import simpy
 from rlsim.costs.rollout import PrefillChunk
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.sequence import Rollout
+from rlsim.workload.multiturn import Turn
+from rlsim.workload.registry import Registry
 
 
 class IterationCosts(Protocol):
@@ -56,14 +67,69 @@ class IterationCosts(Protocol):
 
 Probe = Callable[[str, Rollout], None]
 """Observes an engine without changing it: called with "admitted", "prefilled" (first token sampled), "preempted",
-"interrupted" or "finished" and the rollout concerned, at the simulated time of the event."""
+"interrupted", "tool_call", "tool_returned" or "finished" and the rollout concerned, at the simulated time of the
+event."""
+
+
+@dataclass(eq=False)
+class MultiTurnRollout(Rollout):
+    """A trajectory of generation turns separated by tool calls. `target_tokens` counts the tokens of all its turns;
+    `remaining` those left in the current turn."""
+
+    turns: tuple[Turn, ...] = ()
+    turn: int = 0  # the turn being generated (or whose tool calls are running)
+    appended: int = 0  # tool-response tokens appended to its context so far
+    in_tool: bool = False  # its tool calls are running
+
+    def __post_init__(self) -> None:
+        self._turn_ends = tuple(accumulate(t.tokens for t in self.turns))
+        if not self.turns or self._turn_ends[-1] != self.target_tokens:
+            raise ValueError(f"rollout {self.seq_id}: its turns generate {sum(t.tokens for t in self.turns)} tokens, "
+                             f"not its target of {self.target_tokens}")
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + self.appended + self.generated
+
+    @property
+    def remaining(self) -> int:
+        return self._turn_ends[self.turn] - self.generated
+
+    @property
+    def peak_context_tokens(self) -> int:
+        return self.prompt_tokens + self.target_tokens + sum(t.tool_tokens for t in self.turns)
+
+
+def _peak_context(rollout: Rollout) -> int:
+    """The most KV-cache tokens the rollout ever holds: its context when it ends."""
+    if isinstance(rollout, MultiTurnRollout):
+        return rollout.peak_context_tokens
+    return rollout.prompt_tokens + rollout.target_tokens
+
+
+ToolWait = Callable[["RolloutEngine", MultiTurnRollout], bool]
+"""A tool-wait policy: whether the trajectory, whose tool calls start now, keeps its slot and KV cache meanwhile."""
+TOOL_WAIT_POLICIES: Registry[ToolWait] = Registry("tool-wait policy")
+register_tool_wait = TOOL_WAIT_POLICIES.register
+
+
+@register_tool_wait("hold")
+def hold_during_tools(engine: RolloutEngine, rollout: MultiTurnRollout) -> bool:
+    """Keep the slot and the KV cache (verl / SGLang multi-turn rollouts): no recomputation, but the slot idles."""
+    return True
+
+
+@register_tool_wait("release")
+def release_during_tools(engine: RolloutEngine, rollout: MultiTurnRollout) -> bool:
+    """Free the slot for other sequences; the context stays in the prefix cache until room is needed."""
+    return False
 
 
 class _Slot:
     """A running sequence's place in its engine."""
 
     __slots__ = ("rollout", "order", "own_prompt", "prefill_left", "computed", "start_iteration", "start_generated",
-                 "live")
+                 "live", "tool")
 
     def __init__(self, rollout: Rollout, order: int, own_prompt: int, prefill_left: int, computed: int):
         self.rollout = rollout
@@ -74,6 +140,7 @@ class _Slot:
         self.start_iteration = 0  # engine iteration at which it started decoding
         self.start_generated = 0  # its generated tokens then
         self.live = True  # False once it left the engine (its entry in the finish heap is then stale)
+        self.tool = False  # holding its slot while its tool calls run
 
 
 class RolloutEngine:
@@ -101,6 +168,8 @@ class RolloutEngine:
         mode: Literal["fast", "exact"] = "fast",
         prefix_sharing: bool = True,
         probe: Probe | None = None,
+        tool_wait: str = "hold",
+        busy_labels: tuple[str, str, str] = ("prefill", "decode", "gen"),
     ):
         if mode not in ("fast", "exact"):
             raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
@@ -123,10 +192,16 @@ class RolloutEngine:
         self.mode = mode
         self.prefix_sharing = prefix_sharing
         self.probe = probe
+        self.tool_wait = TOOL_WAIT_POLICIES[tool_wait]
+        # What its busy time is called: (prefill label, decode label, stage). A judge pool generating verdicts is
+        # reward work, not rollout.
+        self._prefill_label, self._decode_label, self._stage = busy_labels
 
         self.version = 0  # policy version of the weights it holds
         self.preemptions = 0  # sequences preempted because the KV cache was full
         self.interruptions = 0  # sequences sent back to the queue by pause(drain=False)
+        self.tool_calls = 0  # turns that ended in tool calls
+        self.cached_prefill_tokens = 0  # context tokens admissions found in the KV cache instead of prefilling
         self._kv_used = 0  # booked: as of the last batch-changing event
         self.queued_tokens = 0  # context tokens of the waiting sequences (what admitting them would cache)
 
@@ -135,6 +210,10 @@ class RolloutEngine:
         self._prefilling: list[_Slot] = []  # running sequences not yet prefilled, in admission order
         self._finishes: list[tuple[int, int, _Slot]] = []  # heap of (finish iteration, admission order, slot)
         self._groups: dict[int, list[int]] = {}  # group -> [its running sequences, prompt tokens] (sharing)
+        # Released trajectories' KV, evictable, least recently released first: rollout -> (tokens, holds the prompt).
+        self._cache: OrderedDict[Rollout, tuple[int, bool]] = OrderedDict()
+        self._cached = 0  # tokens in _cache
+        self._holding = 0  # slots held by trajectories waiting for tools
         self._iteration = 0  # iterations run so far: a decoding sequence gains one token per iteration
         self._decoding = 0  # decode batch size
         self._context = 0  # KV tokens the decode batch attends to: sum of prompt + generated - 1
@@ -195,9 +274,9 @@ class RolloutEngine:
         balancing (None: its true target)."""
         if rollout.done:
             raise ValueError(f"rollout {rollout.seq_id} already has its {rollout.target_tokens} tokens")
-        if rollout.prompt_tokens + rollout.target_tokens > self.kv_capacity_tokens:
+        if _peak_context(rollout) > self.kv_capacity_tokens:
             raise ValueError(
-                f"rollout {rollout.seq_id} needs {rollout.prompt_tokens + rollout.target_tokens} KV tokens, more than "
+                f"rollout {rollout.seq_id} needs {_peak_context(rollout)} KV tokens, more than "
                 f"engine {self.index}'s whole cache of {self.kv_capacity_tokens}"
             )
         rollout.engine = self.index
@@ -244,7 +323,7 @@ class RolloutEngine:
         running rollouts' `generated` up to date."""
         iteration = self._iteration + self._iterations_unbooked()
         for slot in self._running.values():
-            if not slot.prefill_left:
+            if not slot.prefill_left and not slot.tool:
                 slot.rollout.generated = slot.start_generated + iteration - slot.start_iteration
         if self._in_flight is not None:
             label, start = self._in_flight
@@ -255,8 +334,8 @@ class RolloutEngine:
     def _flush(self) -> None:
         if self._span is not None:
             label, start, step = self._span
-            self.recorder.busy(self.first_gpu, self.gpu_count, start, self._span_end, label, "gen", unit=self._unit,
-                               step=step, version=self.version)
+            self.recorder.busy(self.first_gpu, self.gpu_count, start, self._span_end, label, self._stage,
+                               unit=self._unit, step=step, version=self.version)
             self._span = None
 
     # ---- the engine process -----------------------------------------------------------------------------------
@@ -277,7 +356,9 @@ class RolloutEngine:
             elif self._decoding:
                 yield from self._decode_fast() if self.mode == "fast" else self._decode_exact()
             else:
-                assert not self._waiting, f"engine {self.index} idles with {len(self._waiting)} rollouts waiting"
+                # Waiting rollouts may be blocked only by a pause, or by slots and KV held through tool calls.
+                assert not self._waiting or self._pause is not None or self._holding, (
+                    f"engine {self.index} idles with {len(self._waiting)} rollouts waiting")
                 self._flush()
                 self._idle = self.env.event()
                 yield self._idle
@@ -301,8 +382,11 @@ class RolloutEngine:
                 self._observe("interrupted", slot.rollout)
             self._finishes.clear()  # every entry is stale now
             return False
+        self._trim_cache(self._decoding)
         preempted = False
-        while self._decoding and self._kv_used + self._decoding > self.kv_capacity_tokens:
+        # A held trajectory back from its tools reserves room for its new tokens unchecked, so even with nothing
+        # decoding the cache can be over-full.
+        while self._running and self._kv_used + self._decoding > self.kv_capacity_tokens:
             slot = next(reversed(self._running.values()))
             self._evict(slot)
             slot.rollout.preemptions += 1
@@ -331,7 +415,7 @@ class RolloutEngine:
     def _admissible(self, rollout: Rollout) -> bool:
         """A free slot, and room in the KV cache for its context after the decodes of the next iteration."""
         shared = self.prefix_sharing and rollout.group in self._groups
-        need = rollout.generated + 1 + (0 if shared else rollout.prompt_tokens)
+        need = rollout.context_tokens - rollout.prompt_tokens + 1 + (0 if shared else rollout.prompt_tokens)
         return (len(self._running) < self.max_num_seqs
                 and self._kv_used + self._decoding + need <= self.kv_capacity_tokens
                 and self._decoding < self.max_num_batched_tokens)
@@ -340,8 +424,20 @@ class RolloutEngine:
         context = rollout.context_tokens
         self.queued_tokens -= context
         shared = self.prefix_sharing and rollout.group in self._groups
+        entry = self._cache.pop(rollout, None)
+        tokens, with_prompt = entry if entry is not None else (0, False)
+        self._cached -= tokens
+        # The cached prefix: the group's prompt (held by its running samples, or revived from this trajectory's
+        # entry), then the trajectory's own released context — usable only behind its prompt.
+        if not self.prefix_sharing:
+            prefix = tokens
+        elif shared or with_prompt:
+            prefix = rollout.prompt_tokens + tokens - (rollout.prompt_tokens if with_prompt else 0)
+        else:
+            prefix = 0
         # vLLM recomputes at least the last token of a cached prefix, to sample from its logits.
-        cached = min(rollout.prompt_tokens, context - 1) if shared else 0
+        cached = min(prefix, context - 1)
+        self.cached_prefill_tokens += cached
         own_prompt = 0 if self.prefix_sharing else rollout.prompt_tokens
         if shared:
             holders = self._groups[rollout.group]
@@ -352,23 +448,30 @@ class RolloutEngine:
         elif self.prefix_sharing:
             self._groups[rollout.group] = [1, rollout.prompt_tokens]
             self._kv_used += rollout.prompt_tokens
-        self._kv_used += own_prompt + rollout.generated + 1
+        self._kv_used += own_prompt + context - rollout.prompt_tokens + 1
         slot = _Slot(rollout, self._admissions, own_prompt, context - cached, cached)
         self._admissions += 1
         self._running[rollout] = slot
         self._prefilling.append(slot)
+        self._trim_cache(self._decoding)
         self._observe("admitted", rollout)
         return slot
+
+    def _trim_cache(self, room: int) -> None:
+        """Evict released trajectories' KV, least recently released first, until `room` more tokens fit."""
+        while self._cache and self._kv_used + room + self._cached > self.kv_capacity_tokens:
+            _, (tokens, _) = self._cache.popitem(last=False)
+            self._cached -= tokens
 
     def _prefill_iteration(self, plan: list[tuple[_Slot, int]]) -> Generator[simpy.Event, object, None]:
         """One iteration mixing the decode batch with prefill chunks."""
         chunks = [PrefillChunk(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan]
         start = self.env.now
-        self._in_flight = ("prefill", start)
+        self._in_flight = (self._prefill_label, start)
         yield self.env.timeout(self.costs.iteration_seconds(self._decoding, self._context, chunks))
         self._in_flight = None
         self._advance(1)
-        self._record(start, "prefill")
+        self._record(start, self._prefill_label)
         for slot, tokens in plan:
             slot.computed += tokens
             slot.prefill_left -= tokens
@@ -381,11 +484,11 @@ class RolloutEngine:
 
     def _decode_exact(self) -> Generator[simpy.Event, object, None]:
         start = self.env.now
-        self._in_flight = ("decode", start)
+        self._in_flight = (self._decode_label, start)
         yield self.env.timeout(self.costs.decode_iteration_seconds(self._decoding, self._context))
         self._in_flight = None
         self._advance(1)
-        self._record(start, "decode")
+        self._record(start, self._decode_label)
         self._finish_due()
 
     def _decode_fast(self) -> Generator[simpy.Event, object, None]:
@@ -394,7 +497,7 @@ class RolloutEngine:
         k = min(self._next_finish() - self._iteration, (self.kv_capacity_tokens - self._kv_used) // batch)
         seconds = costs.decode_k_iterations_seconds(batch, context, k)
         self._stretch = (start, batch, context, k)
-        self._in_flight = ("decode", start)
+        self._in_flight = (self._decode_label, start)
         self._interruptible = True
         try:
             yield self.env.timeout(seconds)
@@ -410,7 +513,7 @@ class RolloutEngine:
             k = done
         self._stretch = self._in_flight = None
         self._advance(k)
-        self._record(start, "decode")
+        self._record(start, self._decode_label)
         self._finish_due()
 
     def _iterations_unbooked(self) -> int:
@@ -456,7 +559,7 @@ class RolloutEngine:
                 return
             heapq.heappop(heap)
             if slot.live:
-                self._finish(slot, decoding=True)
+                self._turn_end(slot, decoding=True)
 
     def _first_token(self, slot: _Slot) -> None:
         """The last prefill chunk sampled the sequence's next token: it decodes from now on, or is done."""
@@ -466,8 +569,8 @@ class RolloutEngine:
         if rollout.version_started < 0:
             rollout.version_started = self.version  # staleness counts from the oldest token
         self._observe("prefilled", rollout)
-        if rollout.done:
-            self._finish(slot, decoding=False)
+        if rollout.remaining <= 0:
+            self._turn_end(slot, decoding=False)
             return
         slot.start_iteration = self._iteration
         slot.start_generated = rollout.generated
@@ -475,17 +578,29 @@ class RolloutEngine:
         self._context += rollout.context_tokens - 1
         heapq.heappush(self._finishes, (self._iteration + rollout.remaining, slot.order, slot))
 
+    def _turn_end(self, slot: _Slot, decoding: bool) -> None:
+        """The sequence generated the last token of its turn: it is done, or its tool calls start."""
+        rollout = slot.rollout
+        if decoding:
+            rollout.generated = slot.start_generated + self._iteration - slot.start_iteration
+        if rollout.done:
+            self._finish(slot, decoding)
+        else:
+            assert isinstance(rollout, MultiTurnRollout)
+            self._tool_call(slot, rollout, decoding)
+
     def _finish(self, slot: _Slot, decoding: bool) -> None:
         rollout = slot.rollout
         target = rollout.target_tokens
         del self._running[rollout]
         slot.live = False
+        rollout.generated = target
+        final = rollout.context_tokens
         if decoding:
             self._decoding -= 1
-            self._context -= rollout.prompt_tokens + target - 1
-        self._kv_used -= slot.own_prompt + target
+            self._context -= final - 1
+        self._kv_used -= slot.own_prompt + final - rollout.prompt_tokens
         self._release_prompt(rollout)
-        rollout.generated = target
         rollout.finished = self.env.now
         self._generated_total -= target
         self._predicted_total -= self._predicted.pop(rollout)
@@ -498,26 +613,85 @@ class RolloutEngine:
         rollout = slot.rollout
         del self._running[rollout]
         slot.live = False
+        own = rollout.context_tokens - rollout.prompt_tokens
         if slot.prefill_left:
             self._prefilling.remove(slot)
-            self._kv_used -= slot.own_prompt + rollout.generated + 1
+            self._kv_used -= slot.own_prompt + own + 1
+        elif slot.tool:
+            slot.tool = False
+            self._holding -= 1
+            self._kv_used -= slot.own_prompt + own
         else:
             rollout.generated = slot.start_generated + self._iteration - slot.start_iteration
             self._decoding -= 1
             self._context -= rollout.context_tokens - 1
-            self._kv_used -= slot.own_prompt + rollout.generated
+            self._kv_used -= slot.own_prompt + rollout.context_tokens - rollout.prompt_tokens
         self._release_prompt(rollout)
+        if isinstance(rollout, MultiTurnRollout) and rollout.in_tool:
+            return  # it queues again when its tools return
         self._waiting.appendleft(rollout)
         self.queued_tokens += rollout.context_tokens
 
-    def _release_prompt(self, rollout: Rollout) -> None:
+    def _release_prompt(self, rollout: Rollout) -> bool:
+        """One fewer running sequence of its group; frees the shared prompt when it was the last. Whether it was."""
         if not self.prefix_sharing:
-            return
+            return False
         holders = self._groups[rollout.group]
         holders[0] -= 1
-        if not holders[0]:
-            del self._groups[rollout.group]
-            self._kv_used -= holders[1]
+        if holders[0]:
+            return False
+        del self._groups[rollout.group]
+        self._kv_used -= holders[1]
+        return True
+
+    # ---- multi-turn: tool calls ------------------------------------------------------------------------------
+
+    def _tool_call(self, slot: _Slot, rollout: MultiTurnRollout, decoding: bool) -> None:
+        if decoding:
+            self._decoding -= 1
+            self._context -= rollout.context_tokens - 1
+        turn = rollout.turns[rollout.turn]
+        rollout.in_tool = True
+        self.tool_calls += 1
+        self._observe("tool_call", rollout)
+        if self.tool_wait(self, rollout):
+            slot.tool = True
+            self._holding += 1
+        else:
+            del self._running[rollout]
+            slot.live = False
+            own = slot.own_prompt + rollout.context_tokens - rollout.prompt_tokens
+            self._kv_used -= own
+            last = self._release_prompt(rollout)
+            entry = own + (rollout.prompt_tokens if last else 0)
+            self._cache[rollout] = (entry, last or not self.prefix_sharing)
+            self._cached += entry
+            self._finished_since_boundary = True
+        self.env.process(self._tools_return(rollout, turn.tool_s, turn.tool_tokens))
+
+    def _tools_return(self, rollout: MultiTurnRollout, seconds: float, tokens: int) -> Generator:
+        yield self.env.timeout(seconds)
+        rollout.in_tool = False
+        before = rollout.context_tokens
+        rollout.turn += 1
+        rollout.appended += tokens
+        self._observe("tool_returned", rollout)
+        slot = self._running.get(rollout)
+        if slot is not None and slot.tool:
+            # Its cache holds the context up to the turn's last token, whose KV was never written: prefill that token
+            # and the tool responses, and sample the next turn's first token.
+            slot.tool = False
+            self._holding -= 1
+            slot.prefill_left = tokens + 1
+            slot.computed = before - 1
+            self._kv_used += tokens + 1
+            self._prefilling.append(slot)
+            self._wake()
+            return
+        self._waiting.append(rollout)
+        self.queued_tokens += rollout.context_tokens
+        if self._idle is not None or (len(self._waiting) == 1 and self._interruptible and self._admissible(rollout)):
+            self._wake()
 
     def _enqueued(self, rollout: Rollout, predicted: float) -> None:
         self.queued_tokens += rollout.context_tokens

@@ -1,46 +1,173 @@
-"""Prompt groups for each RL step: a prompt length and the response lengths of its samples.
+"""Prompt groups for each RL step: a prompt length, its samples' response lengths (or multi-turn trajectories), and
+whether the group is informative (its rewards differ, so dynamic sampling keeps it).
 
-Lengths come from the scenario's length models (`workload.lengths`). Responses are clipped at max_response_tokens
-and marked truncated when they hit it. Randomness comes only from the Generator passed in, so a seed fixes the batch.
+GRPO groups are correlated — a hard prompt gets long answers from all its samples. Sampled groups use a Gaussian
+copula with a per-prompt difficulty d ~ N(0, 1): sample j of prompt i has the normal score z = √ρ·dᵢ + √(1 − ρ)·εᵢⱼ and
+the length Q(Φ(z)), Q the response model's quantile function at the current policy version (so drift applies and the
+marginal is exactly the model's). The prompt length's score, and the prompt's success rate, are correlated with d.
+Replay hands out the recorded groups instead. Responses are clipped at max_response_tokens and marked truncated when
+they reach it. Randomness comes only from the Generators passed in, so a seed fixes every batch.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from rlsim.config.schema import Scenario
-from rlsim.workload.lengths import length_distribution
+from rlsim.workload.budgets import budget_policy
+from rlsim.workload.filters import filter_policy
+from rlsim.workload.lengths import length_schedule
+from rlsim.workload.multiturn import Trajectory, TrajectorySampler, Turn
+from rlsim.workload.replay import ReplaySource
 
 
 @dataclass(frozen=True)
 class PromptGroup:
     group: int
     prompt_tokens: int
-    response_tokens: tuple[int, ...]
+    response_tokens: tuple[int, ...]  # tokens each sample generates (all its turns)
     truncated: tuple[bool, ...]
+    turns: tuple[tuple[Turn, ...], ...] | None = None  # each sample's turns (multi-turn workloads)
+    informative: bool = True
+    success_rate: float | None = None
 
 
 class GroupSampler:
-    """Draws prompt groups in order; group ids count up across steps."""
+    """Draws prompt groups in order; group ids count up across steps. `version` (the policy version generating them)
+    selects the lengths of a drifting workload."""
 
-    def __init__(self, scenario: Scenario, rng: np.random.Generator):
-        self._algorithm = scenario.algorithm
-        self._prompt = length_distribution(scenario.workload.prompt_tokens, "input")
-        self._response = length_distribution(scenario.workload.response_tokens, "output")
+    def __init__(self, scenario: Scenario, rng: np.random.Generator, filter_rng: np.random.Generator):
+        algo, workload = scenario.algorithm, scenario.workload
+        self._cap = algo.max_response_tokens
+        self._max_prompt = algo.max_prompt_tokens
+        self._model_len = algo.max_prompt_tokens + algo.max_response_tokens
         self._rng = rng
+        self._filter_rng = filter_rng
+        self._decide = filter_policy(workload.informative_model)
+        self._allocate = budget_policy(workload.samples_per_prompt, algo.samples_per_prompt)
+        self._groups = workload.groups
+        self._replay = ReplaySource(Path(workload.replay.path)) if workload.replay is not None else None
+        self._joint = workload.joint_tokens
+        self._prompt = length_schedule(workload.prompt_tokens, "input") if workload.prompt_tokens else None
+        self._response = length_schedule(workload.response_tokens, "output") if workload.response_tokens else None
+        self._trajectories = TrajectorySampler(workload.multiturn) if workload.multiturn is not None else None
+        self._success = workload.success_rate
         self._next_group = 0
 
-    def draw(self, count: int) -> list[PromptGroup]:
-        algo = self._algorithm
-        n = algo.samples_per_prompt
-        cap = algo.max_response_tokens
-        prompts = self._prompt.sample(self._rng, count, algo.max_prompt_tokens)
-        # Sample one past the cap so that a response reaching it can be told apart: it was truncated there.
-        responses = self._response.sample(self._rng, count * n, cap + 1).reshape(count, n)
+    def draw(self, count: int, version: int) -> list[PromptGroup]:
+        drafts = self._replayed(count) if self._replay is not None else self._sampled(count, version)
         groups = []
-        for prompt, row in zip(prompts, responses, strict=True):
-            groups.append(PromptGroup(self._next_group, int(prompt), tuple(int(min(r, cap)) for r in row),
-                                      tuple(bool(r > cap) for r in row)))
+        for prompt, responses, truncated, turns, success in drafts:
+            informative = self._decide(len(responses), success, self._filter_rng)
+            groups.append(PromptGroup(self._next_group, prompt, responses, truncated, turns, informative, success))
             self._next_group += 1
         return groups
+
+    # ------------------------------------------------------------------------------------------- replay
+
+    def _replayed(self, count: int) -> list[tuple]:
+        assert self._replay is not None
+        cap = self._cap
+        drafts = []
+        for group in self._replay.take(count):
+            if group.trajectories is None:
+                drafts.append((group.prompt_tokens, tuple(min(r, cap) for r in group.responses),
+                               tuple(r >= cap for r in group.responses), None, None))
+            else:
+                drafts.append((group.prompt_tokens, group.responses,
+                               tuple(any(t.tokens >= cap for t in tr.turns) for tr in group.trajectories),
+                               tuple(tr.turns for tr in group.trajectories), None))
+        return drafts
+
+    # ------------------------------------------------------------------------------------------- sampled
+
+    def _sampled(self, count: int, version: int) -> list[tuple]:
+        from scipy.special import ndtr
+
+        rng, cap = self._rng, self._cap
+        rho, c = self._groups.within_group_correlation, self._groups.prompt_response_correlation
+        if rho == 0 and c == 0 and self._joint is None and self._trajectories is None:
+            return self._independent(count, version)
+        difficulty = rng.standard_normal(count)
+        if self._joint is not None:
+            prompts, response_mean, response_sd = self._joint_prompts(count)
+        else:
+            scores = c * difficulty + math.sqrt(1 - c * c) * rng.standard_normal(count)
+            assert self._prompt is not None
+            prompts = self._prompt.at(version).lengths(ndtr(scores), self._max_prompt)
+        success = self._success_rates(difficulty)
+        samples = self._allocate(count, success, rng)
+        owners = np.repeat(np.arange(count), samples)
+        scores = math.sqrt(rho) * difficulty[owners] + math.sqrt(1 - rho) * rng.standard_normal(len(owners))
+        bounds = np.concatenate([[0], np.cumsum(samples)])
+        drafts = []
+        if self._trajectories is not None:
+            for i in range(count):
+                trajectories = self._trajectories.draw(rng, int(prompts[i]), scores[bounds[i]:bounds[i + 1]], version,
+                                                       cap, self._model_len)
+                drafts.append(self._multi_turn_draft(int(prompts[i]), trajectories, success, i))
+            return drafts
+        if self._joint is not None:
+            drawn = response_mean[owners] + response_sd[owners] * scores
+            lengths = np.clip(np.rint(drawn), 1, cap + 1).astype(np.int64)
+        else:
+            assert self._response is not None
+            lengths = self._response.at(version).lengths(ndtr(scores), cap + 1)
+        return self._drafts(prompts, lengths, samples, success)
+
+    def _independent(self, count: int, version: int) -> list[tuple]:
+        """Uncorrelated lengths need no copula: each drawn by its distribution's own sampler."""
+        assert self._prompt is not None and self._response is not None
+        prompts = self._prompt.at(version).sample(self._rng, count, self._max_prompt)
+        success = self._success_rates(self._rng.standard_normal(count)) if self._success is not None else None
+        samples = self._allocate(count, success, self._rng)
+        # One past the cap, so that a response reaching it can be told apart: it was truncated there.
+        lengths = self._response.at(version).sample(self._rng, int(samples.sum()), self._cap + 1)
+        return self._drafts(prompts, lengths, samples, success)
+
+    def _drafts(self, prompts, lengths, samples, success) -> list[tuple]:
+        cap = self._cap
+        bounds = np.concatenate([[0], np.cumsum(samples)])
+        drafts = []
+        for i in range(len(prompts)):
+            row = lengths[bounds[i]:bounds[i + 1]]
+            drafts.append((int(prompts[i]), tuple(int(min(r, cap)) for r in row), tuple(bool(r > cap) for r in row),
+                           None, None if success is None else float(success[i])))
+        return drafts
+
+    def _multi_turn_draft(self, prompt: int, trajectories: list[Trajectory], success, i: int) -> tuple:
+        return (prompt, tuple(t.generated for t in trajectories), tuple(t.truncated for t in trajectories),
+                tuple(t.turns for t in trajectories), None if success is None else float(success[i]))
+
+    def _success_rates(self, difficulty: np.ndarray) -> np.ndarray | None:
+        if self._success is None:
+            return None
+        from scipy import stats
+        from scipy.special import ndtr
+
+        config = self._success
+        link = config.length_correlation
+        scores = link * difficulty + math.sqrt(1 - link * link) * self._rng.standard_normal(len(difficulty))
+        a, b = config.mean * config.concentration, (1 - config.mean) * config.concentration
+        return stats.beta(a, b).ppf(ndtr(scores))
+
+    def _joint_prompts(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per prompt: its length, and the mean and spread of its samples' lengths given that prompt length (so that
+        each (prompt, sample) pair follows the drawn mixture component's 2-D normal)."""
+        assert self._joint is not None
+        components = self._joint.components
+        weights = np.array([c.weight for c in components])
+        cumulative = np.cumsum(weights) / weights.sum()
+        chosen = np.minimum(np.searchsorted(cumulative, self._rng.random(count), side="right"), len(components) - 1)
+        mean = np.array([c.mean_tokens for c in components])[chosen]
+        cov = np.array([c.covariance for c in components])[chosen]
+        prompt_sd = np.sqrt(cov[:, 0, 0])
+        prompt_raw = mean[:, 0] + prompt_sd * self._rng.standard_normal(count)
+        slope = cov[:, 0, 1] / cov[:, 0, 0]
+        response_mean = mean[:, 1] + slope * (prompt_raw - mean[:, 0])
+        response_sd = np.sqrt(cov[:, 1, 1] - slope * cov[:, 0, 1])
+        prompts = np.clip(np.rint(prompt_raw), 1, self._max_prompt).astype(np.int64)
+        return prompts, response_mean, response_sd

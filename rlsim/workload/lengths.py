@@ -1,136 +1,318 @@
-"""Length distributions: each YAML `kind` of length model becomes an object that samples lengths and answers the
-statistics the estimator needs — the mean after clipping at the generation cap, and the fraction clipped.
+"""Length distributions: each YAML `kind` of length model becomes an object that maps uniform scores to lengths (its
+quantile function, so correlated scores give correlated lengths with exactly the model's marginal), samples lengths,
+and answers the statistics the estimator needs — the mean after clipping at the generation cap, and the fraction
+clipped.
 
 A length model is one registered builder function (`@register_length_model("kind")`); adding one touches this file only.
 Lengths are clipped, not resampled, at the cap: a response that would run longer stops at max_response_tokens, as
-generation engines do (and as PolyTrace records it: a length equal to the cap was truncated).
+generation engines do (and as PolyTrace records it: a length equal to the cap was truncated). Lengths below one token
+count as one.
+
+`length_schedule` adds time: a `drift` model is a different distribution at each policy version.
 """
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from rlsim.config.workload import (
+    DriftLength,
     EmpiricalLength,
     FixedLength,
     GammaLength,
+    GaussianMixtureLength,
     LengthModel,
     LognormalLength,
+    LognormalMixtureLength,
+    StaticLengthModel,
     TraceLength,
 )
+from rlsim.workload.registry import Registry
+
+# Quantile-function grid for distributions known only through their quantile function (blends): midpoints of 4096
+# equal slices, plus finer tails, so that means and the p99 are exact to well under a token.
+_U_GRID = np.concatenate([np.geomspace(1e-7, 1 / 8192, 32, endpoint=False),
+                          (np.arange(4096) + 0.5) / 4096,
+                          1 - np.geomspace(1 / 8192, 1e-7, 32)[1:]])
+_U_GRID.sort()
 
 
-@dataclass(frozen=True)
 class LengthDistribution:
-    """A distribution of token counts: a frozen scipy distribution, or a finite set of observed values."""
+    """A distribution of token counts (or, for latencies, seconds). Subclasses give the quantile function `ppf`, the
+    CDF and the clipped statistics; sampling and rounding are shared."""
 
     name: str
-    continuous: object | None = None  # scipy.stats frozen distribution
-    values: np.ndarray | None = None  # observed lengths (empirical / trace)
-    weights: np.ndarray | None = None
 
-    def sample(self, rng: np.random.Generator, n: int, cap: int) -> np.ndarray:
-        """n lengths, each at least 1 token and at most `cap`."""
-        if self.values is not None:
-            drawn = rng.choice(self.values, size=n, p=self.weights)
-        else:
-            drawn = np.rint(self.continuous.rvs(size=n, random_state=rng))
-        return np.clip(drawn, 1, cap).astype(np.int64)
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        """Quantile function: the value below which a fraction u of the mass lies (floats, unrounded)."""
+        raise NotImplementedError
+
+    def cdf(self, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
 
     def clipped_mean(self, cap: float) -> float:
-        """E[min(X, cap)]."""
-        if self.values is not None:
-            return float(np.average(np.minimum(self.values, cap), weights=self.weights))
-        dist = self.continuous
-        # E[min(X, c)] = ∫₀^c P(X > x) dx, integrated exactly by scipy's expect over [0, c] plus c·P(X > c).
-        body = dist.expect(lambda x: x, lb=0, ub=cap)
-        return float(body + cap * dist.sf(cap))
+        """E[min(max(X, 1), cap)]."""
+        raise NotImplementedError
 
     def clipped_fraction(self, cap: float) -> float:
         """P(X ≥ cap): the share of samples that hit the cap and are truncated."""
-        if self.values is not None:
-            return float(np.average(self.values >= cap, weights=self.weights))
-        return float(self.continuous.sf(cap))
+        raise NotImplementedError
+
+    def lengths(self, u: np.ndarray, cap: int) -> np.ndarray:
+        """Whole token counts for scores u, each at least 1 and at most `cap`."""
+        return np.clip(np.rint(self.ppf(np.asarray(u, dtype=float))), 1, cap).astype(np.int64)
+
+    def sample(self, rng: np.random.Generator, n: int, cap: int) -> np.ndarray:
+        """n independent lengths, each at least 1 token and at most `cap`."""
+        return self.lengths(rng.random(n), cap)
 
     def quantile(self, q: float, cap: float) -> float:
-        if self.values is not None:
-            order = np.argsort(self.values)
-            cumulative = np.cumsum(self.weights[order] if self.weights is not None else np.ones(len(order)))
-            index = int(np.searchsorted(cumulative / cumulative[-1], q))
-            return float(min(self.values[order][min(index, len(order) - 1)], cap))
-        return float(min(self.continuous.ppf(q), cap))
+        return float(min(max(float(self.ppf(np.array([q]))[0]), 1.0), cap))
 
 
-Builder = Callable[[LengthModel, str], LengthDistribution]
-_BUILDERS: dict[str, Builder] = {}
+@dataclass(frozen=True, eq=False)
+class ScipyLengths(LengthDistribution):
+    """A frozen scipy.stats continuous distribution."""
+
+    name: str
+    dist: object
+
+    def ppf(self, u):
+        return self.dist.ppf(u)
+
+    def cdf(self, x):
+        return self.dist.cdf(x)
+
+    def sample(self, rng: np.random.Generator, n: int, cap: int) -> np.ndarray:
+        # scipy's own sampler (not the quantile function): faster, and the stream older seeds were pinned with.
+        return np.clip(np.rint(self.dist.rvs(size=n, random_state=rng)), 1, cap).astype(np.int64)
+
+    def clipped_mean(self, cap: float) -> float:
+        dist = self.dist
+        if cap <= 1:
+            return float(cap)
+        # E[clip(X, 1, c)] = P(X < 1)·1 + ∫₁^c x f(x) dx + c·P(X > c), the middle integrated by scipy's expect.
+        body = dist.expect(lambda x: x, lb=1, ub=cap) if dist.cdf(cap) > dist.cdf(1) else 0.0
+        return float(dist.cdf(1) + body + cap * dist.sf(cap))
+
+    def clipped_fraction(self, cap: float) -> float:
+        return float(self.dist.sf(cap))
 
 
-def register_length_model(kind: str) -> Callable[[Builder], Builder]:
-    def decorate(builder: Builder) -> Builder:
-        _BUILDERS[kind] = builder
-        return builder
-    return decorate
+@dataclass(frozen=True, eq=False)
+class FiniteLengths(LengthDistribution):
+    """A finite set of observed values with weights (empirical lists, histograms, traces)."""
+
+    name: str
+    values: np.ndarray  # sorted ascending
+    cumulative: np.ndarray  # cumulative weights, normalised to end at 1
+
+    @classmethod
+    def of(cls, name: str, values: Sequence[float], weights: Sequence[float] | None = None) -> FiniteLengths:
+        values = np.asarray(values, dtype=float)
+        weights = np.ones(len(values)) if weights is None else np.asarray(weights, dtype=float)
+        order = np.argsort(values, kind="stable")
+        cumulative = np.cumsum(weights[order])
+        return cls(name, values[order], cumulative / cumulative[-1])
+
+    def ppf(self, u):
+        index = np.searchsorted(self.cumulative, np.asarray(u, dtype=float), side="left")
+        return self.values[np.minimum(index, len(self.values) - 1)]
+
+    def cdf(self, x):
+        index = np.searchsorted(self.values, np.asarray(x, dtype=float), side="right")
+        return np.concatenate([[0.0], self.cumulative])[index]
+
+    def sample(self, rng: np.random.Generator, n: int, cap: int) -> np.ndarray:
+        drawn = rng.choice(self.values, size=n, p=self._weights() if len(self.values) > 1 else None)
+        return np.clip(np.rint(drawn), 1, cap).astype(np.int64)
+
+    def _weights(self) -> np.ndarray:
+        return np.diff(np.concatenate([[0.0], self.cumulative]))
+
+    def clipped_mean(self, cap: float) -> float:
+        return float(np.dot(self._weights(), np.clip(self.values, 1, cap)))
+
+    def clipped_fraction(self, cap: float) -> float:
+        return float(np.dot(self._weights(), self.values >= cap))
 
 
-def length_distribution(model: LengthModel, field: str = "output") -> LengthDistribution:
-    """The distribution a YAML length model describes; `field` says which trace field to read ("input" or "output")."""
-    return _BUILDERS[model.kind](model, field)
+@dataclass(frozen=True, eq=False)
+class MixtureLengths(LengthDistribution):
+    """A weighted mixture of distributions. Its quantile is found by bisection on the CDF, between the smallest and
+    largest component quantile at the same level (the mixture's CDF is their weighted average, so it lies there)."""
+
+    name: str
+    weights: np.ndarray  # normalised
+    components: tuple[LengthDistribution, ...]
+
+    @classmethod
+    def of(cls, name: str, weights: Sequence[float], components: Sequence[LengthDistribution]) -> MixtureLengths:
+        w = np.asarray(weights, dtype=float)
+        return cls(name, w / w.sum(), tuple(components))
+
+    def ppf(self, u):
+        u = np.clip(np.asarray(u, dtype=float), 1e-15, 1 - 1e-15)
+        if len(self.components) == 1:
+            return self.components[0].ppf(u)
+        each = np.array([c.ppf(u) for c in self.components])
+        lo, hi = each.min(axis=0), each.max(axis=0)
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            below = self.cdf(mid) < u
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+            if np.all(hi - lo <= 1e-9 * np.maximum(1.0, np.abs(hi))):
+                break
+        return hi
+
+    def cdf(self, x):
+        return sum(w * c.cdf(x) for w, c in zip(self.weights, self.components, strict=True))
+
+    def clipped_mean(self, cap: float) -> float:
+        return float(sum(w * c.clipped_mean(cap) for w, c in zip(self.weights, self.components, strict=True)))
+
+    def clipped_fraction(self, cap: float) -> float:
+        return float(sum(w * c.clipped_fraction(cap) for w, c in zip(self.weights, self.components, strict=True)))
+
+
+@dataclass(frozen=True, eq=False)
+class BlendLengths(LengthDistribution):
+    """(1 − a)·Q₀(u) + a·Q₁(u): the distribution halfway (a) along the straight line between two quantile functions
+    (the Wasserstein geodesic); what a linear drift between two length models passes through."""
+
+    name: str
+    fraction: float
+    start: LengthDistribution
+    end: LengthDistribution
+
+    def ppf(self, u):
+        u = np.asarray(u, dtype=float)
+        return (1 - self.fraction) * self.start.ppf(u) + self.fraction * self.end.ppf(u)
+
+    @cached_property
+    def _table(self) -> np.ndarray:
+        """Q on the u-grid, made non-decreasing (a blend of quantile functions is one; this guards float noise)."""
+        return np.maximum.accumulate(np.nan_to_num(self.ppf(_U_GRID), posinf=np.finfo(float).max / 4))
+
+    def cdf(self, x):
+        return np.interp(np.asarray(x, dtype=float), self._table, _U_GRID, left=0.0, right=1.0)
+
+    def clipped_mean(self, cap: float) -> float:
+        # ∫₀¹ clip(Q(u), 1, c) du: trapezoids over the u-grid, and the two tails beyond it at their edge values.
+        clipped = np.clip(self._table, 1, cap)
+        return float(np.trapezoid(clipped, _U_GRID) + _U_GRID[0] * clipped[0] + (1 - _U_GRID[-1]) * clipped[-1])
+
+    def clipped_fraction(self, cap: float) -> float:
+        return float(1 - self.cdf(np.array([cap]))[0])
+
+
+# ------------------------------------------------------------------------------------------------ registry
+
+Builder = Callable[[StaticLengthModel, str], LengthDistribution]
+LENGTH_MODELS: Registry[Builder] = Registry("length model")
+register_length_model = LENGTH_MODELS.register
+
+
+def length_distribution(model: StaticLengthModel, field: str = "output") -> LengthDistribution:
+    """The distribution a YAML length model describes; `field` says which trace field to read ("input" or "output").
+    A drift model has no single distribution: use `length_schedule`."""
+    if model.kind == "drift":
+        raise ValueError("a drift model changes with the step: use length_schedule(model).at(step)")
+    return LENGTH_MODELS[model.kind](model, field)
 
 
 @register_length_model("fixed")
 def _fixed(model: FixedLength, field: str) -> LengthDistribution:
-    return LengthDistribution("fixed", values=np.array([model.tokens]))
+    return FiniteLengths.of("fixed", [model.tokens])
 
 
 @register_length_model("lognormal")
 def _lognormal(model: LognormalLength, field: str) -> LengthDistribution:
     from scipy import stats  # scipy.stats takes a second to import; only continuous models need it
 
-    return LengthDistribution("lognormal", continuous=stats.lognorm(s=model.sigma, scale=model.median_tokens))
+    return ScipyLengths("lognormal", stats.lognorm(s=model.sigma, loc=model.loc_tokens,
+                                                  scale=model.median_tokens - model.loc_tokens))
 
 
 @register_length_model("gamma")
 def _gamma(model: GammaLength, field: str) -> LengthDistribution:
     from scipy import stats
 
-    return LengthDistribution("gamma", continuous=stats.gamma(a=model.shape, scale=model.mean_tokens / model.shape))
+    return ScipyLengths("gamma", stats.gamma(a=model.shape, scale=model.mean_tokens / model.shape))
+
+
+@register_length_model("gaussian_mixture")
+def _gaussian_mixture(model: GaussianMixtureLength, field: str) -> LengthDistribution:
+    from scipy import stats
+
+    return MixtureLengths.of("gaussian_mixture", [c.weight for c in model.components],
+                             [ScipyLengths("normal", stats.norm(c.mean_tokens, c.std_tokens)) for c in model.components])
+
+
+@register_length_model("lognormal_mixture")
+def _lognormal_mixture(model: LognormalMixtureLength, field: str) -> LengthDistribution:
+    from scipy import stats
+
+    return MixtureLengths.of("lognormal_mixture", [c.weight for c in model.components],
+                             [ScipyLengths("lognormal", stats.lognorm(s=c.sigma, scale=c.median_tokens))
+                              for c in model.components])
 
 
 @register_length_model("empirical")
 def _empirical(model: EmpiricalLength, field: str) -> LengthDistribution:
-    weights = None
-    if model.weights is not None:
-        weights = np.asarray(model.weights, dtype=float)
-        weights = weights / weights.sum()
-    return LengthDistribution("empirical", values=_scaled(model.tokens, model.scale), weights=weights)
+    return FiniteLengths.of("empirical", _scaled(model.tokens, model.scale), model.weights)
 
 
 @register_length_model("trace")
 def _trace(model: TraceLength, field: str) -> LengthDistribution:
-    return LengthDistribution("trace", values=_scaled(read_packed_lengths(Path(model.path), field), model.scale))
+    from rlsim.workload.traces import read_lengths
+
+    return FiniteLengths.of("trace", _scaled(read_lengths(Path(model.path), field), model.scale))
 
 
-def _scaled(tokens: list[int], scale: float) -> np.ndarray:
+def _scaled(tokens: Sequence[int], scale: float) -> np.ndarray:
     values = np.asarray(tokens)
     return values if scale == 1.0 else np.maximum(1, np.rint(values * scale)).astype(np.int64)
 
 
-def read_packed_lengths(path: Path, field: str) -> list[int]:
-    """Lengths from PolyTrace packed-length logs: a JSONL file, or a folder of packed_lengths_step_*.jsonl files.
+# ------------------------------------------------------------------------------------------------ over training
 
-    Each line is one prompt: `input` is its prompt length, `output` the list of its n response lengths.
-    """
-    files = sorted(path.glob("packed_lengths_step_*.jsonl")) if path.is_dir() else [path]
-    lengths: list[int] = []
-    for file in files:
-        for line in file.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            value = record[field]
-            lengths.extend(value if isinstance(value, list) else [value])
-    return lengths
+
+@dataclass(frozen=True)
+class LengthSchedule:
+    """A length distribution per policy version: constant, or a drift schedule between keyframes."""
+
+    steps: tuple[int, ...]  # keyframe steps, increasing
+    keyframes: tuple[LengthDistribution, ...]
+    linear: bool = True
+
+    def at(self, step: int) -> LengthDistribution:
+        steps, frames = self.steps, self.keyframes
+        if len(frames) == 1 or step <= steps[0]:
+            return frames[0]
+        if step >= steps[-1]:
+            return frames[-1]
+        right = int(np.searchsorted(steps, step, side="right"))
+        left = right - 1
+        if not self.linear or step == steps[left]:
+            return frames[left]
+        fraction = (step - steps[left]) / (steps[right] - steps[left])
+        return BlendLengths(f"drift@{step}", fraction, frames[left], frames[right])
+
+    def over_steps(self, steps: int) -> LengthDistribution:
+        """The lengths of a run of `steps` steps taken together (each step equally): what one average step sees."""
+        if len(self.keyframes) == 1:
+            return self.keyframes[0]
+        return MixtureLengths.of("run average", np.ones(steps), [self.at(s) for s in range(steps)])
+
+
+def length_schedule(model: LengthModel, field: str = "output") -> LengthSchedule:
+    if isinstance(model, DriftLength):
+        return LengthSchedule(tuple(p.step for p in model.points),
+                              tuple(length_distribution(p.model, field) for p in model.points),
+                              model.interpolation == "linear")
+    return LengthSchedule((0,), (length_distribution(model, field),))

@@ -1,0 +1,121 @@
+"""Multi-turn agentic trajectories (Search-R1-like): turns of generation separated by tool calls whose responses are
+appended to the context.
+
+A trajectory is a tuple of `Turn`s: what the turn generates, then how long its tool calls take and how many tokens
+their responses append (zero for the final, answering turn). Generation obeys the engine's limits as verl's
+multi-turn rollout does: a turn generates at most max_response_tokens (its max_new_tokens), and the context never
+exceeds max_prompt_tokens + max_response_tokens (the model length); a trajectory that reaches it stops there,
+truncated.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlsim.config.workload import Categorical, MultiTurn
+from rlsim.workload.lengths import LengthSchedule, length_schedule
+
+
+@dataclass(frozen=True)
+class Turn:
+    tokens: int  # tokens generated in this turn
+    tool_s: float = 0.0  # seconds its tool calls take (they run concurrently: the slowest); 0 for the final turn
+    tool_tokens: int = 0  # tokens the tool responses append to the context
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    turns: tuple[Turn, ...]
+    truncated: bool
+
+    @property
+    def generated(self) -> int:
+        return sum(t.tokens for t in self.turns)
+
+    @property
+    def appended(self) -> int:
+        return sum(t.tool_tokens for t in self.turns)
+
+
+def cap_trajectory(prompt: int, turns: list[Turn], max_new_tokens: int, model_len: int) -> Trajectory:
+    """Apply the engine's limits to drawn turns (see the module docstring)."""
+    context = prompt
+    kept: list[Turn] = []
+    truncated = False
+    for i, turn in enumerate(turns):
+        room = model_len - context
+        tokens = min(turn.tokens, max_new_tokens, room)
+        last = i == len(turns) - 1
+        if tokens < turn.tokens:
+            kept.append(Turn(tokens))
+            truncated = True
+            break
+        context += tokens
+        if last or context + turn.tool_tokens >= model_len:
+            # No room to generate after the tool responses: the trajectory ends with this turn.
+            kept.append(Turn(tokens))
+            truncated = not last
+            break
+        kept.append(turn)
+        context += turn.tool_tokens
+    return Trajectory(tuple(kept), truncated)
+
+
+class Counts:
+    """Draws counts from a Categorical."""
+
+    def __init__(self, config: Categorical):
+        self.values = np.asarray(config.values, dtype=np.int64)
+        weights = np.ones(len(self.values)) if config.weights is None else np.asarray(config.weights, float)
+        self.cumulative = np.cumsum(weights) / weights.sum()
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        index = np.searchsorted(self.cumulative, rng.random(n), side="right")
+        return self.values[np.minimum(index, len(self.values) - 1)]
+
+    @property
+    def mean(self) -> float:
+        return float(np.dot(np.diff(np.concatenate([[0.0], self.cumulative])), self.values))
+
+
+class TrajectorySampler:
+    """Draws trajectories from a `MultiTurn` model. Each trajectory has a normal score (its sample's score in the GRPO
+    copula); each turn's and tool response's length score is √ρ·that + √(1 − ρ)·ε, ρ the within-trajectory
+    correlation."""
+
+    def __init__(self, config: MultiTurn):
+        from rlsim.workload.latency import latency_distribution
+
+        self.turns = Counts(config.turns)
+        self.tool_turn: LengthSchedule = length_schedule(config.tool_turn_tokens)
+        self.answer_turn: LengthSchedule = length_schedule(config.answer_turn_tokens)
+        self.tool_tokens: LengthSchedule = length_schedule(config.tool_response_tokens)
+        self.latency = latency_distribution(config.tool_latency)
+        self.rho = config.within_trajectory_correlation
+
+    def draw(self, rng: np.random.Generator, prompt: int, scores: np.ndarray, version: int, max_new_tokens: int,
+             model_len: int) -> list[Trajectory]:
+        from scipy.special import ndtr
+
+        turns = self.turns.draw(rng, len(scores))
+        calls = int(turns.sum() - len(turns))
+        shared, own = math.sqrt(self.rho), math.sqrt(1 - self.rho)
+        owners = np.repeat(scores, turns - 1)
+        tool_turn = self.tool_turn.at(version).lengths(ndtr(shared * owners + own * rng.standard_normal(calls)),
+                                                       max_new_tokens + 1)
+        tool_tokens = self.tool_tokens.at(version).lengths(ndtr(shared * owners + own * rng.standard_normal(calls)),
+                                                           model_len)
+        latency = self.latency.ppf(rng.random(calls)) if calls else np.zeros(0)
+        answer = self.answer_turn.at(version).lengths(
+            ndtr(shared * scores + own * rng.standard_normal(len(scores))), max_new_tokens + 1)
+        out = []
+        start = 0
+        for k, count in enumerate(turns):
+            end = start + count - 1
+            drawn = [Turn(int(tool_turn[j]), float(latency[j]), int(tool_tokens[j])) for j in range(start, end)]
+            drawn.append(Turn(int(answer[k])))
+            out.append(cap_trajectory(prompt, drawn, max_new_tokens, model_len))
+            start = end
+        return out

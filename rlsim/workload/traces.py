@@ -1,0 +1,259 @@
+"""Readers of the PolyTrace trace formats (github.com/Zhou-jiecheng/PolyTrace; see traces/polytrace/README.md).
+
+packed lengths   `packed_lengths_step_<k>.jsonl`: one prompt a line — `input` its prompt tokens, `output` its n
+                 response lengths; each data-parallel rank writes its share, so a step's prompts are in
+                 (dp_rank, local_index) order.
+reward timings   `reward_timings_step_<k>.jsonl`: seconds one rank took to score its batch of responses.
+filter indices   `dapo_filter_indices.jsonl`: per generation batch of DAPO's dynamic sampling, the prompts kept.
+multi-turn       `multiturn_workload_step_<k>.jsonl[.gz]`: one trajectory a line — per turn its context
+                 (`generation_prompt_len`), cached prefix and generated tokens; its tool calls with latency and the
+                 tokens they append; `prompt_group_id` / `sample_id` its GRPO group and place in it.
+
+Files of a folder are read in step order (step 10 after step 9, not after step 1). Gzipped files (`.gz`) read the
+same as plain ones: the repository ships the large multi-turn log compressed.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+PACKED = "packed_lengths_step_"
+MULTITURN = "multiturn_workload_step_"
+REWARD_TIMINGS = "reward_timings_step_"
+
+
+class TraceFormatError(ValueError):
+    """A trace file is missing, empty or not in the format expected; the message names the file and line."""
+
+
+def step_files(path: Path, prefix: str) -> list[Path]:
+    """`path` itself, or the `<prefix><k>.jsonl[.gz]` files of folder `path` in step order."""
+    if not path.is_dir():
+        return [path]
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.jsonl(\.gz)?$")
+    found = [(int(m.group(1)), p) for p in path.iterdir() if (m := pattern.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def records(file: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, JSON object) of each non-empty line."""
+    opener = gzip.open if file.suffix == ".gz" else open
+    try:
+        with opener(file, "rt", encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    try:
+                        yield number, json.loads(line)
+                    except json.JSONDecodeError as err:
+                        raise TraceFormatError(f"{file}:{number}: not JSON ({err.msg})") from None
+    except OSError as err:
+        raise TraceFormatError(f"{file}: cannot read ({err.strerror or err})") from None
+
+
+def trace_format(path: Path) -> str:
+    """"packed" or "multiturn", from the file names (a single file: from its first record)."""
+    if path.is_dir():
+        if step_files(path, MULTITURN):
+            return "multiturn"
+        if step_files(path, PACKED):
+            return "packed"
+        raise TraceFormatError(f"{path}: no {PACKED}*.jsonl or {MULTITURN}*.jsonl files")
+    for _, record in records(path):
+        return "multiturn" if "turns" in record else "packed"
+    raise TraceFormatError(f"{path}: empty trace")
+
+
+def _field(file: Path, number: int, record: dict, key: str, kind: type | tuple[type, ...]):
+    value = record.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise TraceFormatError(f"{file}:{number}: field {key!r} missing or not a {getattr(kind, '__name__', kind)}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ packed lengths
+
+
+@dataclass(frozen=True)
+class RecordedGroup:
+    """One prompt of a trace: its length and the lengths of its samples, as recorded."""
+
+    step: int
+    index: int  # place of the prompt in its step
+    prompt_tokens: int
+    response_tokens: tuple[int, ...]
+
+
+def _stamp(files: list[Path]) -> tuple:
+    """What identifies the files' contents for caching: names, sizes and modification times."""
+    return tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists())
+
+
+def read_packed(path: Path) -> tuple[tuple[RecordedGroup, ...], ...]:
+    """The groups of each step of a packed-length trace, steps in order, prompts in (dp_rank, local_index) order."""
+    files = step_files(path, PACKED)
+    return _read_packed(path, _stamp(files))
+
+
+@lru_cache(maxsize=16)
+def _read_packed(path: Path, stamp: tuple) -> tuple[tuple[RecordedGroup, ...], ...]:
+    steps = []
+    for file in step_files(path, PACKED):
+        rows: list[tuple] = []
+        for number, record in records(file):
+            prompt = _field(file, number, record, "input", int)
+            outputs = _field(file, number, record, "output", list)
+            if not outputs or not all(isinstance(o, int) and o >= 0 for o in outputs):
+                raise TraceFormatError(f"{file}:{number}: 'output' must be a non-empty list of token counts")
+            rows.append(((record.get("dp_rank", 0), record.get("local_index", number)), record.get("step", len(steps)),
+                         prompt, tuple(outputs)))
+        if not rows:
+            continue
+        rows.sort(key=lambda row: row[0])
+        steps.append(tuple(RecordedGroup(step, i, prompt, outputs) for i, (_, step, prompt, outputs) in enumerate(rows)))
+    if not steps:
+        raise TraceFormatError(f"{path}: no packed-length records")
+    return tuple(steps)
+
+
+# ------------------------------------------------------------------------------------------------ multi-turn
+
+
+@dataclass(frozen=True)
+class RecordedTurn:
+    """One generation turn: the context it started from, what it generated, and the tool calls that followed."""
+
+    context_tokens: int  # generation_prompt_len: tokens in context when the turn started
+    cached_tokens: int  # of those, found in the engine's prefix cache
+    generated_tokens: int  # completion_tokens
+    tool_latencies_s: tuple[float, ...]  # the calls it made (run concurrently)
+    tool_tokens: tuple[int, ...]  # tokens each call's response appended
+
+
+@dataclass(frozen=True)
+class RecordedTrajectory:
+    step: int
+    group: int  # prompt_group_id
+    sample: int  # sample_id
+    prompt_tokens: int
+    turns: tuple[RecordedTurn, ...]
+
+    @property
+    def length_tokens(self) -> int:
+        """Context at the end: the last turn's context and what it generated."""
+        last = self.turns[-1]
+        return last.context_tokens + last.generated_tokens
+
+    def appended_after(self, turn: int) -> int:
+        """Tokens the context grew by between turn `turn` and the next that the policy did not generate (tool responses
+        and chat-template text); floored at 0 where re-rendering the template shrank the context by a few tokens."""
+        this, following = self.turns[turn], self.turns[turn + 1]
+        return max(0, following.context_tokens - this.context_tokens - this.generated_tokens)
+
+
+def read_multiturn(path: Path) -> tuple[RecordedTrajectory, ...]:
+    """Every trajectory of a multi-turn trace, steps in order, trajectories in recorded order."""
+    return _read_multiturn(path, _stamp(step_files(path, MULTITURN)))
+
+
+@lru_cache(maxsize=4)
+def _read_multiturn(path: Path, stamp: tuple) -> tuple[RecordedTrajectory, ...]:
+    out = []
+    for file in step_files(path, MULTITURN):
+        for number, record in records(file):
+            turns_raw = _field(file, number, record, "turns", list)
+            calls = _field(file, number, record, "tool_calls", list)
+            if not turns_raw:
+                raise TraceFormatError(f"{file}:{number}: a trajectory needs at least one turn")
+            turns = []
+            for turn in turns_raw:
+                mine = [c for c in calls if c.get("turn") == turn.get("turn")]
+                turns.append(RecordedTurn(
+                    _field(file, number, turn, "generation_prompt_len", int),
+                    int(turn.get("cached_tokens", 0)),
+                    _field(file, number, turn, "completion_tokens", int),
+                    tuple(float(_field(file, number, c, "latency_s", (int, float))) for c in mine),
+                    tuple(int(_field(file, number, c, "append_len", int)) for c in mine)))
+            out.append(RecordedTrajectory(int(record.get("step", 0)), int(record.get("prompt_group_id", len(out))),
+                                          int(record.get("sample_id", 0)),
+                                          _field(file, number, record, "prompt_len", int), tuple(turns)))
+    if not out:
+        raise TraceFormatError(f"{path}: no multi-turn records")
+    return tuple(out)
+
+
+def multiturn_groups(trajectories: tuple[RecordedTrajectory, ...]) -> list[list[RecordedTrajectory]]:
+    """Consecutive trajectories of the same step and prompt group form a group, in recorded order."""
+    groups: list[list[RecordedTrajectory]] = []
+    for trajectory in trajectories:
+        if groups and (groups[-1][0].step, groups[-1][0].group) == (trajectory.step, trajectory.group):
+            groups[-1].append(trajectory)
+        else:
+            groups.append([trajectory])
+    return groups
+
+
+# ------------------------------------------------------------------------------------------------ lengths of any trace
+
+
+def read_lengths(path: Path, field: str) -> list[int]:
+    """Every prompt length (`field` "input") or response length ("output") of a trace, in recorded order. For a
+    multi-turn trace the response is the whole trajectory after its prompt (generated and tool tokens)."""
+    if field not in ("input", "output"):
+        raise ValueError(f"field must be 'input' or 'output', got {field!r}")
+    if trace_format(path) == "multiturn":
+        trajectories = read_multiturn(path)
+        if field == "input":
+            return [t.prompt_tokens for t in trajectories]
+        return [t.length_tokens - t.prompt_tokens for t in trajectories]
+    lengths: list[int] = []
+    for step in read_packed(path):
+        for group in step:
+            lengths.extend([group.prompt_tokens] if field == "input" else group.response_tokens)
+    return lengths
+
+
+# ------------------------------------------------------------------------------------------------ filters and rewards
+
+
+@dataclass(frozen=True)
+class FilterBatch:
+    """One generation batch of DAPO's dynamic sampling: how many prompts it had and which it kept."""
+
+    prompts: int
+    kept: frozenset[int]
+
+
+def read_filter_indices(path: Path) -> list[FilterBatch]:
+    batches = []
+    for number, record in records(path):
+        prompts = _field(path, number, record, "prompt_count", int)
+        kept = _field(path, number, record, "kept_prompt_indices", list)
+        if any(not isinstance(i, int) or not 0 <= i < prompts for i in kept):
+            raise TraceFormatError(f"{path}:{number}: kept_prompt_indices must lie in 0..{prompts - 1}")
+        batches.append(FilterBatch(prompts, frozenset(kept)))
+    if not batches:
+        raise TraceFormatError(f"{path}: no filter records")
+    return batches
+
+
+@dataclass(frozen=True)
+class RewardTiming:
+    step: int
+    batch_size: int  # responses the rank scored
+    seconds: float  # wall time it took
+
+
+def read_reward_timings(path: Path) -> list[RewardTiming]:
+    out = []
+    for file in step_files(path, REWARD_TIMINGS):
+        for number, record in records(file):
+            out.append(RewardTiming(int(record.get("step", 0)), _field(file, number, record, "batch_size", int),
+                                    float(_field(file, number, record, "reward_time_s", (int, float)))))
+    if not out:
+        raise TraceFormatError(f"{path}: no {REWARD_TIMINGS}*.jsonl records")
+    return out
