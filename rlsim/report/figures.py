@@ -26,7 +26,9 @@ TIMELINE_BINS = 400
 MAX_ENGINE_LINES = 16  # more engines than this are drawn as a band (min, median, max) instead of a line each
 STAGE_COLORS = dict(zip(STAGES, ("#3182bd", "#17becf", "#74c476", "#a1d99b", "#fdae6b", "#006d2c", "#e6550d",
                                  "#9467bd", "#bdbdbd"), strict=True))
-LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.15))
+# The legend sits at the bottom of the figure, below the x-axis title, whatever the figure's height.
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=100),
+              legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom"))
 
 
 @dataclass(frozen=True)
@@ -56,15 +58,17 @@ def select_rows(groups: list[GpuGroup], spans: list[list[Span]], limit: int) -> 
     by_role: dict[str, list[int]] = {}
     for i, group in enumerate(groups):
         by_role.setdefault(_role(group), []).append(i)
-    floor = max(1, limit // (4 * len(by_role)))
+    # Each role first gets a few rows (or all of its groups), then the rest of the budget in proportion to its size.
+    floors = {role: min(len(members), max(1, limit // (4 * len(by_role)))) for role, members in by_role.items()}
+    spare = max(0, limit - sum(floors.values()))
     chosen: list[int] = []
-    for members in by_role.values():
-        share = max(min(len(members), floor), round(limit * len(members) / len(groups)))
+    for role, members in by_role.items():
+        share = min(len(members), floors[role] + spare * len(members) // len(groups))
         busy = [sum(s.seconds for s in spans[i] if s.label in BUSY_LABELS) for i in members]
         ranked = [members[k] for k in np.argsort(busy, kind="stable")]
-        picks = np.unique(np.linspace(0, len(ranked) - 1, min(share, len(ranked))).round().astype(int))
+        picks = np.unique(np.linspace(0, len(ranked) - 1, share).round().astype(int))
         chosen += [ranked[k] for k in picks]
-    return sorted(chosen)[:limit] if len(chosen) > limit else sorted(chosen)
+    return sorted(chosen)
 
 
 def binned_segments(spans: list[Span], wall_s: float, bins: int) -> list[tuple[float, float, str]]:
