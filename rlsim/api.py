@@ -35,7 +35,7 @@ from rlsim.report.compare import (
     read_run_metrics,
 )
 from rlsim.report.figures import FIGURES, RunData
-from rlsim.report.html import result_card_html, run_report_html
+from rlsim.report.html import card, result_card_html, run_report_html
 from rlsim.report.run_folder import write_run_folder
 from rlsim.report.text import headline_text
 from rlsim.sim.run import simulate_log
@@ -207,7 +207,7 @@ class Comparison:
         return COMPARE_FIGURES[name](self._runs())
 
     def _repr_html_(self) -> str:
-        return differences_table(self._runs())
+        return card(differences_table(self._runs()))
 
 
 def compare(*runs: Result | str | Path, names: list[str] | None = None) -> Comparison:

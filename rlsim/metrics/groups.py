@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import pairwise
 
 from rlsim.events import BUSY_LABELS, EventLog, Span
 from rlsim.metrics.facts import RunFacts
@@ -38,8 +39,8 @@ def gpu_groups(log: EventLog, facts: RunFacts) -> list[GpuGroup]:
         if span.unit and span.label in BUSY_LABELS:
             for g in range(bisect_left(edges, span.first_gpu), bisect_left(edges, span.first_gpu + span.gpu_count)):
                 units[g].setdefault(span.unit, None)
-    return [GpuGroup(a, b - a, facts.pool_of_gpu(a).name, tuple(u)) for a, b, u in zip(edges, edges[1:], units,
-                                                                                        strict=False)]
+    return [GpuGroup(a, b - a, facts.pool_of_gpu(a).name, tuple(u))
+            for (a, b), u in zip(pairwise(edges), units, strict=True)]
 
 
 def group_spans(log: EventLog, groups: list[GpuGroup]) -> list[list[Span]]:

@@ -119,16 +119,32 @@ def run_report_html(data: RunData, scenario: Scenario) -> str:
     return page(f"rlsim: {scenario.name}", body)
 
 
+# For notebook output: the page's styles, scoped to the card so they leave the notebook's own look alone.
+CARD_STYLE = """
+.rlsim-card { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; color: #222; }
+.rlsim-card p.context { color: #555; margin-top: 0; }
+.rlsim-card table { border-collapse: collapse; font-size: 0.9em; margin: 8px 0; }
+.rlsim-card th, .rlsim-card td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: right; }
+.rlsim-card th:first-child, .rlsim-card td:first-child { text-align: left; }
+.rlsim-card .tables { display: flex; gap: 40px; flex-wrap: wrap; align-items: flex-start; }
+.rlsim-card .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 6px; border-radius: 2px; }
+.rlsim-card .better { color: #1a7f37; } .rlsim-card .worse { color: #b42318; }
+"""
+
+
+def card(body: str) -> str:
+    """HTML for a notebook cell's output: no plotly.js (figures are displayed on their own)."""
+    return f'<div class="rlsim-card"><style>{CARD_STYLE}</style>{body}</div>'
+
+
 def result_card_html(data: RunData, scenario: Scenario) -> str:
-    """A notebook's view of a result: the context line, a bar of GPU-time shares and the summary tables, without
-    plotly.js (figures come from `Result.figure`)."""
+    """A notebook's view of a result: the context line, a bar of GPU-time shares and the summary tables."""
     seconds = data.metrics["gpu_seconds_by_label"]
     total = sum(seconds.values()) or 1.0
     shares = "".join(
         f'<div title="{label} {seconds[label] / total:.1%}" style="width:{100 * seconds[label] / total:.3f}%;'
         f'background:{LABEL_COLORS[label]}"></div>' for label in LABELS if seconds[label] > 0)
-    return (f'<div class="rlsim-result"><style>{STYLE.replace("body", ".rlsim-result")}</style>'
-            f"<h3>{html.escape(scenario.name)}</h3><p class=\"context\">{html.escape(scenario_context(scenario))}</p>"
-            f'<div style="display:flex;height:14px;width:100%;max-width:900px;border-radius:3px;overflow:hidden">'
-            f"{shares}</div>"
-            f'<div class="tables">{headline_table(data.metrics)}{gpu_time_table(data.metrics)}</div></div>')
+    return card(f"<h3>{html.escape(scenario.name)}</h3><p class=\"context\">{html.escape(scenario_context(scenario))}</p>"
+                '<div style="display:flex;height:14px;width:100%;max-width:900px;border-radius:3px;overflow:hidden">'
+                f"{shares}</div>"
+                f'<div class="tables">{headline_table(data.metrics)}{gpu_time_table(data.metrics)}</div>')
