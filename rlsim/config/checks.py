@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from rlsim.config.schema import Placement, Pool, Scenario
 from rlsim.config.workload import Workload
-from rlsim.errors import Problem, UnknownName
+from rlsim.errors import Problem, ScenarioError, UnknownName
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog, ModelSpec
 from rlsim.workload.traces import TraceFormatError
@@ -331,6 +331,17 @@ def _check_reward(scenario: Scenario, check: _Checker) -> None:
     elif has_gpus:
         check.fail(("placement", "reward_model"), f"GPUs for a reward model, but workload.reward.kind is {reward.kind}",
                    valid="remove it, or set workload.reward.kind: reward_model")
+
+
+def resolve_workload_paths(workload: Workload, doc: YamlDocument, base_dir: Path,
+                           at: PathKey = ("workload",)) -> Workload:
+    """A workload read from its own file (`rlsim workload show`): its trace paths resolved against `base_dir`,
+    each missing one a ScenarioError at its line."""
+    check = _Checker(doc)
+    resolved = _with_resolved_paths(workload, at, base_dir, check)
+    if check.problems:
+        raise ScenarioError(check.problems)
+    return resolved
 
 
 def _resolve_trace_paths(workload: Workload, base_dir: Path, check: _Checker) -> Workload:

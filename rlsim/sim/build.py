@@ -102,7 +102,8 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
 
     switch = colocated_switch_for(bound, topology) if placement.mode == "colocated" else None
     sync = disaggregated_sync_for(bound, topology) if placement.mode != "colocated" else None
-    sampler = GroupSampler(scenario, np.random.default_rng(workload_seed), np.random.default_rng(filter_seed))
+    sampler = GroupSampler(scenario.workload, scenario.algorithm, np.random.default_rng(workload_seed),
+                           np.random.default_rng(filter_seed))
     return Simulation(env, bound, recorder, engines, (index[rollout[0]], len(rollout)), group, trainer, actor, critic,
                       reward, reward_model, judges, switch, sync, sampler, np.random.default_rng(balancer_seed),
                       reward_rng, finished)

@@ -129,10 +129,15 @@ class RLLoop:
         first, count = sim.rollout_gpus
         self.recorder.context(first, count, start, gen_end, "tail", "gen")
         self._training_context(start, gen_end, "starved", "gen")
-        groups = self._take(target)
-        if partial.mode != "april":
-            for group in self._take(len(self._complete)):
-                self._drop(group, "batch_full")  # verl keeps the first train_batch_size groups
+        if partial.mode == "april":
+            groups = self._take(target)  # the first to complete
+        else:
+            # verl keeps the first train_batch_size kept groups in batch order, whenever they completed.
+            self._complete.sort(key=lambda item: item[1])
+            groups = [group for _, group in self._complete[:target]]
+            for _, group in self._complete[target:]:
+                self._drop(group, "batch_full")
+            self._complete = []
         stages = {"gen": gen_end - start}
         yield from self._reward(groups, stages)
         yield from self._train_on(groups, stages, mini_batches=self.algorithm.mini_batches)

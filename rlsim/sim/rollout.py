@@ -214,6 +214,7 @@ class RolloutEngine:
         self._cache: OrderedDict[Rollout, tuple[int, bool]] = OrderedDict()
         self._cached = 0  # tokens in _cache
         self._holding = 0  # slots held by trajectories waiting for tools
+        self._returns: list[tuple[_Slot, int]] = []  # held trajectories whose tools returned: (slot, tokens appended)
         self._iteration = 0  # iterations run so far: a decoding sequence gains one token per iteration
         self._decoding = 0  # decode batch size
         self._context = 0  # KV tokens the decode batch attends to: sum of prompt + generated - 1
@@ -354,7 +355,10 @@ class RolloutEngine:
             if plan:
                 yield from self._prefill_iteration(plan)
             elif self._decoding:
-                yield from self._decode_fast() if self.mode == "fast" else self._decode_exact()
+                # A boundary that preempted admitted nothing; the next may (a trajectory preempted in its tool call
+                # leaves the queue's head free to go), so step one iteration to reach it, as the exact mode does.
+                step_one = self.mode == "exact" or (preempted and bool(self._waiting))
+                yield from self._decode_exact() if step_one else self._decode_fast()
             else:
                 # Waiting rollouts may be blocked only by a pause, or by slots and KV held through tool calls.
                 assert not self._waiting or self._pause is not None or self._holding, (
@@ -373,8 +377,10 @@ class RolloutEngine:
         yield resume
 
     def _make_room(self) -> bool:
-        """Boundary work before scheduling: an interrupting pause empties the engine; otherwise preempt the latest
-        admitted sequences until the next iteration's tokens fit in the KV cache. Whether anything was preempted."""
+        """Boundary work before scheduling: held trajectories back from their tools resume; an interrupting pause
+        empties the engine; otherwise preempt the latest admitted sequences until the next iteration's tokens fit in
+        the KV cache. Whether anything was preempted."""
+        self._resume_held()
         if self._pause is not None and not self._drain and self._running:
             for slot in reversed(list(self._running.values())):
                 self._evict(slot)
@@ -457,6 +463,24 @@ class RolloutEngine:
         self._observe("admitted", rollout)
         return slot
 
+    def _resume_held(self) -> None:
+        """Trajectories that held their slot through tool calls continue: their cache holds the context up to the
+        turn's last token, whose KV was never written, so they prefill that token and the tool responses (reserving
+        room for them, and for the next turn's first token, unchecked: `_make_room` preempts if that overfills)."""
+        for slot, tokens in self._returns:
+            rollout = slot.rollout
+            assert isinstance(rollout, MultiTurnRollout)
+            before = rollout.context_tokens
+            rollout.turn += 1
+            rollout.appended += tokens
+            slot.tool = False
+            self._holding -= 1
+            slot.prefill_left = tokens + 1
+            slot.computed = before - 1
+            self._kv_used += tokens + 1
+            self._prefilling.append(slot)
+        self._returns.clear()
+
     def _trim_cache(self, room: int) -> None:
         """Evict released trajectories' KV, least recently released first, until `room` more tokens fit."""
         while self._cache and self._kv_used + room + self._cached > self.kv_capacity_tokens:
@@ -538,12 +562,14 @@ class RolloutEngine:
     # ---- book-keeping, O(1) or O(log batch) per event --------------------------------------------------------
 
     def _advance(self, iterations: int) -> None:
-        """Book `iterations` iterations: every decoding sequence gained as many tokens."""
+        """Book `iterations` iterations: every decoding sequence gained as many tokens. Released contexts that the
+        growth needed room from are evicted now, as the boundaries inside a fast stretch would have done."""
         self._iteration += iterations
         grown = iterations * self._decoding
         self._context += grown
         self._kv_used += grown
         self._generated_total += grown
+        self._trim_cache(0)
 
     def _next_finish(self) -> int:
         heap = self._finishes
@@ -663,7 +689,8 @@ class RolloutEngine:
             own = slot.own_prompt + rollout.context_tokens - rollout.prompt_tokens
             self._kv_used -= own
             last = self._release_prompt(rollout)
-            entry = own + (rollout.prompt_tokens if last else 0)
+            # Its cache holds its context but the turn's last token, whose KV was never written.
+            entry = own - 1 + (rollout.prompt_tokens if last else 0)
             self._cache[rollout] = (entry, last or not self.prefix_sharing)
             self._cached += entry
             self._finished_since_boundary = True
@@ -672,22 +699,14 @@ class RolloutEngine:
     def _tools_return(self, rollout: MultiTurnRollout, seconds: float, tokens: int) -> Generator:
         yield self.env.timeout(seconds)
         rollout.in_tool = False
-        before = rollout.context_tokens
-        rollout.turn += 1
-        rollout.appended += tokens
         self._observe("tool_returned", rollout)
         slot = self._running.get(rollout)
         if slot is not None and slot.tool:
-            # Its cache holds the context up to the turn's last token, whose KV was never written: prefill that token
-            # and the tool responses, and sample the next turn's first token.
-            slot.tool = False
-            self._holding -= 1
-            slot.prefill_left = tokens + 1
-            slot.computed = before - 1
-            self._kv_used += tokens + 1
-            self._prefilling.append(slot)
+            self._returns.append((slot, tokens))  # taken up at the next boundary, like every batch change
             self._wake()
             return
+        rollout.turn += 1
+        rollout.appended += tokens
         self._waiting.append(rollout)
         self.queued_tokens += rollout.context_tokens
         if self._idle is not None or (len(self._waiting) == 1 and self._interruptible and self._admissible(rollout)):

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rlsim.config.schema import Scenario
+from rlsim.config.schema import Algorithm
+from rlsim.config.workload import Workload
 from rlsim.workload.budgets import budget_policy
 from rlsim.workload.filters import filter_policy
 from rlsim.workload.lengths import length_schedule
@@ -39,8 +40,7 @@ class GroupSampler:
     """Draws prompt groups in order; group ids count up across steps. `version` (the policy version generating them)
     selects the lengths of a drifting workload."""
 
-    def __init__(self, scenario: Scenario, rng: np.random.Generator, filter_rng: np.random.Generator):
-        algo, workload = scenario.algorithm, scenario.workload
+    def __init__(self, workload: Workload, algo: Algorithm, rng: np.random.Generator, filter_rng: np.random.Generator):
         self._cap = algo.max_response_tokens
         self._max_prompt = algo.max_prompt_tokens
         self._model_len = algo.max_prompt_tokens + algo.max_response_tokens

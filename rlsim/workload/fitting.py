@@ -13,9 +13,12 @@ Sandbox     per-sample latency lognormal(median, σ) on `concurrency` workers: a
 """
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,12 +26,15 @@ from rlsim.config.workload import (
     Categorical,
     EmpiricalLength,
     GroupCorrelation,
+    JointComponent,
+    JointGaussianMixture,
     LatencyComponent,
     LognormalComponent,
     LognormalMixtureLatency,
     LognormalMixtureLength,
     SandboxReward,
 )
+from rlsim.fields import Frozen
 from rlsim.workload.lengths import LengthDistribution
 
 FIT_SEED = 20240917  # fits are deterministic: the same trace always gives the same model
@@ -142,13 +148,14 @@ def fit_log_mixture(values: Sequence[float], *, cap: float | None = None, compon
 
     x = np.asarray(values, dtype=float)
     unique, counts = np.unique(x, return_counts=True)
-    censored = cap is not None and unique >= cap
-    censored = np.asarray(censored) if cap is not None else np.zeros(len(unique), bool)
+    censored = unique >= cap if cap is not None else np.zeros(len(unique), bool)
     half = resolution / 2
-    lo = np.log(np.maximum(unique - half, 1e-12 * max(resolution, 1e-12)))
+    lo = np.log(np.maximum(unique - half, half))
     hi = np.where(censored, np.inf, np.log(unique + half))
     if cap is not None:
         lo = np.where(censored, np.log(cap - half), lo)
+    if len(unique) > MAX_INTERVALS:
+        lo, hi, counts = _binned(lo, hi, counts)
     logs = np.log(np.maximum(x[x < cap] if cap is not None else x, half))
     k = components
     # Start from equal-count slices of the sorted ln values: a mixture's components roughly own quantile ranges.
@@ -173,14 +180,34 @@ def fit_log_mixture(values: Sequence[float], *, cap: float | None = None, compon
     return MixtureFit(weights[order], params[k:2 * k][order], np.exp(params[2 * k:])[order], log_likelihood, bic)
 
 
+MAX_INTERVALS = 1024  # finer data is binned: the likelihood then costs the same for 10⁴ or 10⁶ observations
+
+
+def _binned(lo: np.ndarray, hi: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge observation intervals (sorted, in ln space) into MAX_INTERVALS bins of equal width in ln x; censored
+    intervals (open above) stay as they are."""
+    open_top = np.isinf(hi)
+    edges = np.linspace(lo[~open_top].min(), hi[~open_top].max(), MAX_INTERVALS + 1)
+    which = np.clip(np.searchsorted(edges, (lo[~open_top] + hi[~open_top]) / 2, side="right") - 1, 0, MAX_INTERVALS - 1)
+    binned = np.bincount(which, weights=counts[~open_top], minlength=MAX_INTERVALS)
+    keep = binned > 0
+    return (np.concatenate([edges[:-1][keep], lo[open_top]]), np.concatenate([edges[1:][keep], hi[open_top]]),
+            np.concatenate([binned[keep], counts[open_top]]))
+
+
 def best_log_mixture(values: Sequence[float], *, cap: float | None = None, max_components: int = 5,
                      resolution: float = 1.0) -> MixtureFit:
     """The mixture with the lowest BIC among 1..max_components components."""
     best = None
+    worse = 0
     for k in range(1, max_components + 1):
         fit = fit_log_mixture(values, cap=cap, components=k, resolution=resolution)
         if best is None or fit.bic < best.bic:
-            best = fit
+            best, worse = fit, 0
+        else:
+            worse += 1
+            if worse == 2:  # two more components did not pay for themselves: more will not either
+                break
     assert best is not None
     return best
 
@@ -218,23 +245,28 @@ def fit_lengths(values: Sequence[int], cap: int | None = None) -> LognormalMixtu
 
 def calibrate_group_correlation(response: LengthDistribution, target_icc: float, group_size: int,
                                 cap: int | None = None) -> float:
-    """The copula ρ whose sampled groups of `group_size` have an ICC of ln(length) equal to `target_icc`
-    (bisection with common random numbers, so the ICC is monotone in ρ and the answer deterministic)."""
-    if target_icc <= 0:
-        return 0.0
+    """The copula ρ whose sampled groups of `group_size` have an ICC of ln(length) equal to `target_icc`."""
     from scipy.special import ndtr
 
-    rng = np.random.default_rng(FIT_SEED)
-    difficulty = rng.standard_normal((CALIBRATION_GROUPS, 1))
-    noise = rng.standard_normal((CALIBRATION_GROUPS, group_size))
     # Lengths as a function of the normal score, tabulated once: every trial ρ then costs an interpolation, not a
     # quantile search (the table's step of 0.0006 in score moves a length by well under a token).
     grid = np.linspace(-8.0, 8.0, 25601)
     table = np.clip(response.ppf(ndtr(grid)), 1, cap if cap is not None else np.inf)
+    return calibrate_correlation(lambda scores: log_length_icc(np.rint(np.interp(scores, grid, table))),
+                                 target_icc, group_size)
+
+
+def calibrate_correlation(icc_of_scores, target_icc: float, group_size: int) -> float:
+    """The ρ at which `icc_of_scores` of groups of normal scores √ρ·d + √(1 − ρ)·ε equals `target_icc` (bisection with
+    common random numbers, so the ICC is monotone in ρ and the answer deterministic)."""
+    if target_icc <= 0:
+        return 0.0
+    rng = np.random.default_rng(FIT_SEED)
+    difficulty = rng.standard_normal((CALIBRATION_GROUPS, 1))
+    noise = rng.standard_normal((CALIBRATION_GROUPS, group_size))
 
     def icc_at(rho: float) -> float:
-        scores = math.sqrt(rho) * difficulty + math.sqrt(1 - rho) * noise
-        return log_length_icc(np.rint(np.interp(scores, grid, table)))
+        return icc_of_scores(math.sqrt(rho) * difficulty + math.sqrt(1 - rho) * noise)
 
     lo, hi = 0.0, 0.999
     if icc_at(hi) <= target_icc:
@@ -306,3 +338,137 @@ def _makespan(durations: np.ndarray, workers: int) -> float:
         heapq.heappush(free, start + float(duration))
     return max(free)
 
+
+
+# ------------------------------------------------------------------------------------------------ whole traces
+
+
+def response_cap(values: Sequence[int]) -> int | None:
+    """The generation cap a trace was recorded under, when it shows: its largest length, if more than one response
+    reached it (a length that several hit is a limit, not a coincidence)."""
+    values = np.asarray(values)
+    top = int(values.max())
+    return top if int((values == top).sum()) > 1 else None
+
+
+def fit_packed(path: Path, cap: int | None = None, *, drift: bool = False) -> dict[str, Any]:
+    """Workload fields for a packed-length trace: prompt and response length models and the group correlation;
+    with `drift`, a response model per recorded step (linearly interpolated between them)."""
+    from rlsim.workload.lengths import length_distribution
+    from rlsim.workload.traces import read_packed
+
+    steps = read_packed(path)
+    groups = [g.response_tokens for step in steps for g in step]
+    prompts = [g.prompt_tokens for step in steps for g in step]
+    flat = np.concatenate(groups)
+    cap = cap if cap is not None else response_cap(flat)
+    response = lognormal_mixture_model(best_log_mixture(flat, cap=cap))
+    fields: dict[str, Any] = {
+        "prompt_tokens": _dump(fit_lengths(prompts)),
+        "response_tokens": _dump(response),
+        "groups": _dump(fit_groups(prompts, groups, length_distribution(response), cap)),
+    }
+    if drift:
+        points = []
+        for step in steps:
+            values = np.concatenate([g.response_tokens for g in step])
+            model = lognormal_mixture_model(best_log_mixture(values, cap=cap, max_components=2))
+            points.append({"step": len(points), "model": _dump(model)})
+        fields["response_tokens"] = {"kind": "drift", "interpolation": "linear", "points": points}
+    return fields
+
+
+def fit_multiturn(path: Path) -> dict[str, Any]:
+    """Workload fields for a multi-turn trace: prompt lengths, the turns model, and the group correlation of the
+    number of turns."""
+    from scipy.special import ndtr
+
+    from rlsim.workload.multiturn import Counts
+    from rlsim.workload.traces import multiturn_groups, read_multiturn
+
+    trajectories = read_multiturn(path)
+    tool_turns = [[t.generated_tokens for t in tr.turns[:-1]] for tr in trajectories]
+    appended = [tr.appended_after(i) for tr in trajectories for i in range(len(tr.turns) - 1)]
+    latency = [max(t.tool_latencies_s, default=0.0) for tr in trajectories for t in tr.turns[:-1]]
+    turns = categorical([len(tr.turns) for tr in trajectories])
+    multiturn = {
+        "turns": _dump(turns),
+        "tool_turn_tokens": _dump(fit_lengths([x for row in tool_turns for x in row])),
+        "answer_turn_tokens": _dump(fit_lengths([tr.turns[-1].generated_tokens for tr in trajectories])),
+        "tool_latency": _dump(latency_mixture_model(best_log_mixture(latency, resolution=1e-6))),
+        "tool_response_tokens": _dump(fit_lengths([max(a, 1) for a in appended])),
+        "within_trajectory_correlation": _round(max(0.0, log_length_icc(tool_turns))),
+    }
+    groups = multiturn_groups(trajectories)
+    counts = Counts(turns)
+    size = int(round(float(np.mean([len(g) for g in groups]))))
+    rho = calibrate_correlation(lambda scores: intraclass_correlation(counts.at(ndtr(scores)).reshape(scores.shape)),
+                                intraclass_correlation([[len(t.turns) for t in g] for g in groups]), size)
+    return {
+        "prompt_tokens": _dump(fit_lengths([tr.prompt_tokens for tr in trajectories])),
+        "multiturn": multiturn,
+        "groups": {"within_group_correlation": rho},
+    }
+
+
+RLLM_REWARD_THREADS = 48
+"""Threads rllm's DeepCoder RewardManager scores a rank's batch with (ThreadPoolExecutor(max_workers=48) in
+rllm/verl/verl/trainer/main_ppo.py of the PolyTrace repository): the concurrency of its reward timings."""
+
+
+def fit_reward_timings(path: Path, threads: int = RLLM_REWARD_THREADS) -> dict[str, Any]:
+    """A sandbox reward fitted to recorded batch scoring times. Each record is one rank's batch on `threads` workers;
+    the ranks of a step score side by side, so the pool a scenario needs has threads × ranks workers."""
+    from rlsim.workload.traces import read_reward_timings
+
+    timings = read_reward_timings(path)
+    sizes = {t.batch_size for t in timings}
+    if len(sizes) != 1:
+        raise ValueError(f"{path}: reward batches of different sizes {sorted(sizes)} cannot be fitted together")
+    per_rank = fit_sandbox([t.seconds for t in timings], sizes.pop(), threads)
+    ranks = max(sum(1 for t in timings if t.step == step) for step in {t.step for t in timings})
+    return _dump(per_rank.model_copy(update={"concurrency": threads * ranks}))
+
+
+def production_joint(path: Path, task: str = "math_task") -> dict[str, Any]:
+    """The 2-D Gaussian mixture of PolyTrace's enhanced_task_distribution_parameters.json (`<task>.gmm_parameters`:
+    weights, means and full covariances of [prompt, response]) as `joint_tokens`. Its `input_distribution` and
+    `output_distribution` entries are separate scipy lognorm fits (s, loc, scale) whose KS statistics (0.20, 0.11)
+    show they fit poorly; the mixture is what PolyTrace samples from."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        gmm = data[task]["gmm_parameters"]
+        weights, means, covariances = gmm["weights"], gmm["means"], gmm["covariances"]
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"{path}: no {task}.gmm_parameters with weights, means and covariances ({err})") from None
+    components = [JointComponent(weight=w, mean_tokens=tuple(m), covariance=tuple(tuple(row) for row in c))
+                  for w, m, c in zip(weights, means, covariances, strict=True)]
+    return {"joint_tokens": _dump(JointGaussianMixture(kind="joint_gaussian_mixture", components=components))}
+
+
+def fit_trace(path: Path, *, cap: int | None = None, drift: bool = False) -> dict[str, Any]:
+    """Workload fields fitted to any PolyTrace trace: packed lengths (with a sandbox reward when the folder has
+    reward timings, and the kept share when it has DAPO filter indices), multi-turn logs, a filter-indices file, or
+    the production parameters JSON."""
+    from rlsim.workload.filters import kept_fraction
+    from rlsim.workload.traces import REWARD_TIMINGS, step_files, trace_format
+
+    if path.suffix == ".json":
+        return production_joint(path)
+    if path.name == "dapo_filter_indices.jsonl":
+        return {"informative_group_fraction": _round(kept_fraction(path))}
+    if trace_format(path) == "multiturn":
+        return fit_multiturn(path)
+    fields = fit_packed(path, cap, drift=drift)
+    if path.is_dir() and step_files(path, REWARD_TIMINGS):
+        fields["reward"] = fit_reward_timings(path)
+    filters = path / "dapo_filter_indices.jsonl" if path.is_dir() else None
+    if filters is not None and filters.exists():
+        fields["informative_group_fraction"] = _round(kept_fraction(filters))
+    return fields
+
+
+def _dump(model: Frozen) -> dict[str, Any]:
+    """A model as the YAML that selects it: defaults left out, tuples as lists."""
+    return json.loads(model.model_dump_json(exclude_defaults=True)) | (
+        {"kind": model.kind} if hasattr(model, "kind") else {})

@@ -67,10 +67,11 @@ def _drawn(scenario: Scenario, samples: float, kept: float) -> Marginals:
     of a trajectory obey the engine's limits as they do in a run."""
     from rlsim.workload.batches import GroupSampler
 
+    algorithm = scenario.algorithm
     if scenario.workload.multiturn is None:
-        raised = scenario.algorithm.model_copy(update={"max_response_tokens": 1 << 30})
-        scenario = scenario.model_copy(update={"algorithm": raised})
-    sampler = GroupSampler(scenario, np.random.default_rng(scenario.seed), np.random.default_rng(scenario.seed + 1))
+        algorithm = algorithm.model_copy(update={"max_response_tokens": 1 << 30})
+    sampler = GroupSampler(scenario.workload, algorithm, np.random.default_rng(scenario.seed),
+                           np.random.default_rng(scenario.seed + 1))
     steps = scenario.run.steps
     per_step = max(1, MONTE_CARLO_GROUPS // steps)
     groups = [g for step in range(steps) for g in sampler.draw(per_step, step)]

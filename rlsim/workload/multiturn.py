@@ -64,15 +64,21 @@ def cap_trajectory(prompt: int, turns: list[Turn], max_new_tokens: int, model_le
 
 
 class Counts:
-    """Draws counts from a Categorical."""
+    """Counts from a Categorical, drawn or at given scores."""
 
     def __init__(self, config: Categorical):
-        self.values = np.asarray(config.values, dtype=np.int64)
-        weights = np.ones(len(self.values)) if config.weights is None else np.asarray(config.weights, float)
-        self.cumulative = np.cumsum(weights) / weights.sum()
+        values = np.asarray(config.values, dtype=np.int64)
+        weights = np.ones(len(values)) if config.weights is None else np.asarray(config.weights, float)
+        order = np.argsort(values, kind="stable")  # ascending, so that a higher score never gives fewer
+        self.values = values[order]
+        self.cumulative = np.cumsum(weights[order]) / weights.sum()
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        index = np.searchsorted(self.cumulative, rng.random(n), side="right")
+        return self.at(rng.random(n))
+
+    def at(self, u: np.ndarray) -> np.ndarray:
+        """The counts at uniform scores u (the histogram's quantile function)."""
+        index = np.searchsorted(self.cumulative, np.asarray(u, dtype=float), side="right")
         return self.values[np.minimum(index, len(self.values) - 1)]
 
     @property
@@ -81,9 +87,10 @@ class Counts:
 
 
 class TrajectorySampler:
-    """Draws trajectories from a `MultiTurn` model. Each trajectory has a normal score (its sample's score in the GRPO
-    copula); each turn's and tool response's length score is √ρ·that + √(1 − ρ)·ε, ρ the within-trajectory
-    correlation."""
+    """Draws trajectories from a `MultiTurn` model. A trajectory's number of turns is the turns histogram's quantile
+    at its sample's normal score in the GRPO copula (so a group's trajectories share a tendency to search more); its
+    turn and tool-response lengths share a per-trajectory factor v: each one's score is √ρ·v + √(1 − ρ)·ε, ρ the
+    within-trajectory correlation."""
 
     def __init__(self, config: MultiTurn):
         from rlsim.workload.latency import latency_distribution
@@ -99,17 +106,18 @@ class TrajectorySampler:
              model_len: int) -> list[Trajectory]:
         from scipy.special import ndtr
 
-        turns = self.turns.draw(rng, len(scores))
+        turns = self.turns.at(ndtr(scores))
         calls = int(turns.sum() - len(turns))
         shared, own = math.sqrt(self.rho), math.sqrt(1 - self.rho)
-        owners = np.repeat(scores, turns - 1)
+        factor = rng.standard_normal(len(scores))
+        owners = np.repeat(factor, turns - 1)
         tool_turn = self.tool_turn.at(version).lengths(ndtr(shared * owners + own * rng.standard_normal(calls)),
                                                        max_new_tokens + 1)
         tool_tokens = self.tool_tokens.at(version).lengths(ndtr(shared * owners + own * rng.standard_normal(calls)),
                                                            model_len)
         latency = self.latency.ppf(rng.random(calls)) if calls else np.zeros(0)
         answer = self.answer_turn.at(version).lengths(
-            ndtr(shared * scores + own * rng.standard_normal(len(scores))), max_new_tokens + 1)
+            ndtr(shared * factor + own * rng.standard_normal(len(scores))), max_new_tokens + 1)
         out = []
         start = 0
         for k, count in enumerate(turns):
