@@ -105,10 +105,9 @@ class GroupSampler:
         bounds = np.concatenate([[0], np.cumsum(samples)])
         drafts = []
         if self._trajectories is not None:
+            trajectories = self._trajectories.draw(rng, prompts[owners], scores, version, cap, self._model_len)
             for i in range(count):
-                trajectories = self._trajectories.draw(rng, int(prompts[i]), scores[bounds[i]:bounds[i + 1]], version,
-                                                       cap, self._model_len)
-                drafts.append(self._multi_turn_draft(int(prompts[i]), trajectories, success, i))
+                drafts.append(self._multi_turn_draft(int(prompts[i]), trajectories[bounds[i]:bounds[i + 1]], success, i))
             return drafts
         if self._joint is not None:
             drawn = response_mean[owners] + response_sd[owners] * scores

@@ -102,8 +102,9 @@ class TrajectorySampler:
         self.latency = latency_distribution(config.tool_latency)
         self.rho = config.within_trajectory_correlation
 
-    def draw(self, rng: np.random.Generator, prompt: int, scores: np.ndarray, version: int, max_new_tokens: int,
-             model_len: int) -> list[Trajectory]:
+    def draw(self, rng: np.random.Generator, prompts: np.ndarray, scores: np.ndarray, version: int,
+             max_new_tokens: int, model_len: int) -> list[Trajectory]:
+        """One trajectory per (prompt length, normal score) pair; all drawn at once, so quantile searches batch."""
         from scipy.special import ndtr
 
         turns = self.turns.at(ndtr(scores))
@@ -124,6 +125,6 @@ class TrajectorySampler:
             end = start + count - 1
             drawn = [Turn(int(tool_turn[j]), float(latency[j]), int(tool_tokens[j])) for j in range(start, end)]
             drawn.append(Turn(int(answer[k])))
-            out.append(cap_trajectory(prompt, drawn, max_new_tokens, model_len))
+            out.append(cap_trajectory(int(prompts[k]), drawn, max_new_tokens, model_len))
             start = end
         return out
