@@ -6,32 +6,39 @@ from rlsim.config.bound import Bound, bind
 
 
 def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B", prompts: int = 8, samples: int = 4,
-                  mini_batches: int = 1, steps: int = 2, response: str = "{kind: lognormal, median_tokens: 200, sigma: 1.0}",
-                  prompt: str = "{kind: fixed, tokens: 64}", max_response: int = 2048, mode: str = "colocated",
+                  mini_batches: int = 1, steps: int = 2,
+                  response: str | None = "{kind: lognormal, median_tokens: 200, sigma: 1.0}",
+                  prompt: str | None = "{kind: fixed, tokens: 64}", max_response: int = 2048, mode: str = "colocated",
                   rollout_gpus: int | None = None, training_gpus: int | None = None, tp: int = 1,
                   schedule: str = "sync", staleness: int | None = None, partial: str = "off", over_provision: float = 1.0,
                   balancer: str = "round_robin", group_placement: str = "spread", dp_balance: str = "sorted_greedy",
                   dynamic_sampling: bool = False, informative: float = 1.0, seed: int = 0,
                   micro_batch_tokens: int = 8192, max_num_seqs: int = 256,
-                  streaming: bool = False, every_updates: int = 1) -> str:
+                  streaming: bool = False, every_updates: int = 1, workload: str = "", placement: str = "",
+                  algorithm: str = "grpo") -> str:
+    """`prompt` / `response` None leave those models out (replay, joint and multi-turn workloads); `workload` and
+    `placement` are extra YAML lines under those sections."""
     rollout_gpus = rollout_gpus if rollout_gpus is not None else gpus
     training = f"gpus: {training_gpus}, " if training_gpus is not None else ""
     staleness_line = f"  max_staleness: {staleness}\n" if staleness is not None else ""
+    response_line = f"  response_tokens: {response}\n" if response is not None else ""
+    prompt_line = f"  prompt_tokens: {prompt}\n" if prompt is not None else ""
+    workload_lines = "".join(f"  {line}\n" for line in workload.splitlines() if line.strip())
+    placement_lines = "".join(f"  {line}\n" for line in placement.splitlines() if line.strip())
     return f"""
 name: test
 seed: {seed}
 cluster: {{pools: [{{gpu: h100-sxm, nodes: {nodes}, gpus_per_node: {gpus // nodes}}}]}}
 model: {model}
-algorithm: {{name: grpo, prompts_per_step: {prompts}, samples_per_prompt: {samples}, mini_batches: {mini_batches},
+algorithm: {{name: {algorithm}, prompts_per_step: {prompts}, samples_per_prompt: {samples}, mini_batches: {mini_batches},
             max_prompt_tokens: 1024, max_response_tokens: {max_response}, dynamic_sampling: {str(dynamic_sampling).lower()}}}
 workload:
-  prompt_tokens: {prompt}
-  response_tokens: {response}
-  informative_group_fraction: {informative}
-placement:
+{prompt_line}{response_line}  informative_group_fraction: {informative}
+{workload_lines}placement:
   mode: {mode}
   rollout: {{gpus: {rollout_gpus}, tp: {tp}, gpu_memory_utilization: 0.5, max_num_seqs: {max_num_seqs}}}
   training: {{{training}micro_batch_tokens: {micro_batch_tokens}}}
+{placement_lines}
 schedule:
   mode: {schedule}
 {staleness_line}  partial_rollout: {{mode: {partial}, over_provision: {over_provision}}}

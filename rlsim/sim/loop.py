@@ -108,6 +108,9 @@ class RLLoop:
         target = self.algorithm.prompts_per_step
         partial = self.schedule.partial_rollout
         launch = round(target * partial.over_provision) if partial.mode == "april" else target
+        batch = self.scenario.workload.generation_batch_prompts
+        if self.algorithm.dynamic_sampling and batch is not None:
+            launch = max(launch, batch)  # verl's gen_batch_size: whole generation batches
         in_flight = sum(1 for left in self._left.values() if left > 0)
         self._launch(max(0, launch - in_flight - len(self._complete)))
         if partial.mode == "april":

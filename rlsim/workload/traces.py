@@ -222,10 +222,12 @@ def read_lengths(path: Path, field: str) -> list[int]:
 
 @dataclass(frozen=True)
 class FilterBatch:
-    """One generation batch of DAPO's dynamic sampling: how many prompts it had and which it kept."""
+    """One generation batch of DAPO's dynamic sampling: how many prompts it had, which it kept, and which of those
+    the train batch used (the first ones, until the batch was full)."""
 
     prompts: int
     kept: frozenset[int]
+    used: tuple[int, ...] = ()
 
 
 def read_filter_indices(path: Path) -> list[FilterBatch]:
@@ -235,7 +237,8 @@ def read_filter_indices(path: Path) -> list[FilterBatch]:
         kept = _field(path, number, record, "kept_prompt_indices", list)
         if any(not isinstance(i, int) or not 0 <= i < prompts for i in kept):
             raise TraceFormatError(f"{path}:{number}: kept_prompt_indices must lie in 0..{prompts - 1}")
-        batches.append(FilterBatch(prompts, frozenset(kept)))
+        used = record.get("used_prompt_indices", [])
+        batches.append(FilterBatch(prompts, frozenset(kept), tuple(used) if isinstance(used, list) else ()))
     if not batches:
         raise TraceFormatError(f"{path}: no filter records")
     return batches
