@@ -139,7 +139,28 @@ def small_scenario(draw):
         kwargs.update(rollout_gpus=4, training_gpus=4)
     elif kwargs["mode"] == "hybrid":
         kwargs.update(rollout_gpus=8, training_gpus=4)
+    variant = draw(st.sampled_from(sorted(WORKLOAD_VARIANTS)))
+    response, workload = WORKLOAD_VARIANTS[variant]
+    if variant == "multiturn":
+        workload += f"\ntool_wait: {draw(st.sampled_from(['hold', 'release']))}"
+    if response != "keep":
+        kwargs["response"] = response
+    kwargs["workload"] = workload
     return kwargs
+
+
+# Workload features the invariants must survive: (response model, or "keep" the drawn one; extra workload YAML).
+WORKLOAD_VARIANTS = {
+    "plain": ("keep", ""),
+    "groups": ("keep", "groups: {within_group_correlation: 0.6, prompt_response_correlation: 0.3}"),
+    "budget": ("keep", "samples_per_prompt: {kind: categorical, samples: {values: [1, 2, 6], weights: [1, 2, 1]}}"),
+    "drift": ("{kind: drift, points: [{step: 0, model: {kind: lognormal, median_tokens: 300, sigma: 1.0}}, "
+              "{step: 2, model: {kind: lognormal, median_tokens: 60, sigma: 0.5}}]}", ""),
+    "multiturn": (None, "multiturn: {turns: {values: [1, 2, 4]}, tool_turn_tokens: {kind: lognormal, median_tokens: 40, "
+                        "sigma: 0.8}, answer_turn_tokens: {kind: lognormal, median_tokens: 100, sigma: 1.0}, "
+                        "tool_latency: {kind: lognormal, median_s: 0.2, sigma: 1.0}, tool_response_tokens: "
+                        "{kind: gamma, mean_tokens: 150, shape: 2.0}, within_trajectory_correlation: 0.3}"),
+}
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -189,6 +210,24 @@ def test_fast_and_exact_modes_agree(seed):
                  dict(schedule="sync", mode="colocated", partial="april", over_provision=2.0)]
     kwargs = dict(seed=seed, prompts=8, samples=4, steps=2, max_response=1024, max_num_seqs=4,
                   response="{kind: lognormal, median_tokens: 150, sigma: 1.2}", **schedules[seed % len(schedules)])
+    fast = simulate_log(bound(**kwargs), mode="fast").log
+    exact = simulate_log(bound(**kwargs), mode="exact").log
+    assert fast.wall_s == pytest.approx(exact.wall_s, rel=0.005)
+    finish = {r.seq_id: r.finished for r in exact.sequences}
+    for r in fast.sequences:
+        if r.finished >= 0:
+            assert r.finished == pytest.approx(finish[r.seq_id], rel=0.005, abs=1e-9)
+    assert exact.events > fast.events
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_and_exact_modes_agree_on_multi_turn_workloads(seed):
+    _, workload = WORKLOAD_VARIANTS["multiturn"]
+    schedule = [dict(schedule="sync", mode="colocated"),
+                dict(schedule="async", mode="disaggregated", rollout_gpus=4, training_gpus=4, staleness=1,
+                     partial="interrupt")][seed % 2]
+    kwargs = dict(seed=seed, prompts=8, samples=4, steps=2, max_response=1024, max_num_seqs=4, response=None,
+                  workload=workload + f"\ntool_wait: {['hold', 'release'][seed // 2 % 2]}", **schedule)
     fast = simulate_log(bound(**kwargs), mode="fast").log
     exact = simulate_log(bound(**kwargs), mode="exact").log
     assert fast.wall_s == pytest.approx(exact.wall_s, rel=0.005)
