@@ -43,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     show = commands.add_parser("show", help="statistics and a histogram page of a workload's lengths")
     show.add_argument("spec", type=Path, help="scenario, workload or length-model YAML file")
-    show.add_argument("--html", type=Path, default=None, help="histogram page to write (default: SPEC-lengths.html)")
+    show.add_argument("--html", type=Path, default=None,
+                      help="histogram page to write (default: <SPEC name>-lengths.html in the current directory)")
     show.add_argument("--groups", type=int, default=4096, help="prompt groups to draw (default: 4096)")
     show.add_argument("--step", type=int, default=0, help="policy version to draw at (drifting workloads)")
     show.add_argument("--max-response-tokens", type=int, default=None, dest="cap",
@@ -116,7 +117,8 @@ def run_show(args: argparse.Namespace) -> int:
         tool_s = [u.tool_s for t in turns for u in t[:-1]]
         print(f"multi-turn: {np.mean([len(t) for t in turns]):.2f} turns per trajectory, tool calls "
               f"{np.mean(tool_s):.3f} s mean, {np.percentile(tool_s, 99):.3f} s p99")
-    out = args.html or args.spec.with_name(args.spec.stem + "-lengths.html")
+    # The current directory, not the spec's: inputs (often in a repo's scenarios/) are not where outputs belong.
+    out = args.html or Path(args.spec.stem + "-lengths.html")
     out.write_text(_histogram_page(title, prompts, responses), encoding="utf-8")
     print(f"wrote {out}")
     return OK
