@@ -1,4 +1,5 @@
-"""The event log: immutable records of what every GPU did and what happened to every sequence.
+"""The event log: immutable records of what every GPU did, what happened to every sequence, and the state of every
+generation engine at each batch-changing event.
 
 It is the single source of every metric. The simulator appends records while it runs and freezes them at the end;
 metrics are pure functions over the frozen log and never see a SimPy object.
@@ -54,6 +55,8 @@ class SequenceRecord:
     step_trained: int  # RL step that consumed it (-1: dropped)
     preemptions: int = 0
     dropped_by: str = ""  # the policy that dropped it, when it was not trained
+    admitted: float = -1.0  # when an engine first admitted it (-1: never)
+    readmissions: int = 0  # admissions after the first: after a preemption, an interruption, or a released tool call
 
     @property
     def staleness(self) -> int:
@@ -76,6 +79,27 @@ class StepRecord:
         return self.end - self.start
 
 
+@dataclass(frozen=True, slots=True)
+class EngineSample:
+    """A generation engine's state at `time`, recorded at each event that changes its batch or its queue: an
+    admission, a finish, a preemption or interruption, a prefill iteration, a tool call or return, a pause or resume,
+    a submission or a steal — O(sequences + turns) per run, never O(tokens). Counters are cumulative and exact: the
+    fast mode books what the iteration-by-iteration mode would have booked by then.
+
+    Between two consecutive samples of an engine its decode batch is `decoding` of the earlier one, and every
+    iteration run in between (`iterations` of the later one less the earlier one's) added `decoding` KV tokens."""
+
+    engine: str  # the engine's unit, as its spans carry it: "engine3", or "judge0" for an LLM judge's engine
+    time: float
+    running: int  # sequences holding a slot: decoding, prefilling, or holding it through tool calls
+    waiting: int  # sequences queued for admission
+    kv_tokens: int  # KV-cache tokens the running sequences hold (released contexts kept as prefix cache excluded)
+    decoding: int  # the decode batch: running sequences that gain one token per iteration
+    iterations: int  # iterations run so far: decode-only, or prefill chunks with the decodes
+    decode_iterations: int  # decode-only iterations run so far (what the engine's `decode` spans did)
+    decode_kv_read_tokens: int  # KV tokens those iterations read: Σ per iteration of every decoding sequence's context
+
+
 @dataclass(frozen=True)
 class EventLog:
     """Everything a run produced. Built once by the simulator; read by metrics and reports."""
@@ -86,3 +110,4 @@ class EventLog:
     gpus: int
     wall_s: float  # simulated time from the start to the end of the last step
     events: int  # SimPy events processed: the simulator's work, independent of tokens in fast mode
+    engine_samples: tuple[EngineSample, ...] = ()  # in time order

@@ -13,6 +13,7 @@ from rlsim.events import LABELS
 from rlsim.metrics import gpu_label_seconds, summary
 from rlsim.sim.run import simulate_log
 from tests.sim_scenarios import bound
+from tests.test_sim_rollout import assert_same_samples
 
 HEAVY = "{kind: lognormal, median_tokens: 600, sigma: 1.3}"
 DROP_POLICIES = {"staleness_bound", "dynamic_sampling", "batch_full", "run_end"}
@@ -183,6 +184,12 @@ def test_invariants_over_random_small_scenarios(kwargs):
         spans.sort()
         for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
             assert start >= end - 1e-9 * max(1.0, end)
+    # Sequences are admitted after they are submitted and before they finish. Engines sample at events, and at each
+    # submission (a launch submits many sequences in one event).
+    for r in log.sequences:
+        assert r.admitted < 0 or r.submitted <= r.admitted <= (r.finished if r.finished >= 0 else log.wall_s)
+        assert r.finished < 0 or r.admitted >= 0
+    assert len(log.engine_samples) <= log.events + 2 * len(log.sequences)
     # Each rollout is trained exactly once, or dropped by a named policy.
     ids = [r.seq_id for r in log.sequences]
     assert sorted(ids) == list(range(len(ids)))
@@ -218,6 +225,7 @@ def test_fast_and_exact_modes_agree(seed):
         if r.finished >= 0:
             assert r.finished == pytest.approx(finish[r.seq_id], rel=0.005, abs=1e-9)
     assert exact.events > fast.events
+    assert_same_samples(fast.engine_samples, exact.engine_samples)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -236,6 +244,7 @@ def test_fast_and_exact_modes_agree_on_multi_turn_workloads(seed):
         if r.finished >= 0:
             assert r.finished == pytest.approx(finish[r.seq_id], rel=0.005, abs=1e-9)
     assert exact.events > fast.events
+    assert_same_samples(fast.engine_samples, exact.engine_samples)
 
 
 def test_same_scenario_and_seed_give_identical_metrics():

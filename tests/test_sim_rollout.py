@@ -1,8 +1,10 @@
 """Rollout engines: exact traces of tiny cases with fixed costs, the fast advance against the iteration-by-iteration
-reference on random scenarios, KV-cache and preemption invariants, and the event count's independence of lengths."""
+reference on random scenarios (finish times, spans and the engines' samples), KV-cache and preemption invariants, and
+the event count's independence of lengths."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 from rlsim.costs.compute import GPURates
 from rlsim.costs.rollout import EngineCosts, PrefillChunk
+from rlsim.events import EngineSample
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog
 from rlsim.sim.recorder import Recorder
@@ -69,6 +72,27 @@ def rollout(seq_id: int, prompt: int, target: int, group: int | None = None, sub
     return Rollout(seq_id, seq_id if group is None else group, prompt, target, False, submitted)
 
 
+def by_engine(samples: Iterable[EngineSample]) -> dict[str, list[EngineSample]]:
+    engines: dict[str, list[EngineSample]] = {}
+    for sample in samples:
+        engines.setdefault(sample.engine, []).append(sample)
+    return engines
+
+
+def assert_same_samples(fast: Iterable[EngineSample], exact: Iterable[EngineSample]) -> None:
+    """Both modes record the same samples, engine by engine: the same counts, KV tokens and iteration counters at
+    the same times (to float rounding: the fast mode sums iteration times in closed form)."""
+    fast, exact = by_engine(fast), by_engine(exact)
+    assert fast.keys() == exact.keys()
+    for engine, samples in exact.items():
+        assert [s[2:] for s in map(_fields, fast[engine])] == [s[2:] for s in map(_fields, samples)], engine
+        assert [s.time for s in fast[engine]] == pytest.approx([s.time for s in samples], rel=1e-9, abs=1e-12)
+
+
+def _fields(sample: EngineSample) -> tuple:
+    return tuple(getattr(sample, name) for name in EngineSample.__slots__)
+
+
 def engines_on(env, count, costs, *, kv=10_000, seqs=4, batched=64, mode="fast", sharing=True, log=None):
     recorder = Recorder(count)
     probe = None
@@ -109,8 +133,16 @@ def test_two_engines_three_prompts_and_a_late_arrival(mode):
         ("admitted", 0, 3, 5.2),  # D waited for the iteration in flight at 4.5
         ("finished", 0, 2, 6.3), ("prefilled", 0, 3, 6.3), ("finished", 0, 3, 6.3),
     ]
-    spans = [(s.unit, s.label, round(s.start, 9), round(s.end, 9)) for s in recorder.freeze(6.3, 0).spans
-             if s.label != "unassigned"]
+    frozen = recorder.freeze(6.3, 0)
+    spans = [(s.unit, s.label, round(s.start, 9), round(s.end, 9)) for s in frozen.spans if s.label != "unassigned"]
+    # Engine 1: B queued, admitted (its 30-token prompt and the first token's slot reserved), prefilled (one
+    # iteration, decoding from then on), finished after one decode iteration that read its 30 + 1 tokens.
+    assert [(round(s.time, 9),) + _fields(s)[2:] for s in by_engine(frozen.engine_samples)["engine1"]] == [
+        (0.0, 0, 1, 0, 0, 0, 0, 0), (0.0, 1, 0, 31, 0, 0, 0, 0), (1.3, 1, 0, 31, 1, 1, 0, 0), (2.3, 0, 0, 0, 0, 2, 1, 31)]
+    # Engine 0: D's submission at 4.5 falls inside the decode stretch of A and C; it books what ran by then: two
+    # prefill iterations and one decode iteration, which read both contexts (100 + 20) and the two decoded tokens.
+    late_submit = [s for s in frozen.engine_samples if s.engine == "engine0" and s.time == 4.5]
+    assert [_fields(s)[2:] for s in late_submit] == [(2, 1, 100 + 20 + 4, 2, 3, 1, 100 + 20 + 2)]
     assert spans == ([
         ("engine0", "prefill", 0.0, 3.2), ("engine0", "decode", 3.2, 5.2), ("engine0", "prefill", 5.2, 6.3),
         ("engine1", "prefill", 0.0, 1.3), ("engine1", "decode", 1.3, 2.3),
@@ -138,6 +170,7 @@ def test_a_full_cache_preempts_the_latest_sequence_which_recomputes_and_finishes
     ]
     assert (a.generated, b.generated, a.preemptions, b.preemptions, engine.preemptions) == (8, 8, 0, 1, 1)
     assert engine.kv_used_tokens == 0
+    assert (a.admitted, a.admissions, b.admitted, b.admissions) == (0.0, 1, 0.0, 2)
 
 
 def test_a_group_prompt_is_cached_and_prefilled_once():
@@ -277,6 +310,8 @@ class Outcome:
     kv_overflow: bool
     engine_finish: list[float]
     spans: list[tuple[int, str, float, float]]  # (engine, label, start, end) of busy spans
+    samples: tuple[EngineSample, ...]
+    capacity: int
 
     @property
     def makespan(self) -> float:
@@ -310,12 +345,14 @@ def simulate(scenario: Scenario, mode: str, costs=None, scale: int = 1) -> Outco
     env.process(arrivals())
     env.process(weight_updates())
     env.run()
+    for engine in engines:
+        engine.close()
     per_engine = [max((r.finished for r in rollouts if r.engine == e.index), default=0.0) for e in engines]
-    spans = [(s.first_gpu, s.label, s.start, s.end) for s in recorder.freeze(env.now, env.events).spans
-             if s.label in ("prefill", "decode")]
+    log = recorder.freeze(env.now, env.events)
+    spans = [(s.first_gpu, s.label, s.start, s.end) for s in log.spans if s.label in ("prefill", "decode")]
     return Outcome({r.seq_id: r.finished for r in rollouts}, {r.seq_id: r.generated for r in rollouts},
                    {r.seq_id: r.version_started for r in rollouts}, sum(e.preemptions for e in engines), env.events,
-                   bool(overflow), per_engine, spans)
+                   bool(overflow), per_engine, spans, log.engine_samples, scenario.kv)
 
 
 def random_scenario(seed: int) -> Scenario:
@@ -357,6 +394,23 @@ def test_fast_advance_agrees_with_stepping_every_iteration(seed):
         assert not outcome.kv_overflow
         assert outcome.generated == {i: t for i, (_, _, t, _, _) in enumerate(scenario.rollouts)}
     assert fast.events < exact.events
+    assert_same_samples(fast.samples, exact.samples)
+    assert_consistent_samples(fast)
+
+
+def assert_consistent_samples(outcome: Outcome) -> None:
+    """Samples are in time order per engine, counters never fall, the cache never overflows (nor just before the next
+    sample, grown by the decode batch per iteration in between), and every engine ends empty."""
+    for samples in by_engine(outcome.samples).values():
+        for before, after in zip(samples, samples[1:], strict=False):
+            assert after.time >= before.time
+            assert after.iterations >= before.iterations and after.decode_iterations >= before.decode_iterations
+            assert after.decode_iterations - before.decode_iterations <= after.iterations - before.iterations
+            assert after.decode_kv_read_tokens >= before.decode_kv_read_tokens
+            grown = before.kv_tokens + before.decoding * (after.iterations - before.iterations)
+            assert grown <= outcome.capacity
+        assert all(0 <= s.kv_tokens <= outcome.capacity and s.decoding <= s.running for s in samples)
+        assert _fields(samples[-1])[2:6] == (0, 0, 0, 0)
 
 
 def test_the_random_scenarios_exercise_preemption_pauses_and_arrivals():
@@ -375,6 +429,7 @@ def test_event_count_does_not_grow_with_response_length():
     scenario = Scenario(2, rollouts, kv=10_000_000, seqs=32, batched=2048, sharing=True)
     short, long = simulate(scenario, "fast"), simulate(scenario, "fast", scale=4)
     assert long.events <= 1.05 * short.events
+    assert len(long.samples) <= 1.05 * len(short.samples) and len(long.samples) <= long.events
     assert long.makespan > 3 * short.makespan
     assert simulate(scenario, "exact", scale=4).events > 20 * long.events
 
@@ -398,4 +453,7 @@ def test_every_rollout_finishes_with_its_tokens_and_the_cache_never_overflows(pr
     fast = simulate(scenario, "fast", costs=FixedCosts())
     assert not fast.kv_overflow
     assert fast.generated == {i: t for i, (_, _, t, _, _) in enumerate(rollouts)}
-    assert fast.finished == pytest.approx(simulate(scenario, "exact", costs=FixedCosts()).finished, rel=1e-12)
+    exact = simulate(scenario, "exact", costs=FixedCosts())
+    assert fast.finished == pytest.approx(exact.finished, rel=1e-12)
+    assert_same_samples(fast.samples, exact.samples)
+    assert_consistent_samples(fast)

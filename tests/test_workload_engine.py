@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rlsim.sim.rollout import MultiTurnRollout
 from rlsim.workload.multiturn import Turn
-from tests.test_sim_rollout import CountingEnvironment, FixedCosts, engines_on, real_costs
+from tests.test_sim_rollout import CountingEnvironment, FixedCosts, assert_same_samples, engines_on, real_costs
 
 
 def trajectory(seq_id: int, prompt: int, turns: list[Turn], group: int | None = None) -> MultiTurnRollout:
@@ -26,11 +26,12 @@ def test_a_tool_call_pauses_the_trajectory_and_its_return_prefills_the_tool_toke
     context up to the turn's last token is found in the cache (held, or released and still cached), so the return
     prefills that last token and the 20 tool tokens: 1 s + 0.21 s."""
     env, log = simpy.Environment(), []
-    engines, _ = engines_on(env, 1, FixedCosts(), mode=mode, log=log)
+    engines, recorder = engines_on(env, 1, FixedCosts(), mode=mode, log=log)
     engines[0].tool_wait = engines[0].tool_wait if policy == "hold" else _release()
     a = trajectory(0, 10, [Turn(3, 2.5, 20), Turn(2)])
     engines[0].submit(a)
     env.run()
+    samples = recorder.freeze(env.now, 0).engine_samples
     expected = [("admitted", 0, 0, 0.0), ("prefilled", 0, 0, 1.1), ("tool_call", 0, 0, 3.1),
                 ("tool_returned", 0, 0, 5.6)]
     if policy == "release":
@@ -40,6 +41,14 @@ def test_a_tool_call_pauses_the_trajectory_and_its_return_prefills_the_tool_toke
     assert a.generated == 5 and a.appended == 20 and a.context_tokens == 35
     assert engines[0].tool_calls == 1
     assert engines[0].kv_used_tokens == 0
+    # Samples (time, running, waiting, KV tokens, decode batch): the tool call leaves the decode batch and, under
+    # release, the engine; the return brings the context back (13 + 20 tokens and the next token's slot).
+    trace = [(round(s.time, 9), s.running, s.waiting, s.kv_tokens, s.decoding) for s in samples]
+    held = policy == "hold"
+    middle = [(3.1, 1, 0, 13, 0)] if held else [(3.1, 0, 0, 0, 0), (5.6, 0, 1, 0, 0)]
+    assert trace == [(0.0, 0, 1, 0, 0), (0.0, 1, 0, 11, 0), (1.1, 1, 0, 11, 1)] + middle + [
+        (5.6, 1, 0, 34, 0), (6.81, 1, 0, 34, 1), (7.81, 0, 0, 0, 0)]
+    assert (a.admitted, a.admissions) == (0.0, 1 if held else 2)
 
 
 def _release():
@@ -126,9 +135,11 @@ def test_an_interrupt_during_a_held_tool_call_frees_the_slot_and_the_trajectory_
 # ---- fast advance against the reference ---------------------------------------------------------------------------
 
 
-def run_trajectories(specs, mode: str, policy: str, kv: int, seqs: int, costs=None, sharing: bool = True):
+def run_trajectories(specs, mode: str, policy: str, kv: int, seqs: int, costs=None, sharing: bool = True,
+                     samples: list | None = None):
+    """Finish times, events and tool calls; `samples` (a list) receives the engines' samples."""
     env = CountingEnvironment()
-    engines, _ = engines_on(env, 2, costs or real_costs(), kv=kv, seqs=seqs, batched=256, mode=mode, sharing=sharing)
+    engines, recorder = engines_on(env, 2, costs or real_costs(), kv=kv, seqs=seqs, batched=256, mode=mode, sharing=sharing)
     for engine in engines:
         engine.tool_wait = _release() if policy == "release" else engine.tool_wait
     rollouts = [trajectory(i, prompt, turns, group) for i, (group, prompt, turns, _) in enumerate(specs)]
@@ -139,6 +150,8 @@ def run_trajectories(specs, mode: str, policy: str, kv: int, seqs: int, costs=No
     env.run()
     assert not overflow
     assert all(r.done and r.generated == r.target_tokens for r in rollouts)
+    if samples is not None:
+        samples.extend(recorder.freeze(env.now, env.events).engine_samples)
     return {r.seq_id: r.finished for r in rollouts}, env.events, sum(e.tool_calls for e in engines)
 
 
@@ -161,17 +174,23 @@ def test_fast_advance_agrees_with_stepping_every_iteration_through_tool_calls(se
     specs = random_trajectories(np.random.default_rng(seed), 5)
     largest = max(p + sum(t.tokens + t.tool_tokens for t in turns) for _, p, turns, _ in specs)
     kv = largest + (40 if tight else 100_000)
-    fast, fast_events, fast_calls = run_trajectories(specs, "fast", policy, kv, seqs, sharing=sharing)
-    exact, exact_events, exact_calls = run_trajectories(specs, "exact", policy, kv, seqs, sharing=sharing)
+    fast_samples, exact_samples = [], []
+    fast, fast_events, fast_calls = run_trajectories(specs, "fast", policy, kv, seqs, sharing=sharing,
+                                                     samples=fast_samples)
+    exact, exact_events, exact_calls = run_trajectories(specs, "exact", policy, kv, seqs, sharing=sharing,
+                                                        samples=exact_samples)
     assert fast == pytest.approx(exact, rel=1e-9)
     assert fast_calls == exact_calls == sum(len(turns) - 1 for _, _, turns, _ in specs)
     assert fast_events <= exact_events
+    assert_same_samples(fast_samples, exact_samples)
 
 
 def test_events_grow_with_turns_not_with_tokens():
     specs = random_trajectories(np.random.default_rng(3), 24)
     longer = random_trajectories(np.random.default_rng(3), 24, scale=8)
-    _, short_events, calls = run_trajectories(specs, "fast", "hold", 10**7, 64)
-    _, long_events, _ = run_trajectories(longer, "fast", "hold", 10**7, 64)
+    short_samples, long_samples = [], []
+    _, short_events, calls = run_trajectories(specs, "fast", "hold", 10**7, 64, samples=short_samples)
+    _, long_events, _ = run_trajectories(longer, "fast", "hold", 10**7, 64, samples=long_samples)
     assert calls > 20
     assert long_events <= 1.1 * short_events
+    assert len(long_samples) <= 1.1 * len(short_samples) and len(long_samples) <= long_events

@@ -455,7 +455,8 @@ class RLLoop:
     def _record(self, r: Rollout, version: int, step: int, dropped_by: str = "") -> SequenceRecord:
         # A trajectory's prompt tokens are all it did not generate: its prompt and every tool response appended.
         return SequenceRecord(r.seq_id, r.group, r.engine, r.context_tokens - r.generated, r.generated, r.truncated,
-                              r.submitted, r.finished, r.version_started, version, step, r.preemptions, dropped_by)
+                              r.submitted, r.finished, r.version_started, version, step, r.preemptions, dropped_by,
+                              r.admitted, max(0, r.admissions - 1))
 
     # ------------------------------------------------------------------------------------------- spans
 

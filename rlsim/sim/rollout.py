@@ -32,6 +32,13 @@ the first of its sequences finishes or the KV cache fills, and sleeps once for a
 iteration in flight complete and books the progress. Every sequence's progress is derived from the engine's
 iteration counter, so booking is O(1) and a finish O(log batch): events scale with sequences, never with tokens.
 `mode="exact"` steps one iteration per event instead, the reference the fast mode must agree with.
+
+Samples. The engine records its state (`rlsim.events.EngineSample`: running, waiting, KV tokens, decode batch, and
+cumulative iterations and KV tokens read by decoding) at every boundary where its batch changed — admission, prefill
+iteration, finish, tool call or return, preemption, interruption, pause, resume — and whenever its queue changes
+(submit, steal, a tool return that queues). Both modes record the same samples: a sample inside a fast decode stretch
+books the iterations completed by then, as the exact mode has, and a boundary where nothing changed (every
+iteration of the exact mode) records none.
 """
 from __future__ import annotations
 
@@ -170,6 +177,7 @@ class RolloutEngine:
         probe: Probe | None = None,
         tool_wait: str = "hold",
         busy_labels: tuple[str, str, str] = ("prefill", "decode", "gen"),
+        unit: str | None = None,
     ):
         if mode not in ("fast", "exact"):
             raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
@@ -216,6 +224,9 @@ class RolloutEngine:
         self._holding = 0  # slots held by trajectories waiting for tools
         self._returns: list[tuple[_Slot, int]] = []  # held trajectories whose tools returned: (slot, tokens appended)
         self._iteration = 0  # iterations run so far: a decoding sequence gains one token per iteration
+        self._decode_iterations = 0  # of which decode-only
+        self._decode_read = 0  # KV tokens the decode-only iterations read: per iteration, _context + _decoding
+        self._changed = True  # the batch changed since the last sample: the next boundary records one
         self._decoding = 0  # decode batch size
         self._context = 0  # KV tokens the decode batch attends to: sum of prompt + generated - 1
         self._admissions = 0
@@ -232,7 +243,7 @@ class RolloutEngine:
         self._stretch: tuple[float, int, int, int] | None = None  # fast decode under way: start, batch, context, k
         self._live: tuple[float, object, int] = (-1.0, None, 0)  # (time, stretch, its iterations done by then)
 
-        self._unit = f"engine{index}"
+        self._unit = unit if unit is not None else f"engine{index}"  # what its spans and samples are called
         self._span: tuple[str, float, int] | None = None  # open busy span: label, start, step
         self._span_end = 0.0
         self._in_flight: tuple[str, float] | None = None  # the iteration or decode stretch under way: label, start
@@ -283,6 +294,7 @@ class RolloutEngine:
         rollout.engine = self.index
         self._waiting.append(rollout)
         self._enqueued(rollout, rollout.target_tokens if predicted_tokens is None else predicted_tokens)
+        self._sample()
         if self._idle is not None or (len(self._waiting) == 1 and self._interruptible and self._admissible(rollout)):
             self._wake()
 
@@ -295,6 +307,8 @@ class RolloutEngine:
             self._predicted_total -= self._predicted.pop(rollout)
             taken.append(rollout)
         taken.reverse()
+        if taken:
+            self._sample()
         return taken
 
     def pause(self, drain: bool) -> simpy.Event:
@@ -331,6 +345,7 @@ class RolloutEngine:
             self._record(start, label)
         self._flush()
         self._recorded_until = self.env.now
+        self._sample()
 
     def _flush(self) -> None:
         if self._span is not None:
@@ -345,13 +360,17 @@ class RolloutEngine:
         while True:
             preempted = self._make_room()
             if self._pause is not None and not self._running:
+                self._sample()
                 yield from self._paused()
+                self._changed = True  # resumed
                 continue
             if (self.on_queue_empty is not None and not self._waiting and self._pause is None
                     and (self._finished_since_boundary or not self._running)):
                 self.on_queue_empty(self)
             self._finished_since_boundary = False
             plan = self._schedule(admit=self._pause is None and (not preempted or not self._running))
+            if self._changed:
+                self._sample()
             if plan:
                 yield from self._prefill_iteration(plan)
             elif self._decoding:
@@ -457,6 +476,10 @@ class RolloutEngine:
         self._kv_used += own_prompt + context - rollout.prompt_tokens + 1
         slot = _Slot(rollout, self._admissions, own_prompt, context - cached, cached)
         self._admissions += 1
+        if rollout.admitted < 0:
+            rollout.admitted = self.env.now
+        rollout.admissions += 1
+        self._changed = True
         self._running[rollout] = slot
         self._prefilling.append(slot)
         self._trim_cache(self._decoding)
@@ -467,6 +490,8 @@ class RolloutEngine:
         """Trajectories that held their slot through tool calls continue: their cache holds the context up to the
         turn's last token, whose KV was never written, so they prefill that token and the tool responses (reserving
         room for them, and for the next turn's first token, unchecked: `_make_room` preempts if that overfills)."""
+        if self._returns:
+            self._changed = True
         for slot, tokens in self._returns:
             rollout = slot.rollout
             assert isinstance(rollout, MultiTurnRollout)
@@ -495,6 +520,7 @@ class RolloutEngine:
         yield self.env.timeout(self.costs.iteration_seconds(self._decoding, self._context, chunks))
         self._in_flight = None
         self._advance(1)
+        self._changed = True
         self._record(start, self._prefill_label)
         for slot, tokens in plan:
             slot.computed += tokens
@@ -511,7 +537,7 @@ class RolloutEngine:
         self._in_flight = (self._decode_label, start)
         yield self.env.timeout(self.costs.decode_iteration_seconds(self._decoding, self._context))
         self._in_flight = None
-        self._advance(1)
+        self._advance(1, decode=True)
         self._record(start, self._decode_label)
         self._finish_due()
 
@@ -536,7 +562,7 @@ class RolloutEngine:
                 yield self.env.timeout(max(0.0, start + end - self.env.now))
             k = done
         self._stretch = self._in_flight = None
-        self._advance(k)
+        self._advance(k, decode=True)
         self._record(start, self._decode_label)
         self._finish_due()
 
@@ -561,10 +587,14 @@ class RolloutEngine:
 
     # ---- book-keeping, O(1) or O(log batch) per event --------------------------------------------------------
 
-    def _advance(self, iterations: int) -> None:
-        """Book `iterations` iterations: every decoding sequence gained as many tokens. Released contexts that the
-        growth needed room from are evicted now, as the boundaries inside a fast stretch would have done."""
+    def _advance(self, iterations: int, decode: bool = False) -> None:
+        """Book `iterations` iterations (`decode`: decode-only ones): every decoding sequence gained as many tokens.
+        Released contexts that the growth needed room from are evicted now, as the boundaries inside a fast stretch
+        would have done."""
         self._iteration += iterations
+        if decode:
+            self._decode_iterations += iterations
+            self._decode_read += _decode_read(self._decoding, self._context, iterations)
         grown = iterations * self._decoding
         self._context += grown
         self._kv_used += grown
@@ -628,6 +658,7 @@ class RolloutEngine:
         self._kv_used -= slot.own_prompt + final - rollout.prompt_tokens
         self._release_prompt(rollout)
         rollout.finished = self.env.now
+        self._changed = True
         self._generated_total -= target
         self._predicted_total -= self._predicted.pop(rollout)
         self._finished_since_boundary = True
@@ -639,6 +670,7 @@ class RolloutEngine:
         rollout = slot.rollout
         del self._running[rollout]
         slot.live = False
+        self._changed = True
         own = rollout.context_tokens - rollout.prompt_tokens
         if slot.prefill_left:
             self._prefilling.remove(slot)
@@ -678,6 +710,7 @@ class RolloutEngine:
             self._context -= rollout.context_tokens - 1
         turn = rollout.turns[rollout.turn]
         rollout.in_tool = True
+        self._changed = True
         self.tool_calls += 1
         self._observe("tool_call", rollout)
         if self.tool_wait(self, rollout):
@@ -709,6 +742,7 @@ class RolloutEngine:
         rollout.appended += tokens
         self._waiting.append(rollout)
         self.queued_tokens += rollout.context_tokens
+        self._sample()
         if self._idle is not None or (len(self._waiting) == 1 and self._interruptible and self._admissible(rollout)):
             self._wake()
 
@@ -717,6 +751,22 @@ class RolloutEngine:
         self._predicted[rollout] = predicted
         self._predicted_total += predicted
         self._generated_total += rollout.generated
+
+    def _sample(self) -> None:
+        """Record the engine's state now; inside a fast decode stretch, with the iterations completed by now."""
+        self._changed = False
+        iteration, decode_iterations, read, kv = (self._iteration, self._decode_iterations, self._decode_read,
+                                                  self._kv_used)
+        if self._stretch is not None:
+            done = self._iterations_unbooked()
+            if done:
+                _, batch, context, _ = self._stretch
+                iteration += done
+                decode_iterations += done
+                read += _decode_read(batch, context, done)
+                kv += batch * done
+        self.recorder.engine_sample(self._unit, self.env.now, len(self._running), len(self._waiting), kv,
+                                    self._decoding, iteration, decode_iterations, read)
 
     def _observe(self, event: str, rollout: Rollout) -> None:
         if self.probe is not None:
@@ -736,3 +786,9 @@ class RolloutEngine:
         self._flush()
         self._span = (label, start, step)
         self._span_end = end
+
+
+def _decode_read(batch: int, context: int, iterations: int) -> int:
+    """KV tokens `iterations` decode iterations of a fixed batch read, from a total context of `context` cached tokens:
+    iteration i reads every sequence's cache, context + i·batch tokens, and the `batch` tokens it decodes."""
+    return iterations * (context + batch) + batch * iterations * (iterations - 1) // 2

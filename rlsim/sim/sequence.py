@@ -19,6 +19,8 @@ class Rollout:
     engine: int = -1
     preemptions: int = 0
     finished: float = -1.0
+    admitted: float = -1.0  # first admission by an engine (-1: not yet)
+    admissions: int = 0  # so far: the first, then one after each preemption, interruption or released tool call
 
     @property
     def context_tokens(self) -> int:
