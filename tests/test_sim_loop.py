@@ -291,4 +291,8 @@ run: {{steps: 2}}
         assert "unassigned" not in seconds
     reward_gpus = {s.first_gpu for s in log.spans if s.label == "reward_model"}
     assert reward_gpus and min(reward_gpus) >= 12  # the four GPUs after the rollout engines in the gen pool
+    # The reward model's ranks are named apart from the policy's training ranks.
+    assert {s.unit for s in log.spans if s.label == "reward_model"} <= {"rm0", "rm1", "rm2", "rm3"}
+    assert all(12 <= s.first_gpu < 16 for s in log.spans if s.unit.startswith("rm"))
+    assert all(s.first_gpu >= 16 for s in log.spans if s.unit.startswith("dp"))
     assert any(s.stage == "update_critic" for s in log.spans)  # PPO trains its critic

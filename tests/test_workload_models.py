@@ -218,6 +218,14 @@ def test_an_llm_judge_generates_verdicts_on_its_own_gpus(schedule):
     judge = [s for s in log.spans if s.label == "reward_model"]
     assert judge and {s.stage for s in judge} == {"reward"}
     assert min(s.first_gpu for s in judge) >= 6
+    # The judge's engines have names of their own, so every generation unit is one block of GPUs.
+    assert {s.unit for s in judge} == {"judge0", "judge1"}
+    blocks: dict[str, set[tuple[int, int]]] = {}
+    for span in log.spans:
+        if span.unit.startswith(("engine", "judge")):
+            blocks.setdefault(span.unit, set()).add((span.first_gpu, span.gpu_count))
+    assert all(len(b) == 1 for b in blocks.values()), blocks
+    assert {s.engine for s in log.engine_samples} == set(blocks)
     for seconds in gpu_label_seconds(log):
         assert sum(seconds.values()) == pytest.approx(log.wall_s, rel=1e-9)
     if schedule == "sync":

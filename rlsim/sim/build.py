@@ -121,7 +121,8 @@ def _memoised(op: str, group: CommGroup):
 
 def _reward_model(env, bound: Bound, topology: ClusterTopology, index: dict[GPU, int], recorder: Recorder,
                   rollout: tuple[GPU, ...], training: tuple[GPU, ...]) -> tuple[Trainer, TrainingCosts]:
-    """A reward model scoring with forward passes on its own GPUs, after the policy's roles in its pool."""
+    """A reward model scoring with forward passes on its own GPUs, after the policy's roles in its pool; its ranks
+    are named `rm0`, `rm1`, … (the policy's training ranks are `dp…`)."""
     scenario = bound.scenario
     placement = scenario.placement.reward_model
     assert placement is not None and placement.pool is not None
@@ -132,14 +133,15 @@ def _reward_model(env, bound: Bound, topology: ClusterTopology, index: dict[GPU,
     spec = ModelCatalog.load().spec(scenario.workload.reward.model)
     costs = TrainingCosts(spec, GPURates.from_profile(bound.gpu(placement.pool), "bf16"), layout,
                           GroupCollectives.on_cluster(topology, gpus, layout), head="value")
-    trainer = Trainer(env, recorder, TrainingGroup(index[gpus[0]], layout), scenario.schedule.dp_balance)
+    trainer = Trainer(env, recorder, TrainingGroup(index[gpus[0]], layout), scenario.schedule.dp_balance,
+                      unit_prefix="rm")
     return trainer, costs
 
 
 def _judges(env, bound: Bound, topology: ClusterTopology, index: dict[GPU, int], recorder: Recorder,
             rollout: tuple[GPU, ...], training: tuple[GPU, ...], mode: str) -> list[RolloutEngine]:
-    """LLM-judge generation engines on the reward GPUs (after the policy's roles in their pool); their busy time is
-    reward work (`reward_model`, stage `reward`)."""
+    """LLM-judge generation engines on the reward GPUs (after the policy's roles in their pool), named `judge0`,
+    `judge1`, …; their busy time is reward work (`reward_model`, stage `reward`)."""
     scenario = bound.scenario
     placement = scenario.placement.reward_model
     judge = scenario.workload.reward
@@ -160,7 +162,7 @@ def _judges(env, bound: Bound, topology: ClusterTopology, index: dict[GPU, int],
         mine = gpus[e * layout.tp:(e + 1) * layout.tp]
         engines.append(RolloutEngine(env, e, costs, kv_tokens, layout.max_num_seqs, layout.max_num_batched_tokens,
                                      index[mine[0]], len(mine), recorder, lambda r: None, mode=mode,
-                                     busy_labels=("reward_model", "reward_model", "reward")))
+                                     busy_labels=("reward_model", "reward_model", "reward"), unit=f"judge{e}"))
     return engines
 
 

@@ -44,8 +44,10 @@ class TrainingGroup:
 
 
 class Trainer:
-    def __init__(self, env: simpy.Environment, recorder: Recorder, group: TrainingGroup, balance: str):
+    def __init__(self, env: simpy.Environment, recorder: Recorder, group: TrainingGroup, balance: str,
+                 unit_prefix: str = "dp"):
         self.env = env
+        self.unit_prefix = unit_prefix  # its data-parallel ranks' units are prefix0, prefix1, …
         self.recorder = recorder
         self.group = group
         self.balance = DP_BALANCERS[balance]
@@ -108,13 +110,14 @@ class Trainer:
         for pp_stage, ranks in enumerate(per_stage):
             for dp_rank, labels in enumerate(ranks):
                 first, count = self.group.block(dp_rank, pp_stage)
+                unit = f"{self.unit_prefix}{dp_rank}"
                 cursor = start
                 for label in LABEL_ORDER:
                     seconds = labels.get(label, 0.0)
                     if seconds > 0:
-                        self.recorder.busy(first, count, cursor, cursor + seconds, label, stage, unit=f"dp{dp_rank}")
+                        self.recorder.busy(first, count, cursor, cursor + seconds, label, stage, unit=unit)
                         cursor += seconds
-                self.recorder.busy(first, count, cursor, start + wall, "barrier", stage, unit=f"dp{dp_rank}")
+                self.recorder.busy(first, count, cursor, start + wall, "barrier", stage, unit=unit)
         yield self.env.timeout(wall)
 
     def _split(self, lengths: Sequence[int]) -> list[list[int]]:
