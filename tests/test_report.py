@@ -18,11 +18,11 @@ from rlsim.cli import main
 from rlsim.config import load_scenario
 from rlsim.config.bound import bind
 from rlsim.events import LABELS, STAGES, Span
-from rlsim.metrics import RunFacts, gpu_label_seconds, run_metrics
+from rlsim.metrics import RunFacts, engine_series, gpu_label_seconds, run_metrics
 from rlsim.metrics.groups import gpu_groups, group_spans
 from rlsim.report.colors import LABEL_CNAMES, LABEL_COLORS
-from rlsim.report.event_files import SEQUENCE_COLUMNS, SPAN_COLUMNS
-from rlsim.report.figures import RunData, binned_segments, select_rows
+from rlsim.report.event_files import ENGINE_SAMPLE_COLUMNS, SEQUENCE_COLUMNS, SPAN_COLUMNS
+from rlsim.report.figures import RunData, binned_segments, engine_load_figure, select_rows
 from rlsim.report.html import run_report_html
 from rlsim.sim.run import simulate_log
 from tests.sim_scenarios import bound, scenario_yaml
@@ -62,7 +62,7 @@ def read_csv_gz(path: Path) -> list[dict[str, str]]:
 def test_run_folder_holds_every_output(run_folder):
     names = {p.name for p in run_folder.iterdir()}
     assert names == {"resolved.yaml", "metrics.json", "timing.json", "spans.csv.gz", "sequences.csv.gz",
-                     "steps.csv.gz", "trace.json", "report.html"}
+                     "steps.csv.gz", "engine_samples.csv.gz", "trace.json", "report.html"}
 
 
 def test_metrics_json_is_the_run_metrics_of_the_log(run_folder):
@@ -89,6 +89,10 @@ def test_event_tables_hold_the_log_exactly(run_folder):
     steps = read_csv_gz(run_folder / "steps.csv.gz")
     assert [float(r["end"]) for r in steps] == [s.end for s in log.steps]
     assert [float(r["gen"]) for r in steps] == [s.stages["gen"] for s in log.steps]
+    samples = read_csv_gz(run_folder / "engine_samples.csv.gz")
+    assert list(samples[0]) == list(ENGINE_SAMPLE_COLUMNS) and len(samples) == len(log.engine_samples)
+    assert [(r["engine"], float(r["time"]), int(r["kv_tokens"]), int(r["decode_kv_read_tokens"])) for r in samples] == [
+        (s.engine, s.time, s.kv_tokens, s.decode_kv_read_tokens) for s in log.engine_samples]
 
 
 def test_event_tables_are_byte_identical_for_the_same_scenario(tmp_path):
@@ -96,7 +100,8 @@ def test_event_tables_are_byte_identical_for_the_same_scenario(tmp_path):
     scenario_file.write_text(scenario_yaml(steps=2))
     for out in ("a", "b"):
         assert main(["run", str(scenario_file), "--out", str(tmp_path / out), "--json"]) == 0
-    for name in ("metrics.json", "spans.csv.gz", "sequences.csv.gz", "steps.csv.gz", "trace.json"):
+    for name in ("metrics.json", "spans.csv.gz", "sequences.csv.gz", "steps.csv.gz", "engine_samples.csv.gz",
+                 "trace.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
@@ -273,3 +278,29 @@ def test_html_report_shows_n_a_for_a_cluster_without_prices():
                                                       for p in facts.pools))
     page = run_report_html(RunData(log, unpriced, run_metrics(log, unpriced)), b.scenario)
     assert 'data-key="/cost/usd_per_1000_steps" data-value="null">n/a<' in page
+
+
+def test_engine_figure_draws_each_engines_sampled_series():
+    b = bound(steps=2)
+    log = simulate_log(b).log
+    facts = RunFacts.from_bound(b)
+    fig = engine_load_figure(RunData(log, facts, run_metrics(log, facts)))
+    series = engine_series(log, facts)
+    lines = {(trace.name, trace.yaxis): trace for trace in fig.data}
+    assert len(fig.data) == 3 * facts.engines  # a line per engine in each of the three panels
+    for e, name in enumerate(series.engines):
+        assert list(lines[name, "y"].y) == pytest.approx(series.kv_fraction[e].tolist())
+        assert list(lines[name, "y2"].y) == pytest.approx(series.running[e].tolist())
+        assert list(lines[name, "y3"].y) == pytest.approx(series.waiting[e].tolist())
+    assert 0 < max(max(trace.y) for trace in fig.data if trace.yaxis == "y") <= 1.0
+
+
+def test_judge_and_reward_model_gpus_are_named_and_drawn_as_reward_rows():
+    b = bound(gpus=8, rollout_gpus=6, steps=1, placement="reward_model: {gpus: 2}",
+              workload="reward: {kind: llm_judge, model: Qwen2.5-0.5B, verdict_tokens: {kind: fixed, tokens: 32}}")
+    log = simulate_log(b).log
+    groups = gpu_groups(log, RunFacts.from_bound(b))
+    assert [g.name for g in groups if g.first_gpu >= 6] == ["GPU 6 · judge0", "GPU 7 · judge1"]
+    spans = group_spans(log, groups)
+    rows = select_rows(groups, spans, 4)  # one row at least for each role, the judges' included
+    assert any(groups[i].units[0].startswith("judge") for i in rows)

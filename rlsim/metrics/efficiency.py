@@ -2,11 +2,10 @@
 and says what is counted."""
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from rlsim.events import EventLog
+from rlsim.metrics.engines import ROLLOUT_ENGINE, engine_tracks
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.sequences import SequenceArrays, trained
 
@@ -67,46 +66,28 @@ def mfu(log: EventLog, facts: RunFacts, flops: dict[str, float]) -> dict[str, fl
 def decode_hbm_utilisation(log: EventLog, facts: RunFacts) -> dict[str, float]:
     """Bytes decoding reads from HBM over what the rollout GPUs could read while labelled `decode`.
 
-    Each decode iteration reads the engine's weights once, and each generated token reads its sequence's KV cache
-    (prompt plus the tokens before it). The log does not count iterations, so they are estimated per engine as its
-    generated tokens over its mean running batch: the sequences outstanding on it, capped at max_num_seqs, averaged
-    over its decode spans.
+    Each decode-only iteration (the engines' `decode` time) reads the engine's weights once, as the cost model counts
+    them for its batch, and every decoding sequence's KV cache: its context, including the token it decodes. Both come
+    from the engines' samples exactly: between two samples an engine ran a fixed decode batch for a counted number of
+    decode iterations, and each sample carries the KV tokens its decode iterations read so far.
     """
-    arrays = SequenceArrays.of(log)
-    decode_spans: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    decode_gpu_seconds = 0.0
-    for span in log.spans:
-        if span.label == "decode" and span.unit.startswith("engine"):
-            decode_spans[int(span.unit.removeprefix("engine"))].append((span.start, span.end))
-            decode_gpu_seconds += span.seconds * span.gpu_count
-    iterations = 0.0
-    for engine, intervals in decode_spans.items():
-        mine = arrays.engine == engine
-        batch = mean_running_batch(arrays.start[mine], arrays.end[mine], np.array(intervals), facts.max_num_seqs)
-        if batch > 0:
-            iterations += arrays.generated[mine].sum() / batch
-    generated, prompt = arrays.generated, arrays.prompt
-    kv_tokens_read = float((generated * prompt + generated * (generated - 1) / 2).sum())
-    read = iterations * facts.weight_bytes_per_engine + kv_tokens_read * facts.kv_bytes_per_token
+    decode_gpu_seconds = sum(span.seconds * span.gpu_count for span in log.spans
+                             if span.label == "decode" and span.unit.startswith(ROLLOUT_ENGINE))
+    iterations = kv_tokens_read = 0
+    weight_bytes = 0.0
+    for track in engine_tracks(log):
+        steps = np.diff(track.decode_iterations)
+        ran = steps > 0
+        weight_bytes += float((steps[ran] * facts.weight_bytes(track.decoding[:-1][ran])).sum())
+        iterations += int(track.decode_iterations[-1])
+        kv_tokens_read += int(track.decode_kv_read_tokens[-1])
+    kv_bytes = kv_tokens_read * facts.kv_bytes_per_token
+    read = weight_bytes + kv_bytes
     bandwidth = facts.pool(facts.rollout_pool).hbm_bytes_per_s
     return {
         "decode": float(read / (bandwidth * decode_gpu_seconds)) if decode_gpu_seconds else 0.0,
         "decode_bytes": float(read),
-        "decode_iterations": float(iterations),
+        "decode_weight_bytes": float(weight_bytes),
+        "decode_kv_bytes": float(kv_bytes),
+        "decode_iterations": iterations,
     }
-
-
-def mean_running_batch(starts: np.ndarray, ends: np.ndarray, intervals: np.ndarray, cap: int) -> float:
-    """Time-average over `intervals` ([n, 2] start, end) of min(cap, sequences outstanding), where sequence i is
-    outstanding over [starts[i], ends[i])."""
-    if not starts.size or not intervals.size:
-        return 0.0
-    times = np.concatenate([starts, ends])
-    order = np.argsort(times, kind="stable")
-    times = times[order]
-    level = np.cumsum(np.concatenate([np.ones(starts.size), -np.ones(ends.size)])[order])
-    # ∫ min(cap, outstanding) dt from the first event up to each event time: piecewise linear in between.
-    area = np.concatenate([[0.0], np.cumsum(np.minimum(level[:-1], cap) * np.diff(times))])
-    covered = np.interp(intervals[:, 1], times, area) - np.interp(intervals[:, 0], times, area)
-    seconds = float((intervals[:, 1] - intervals[:, 0]).sum())
-    return float(covered.sum()) / seconds if seconds else 0.0

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlsim.config.bound import Bound
-from rlsim.costs.memory import DTYPE_BYTES, kv_bytes_per_token_per_gpu, rollout_memory
+from rlsim.costs.compute import GPURates
+from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
+from rlsim.costs.rollout import EngineCosts
 from rlsim.models import ModelCatalog, ModelSpec
 
 
@@ -71,7 +73,10 @@ class RunFacts:
     max_num_seqs: int
     kv_capacity_tokens: int  # per engine
     kv_bytes_per_token: float  # per engine, all its GPUs together
-    weight_bytes_per_engine: float  # at the rollout precision, all its GPUs together
+    # Weight bytes a decode iteration of a batch of b sequences reads, all the engine's GPUs together, for b = 1, 2, …
+    # (the cost model's `weight_bytes_read`: every weight once, an MoE layer only the experts its tokens touch);
+    # batches past the end read the last entry's.
+    decode_weight_bytes: tuple[float, ...]
 
     @classmethod
     def from_bound(cls, bound: Bound) -> RunFacts:
@@ -108,8 +113,13 @@ class RunFacts:
             # The same budget the engines are built with (rlsim.sim.build).
             kv_capacity_tokens=int(rollout_memory(scenario, spec, rollout_gpu).kv_cache_bytes // kv_per_gpu),
             kv_bytes_per_token=kv_per_gpu * engine.tp,
-            weight_bytes_per_engine=spec.total_params * DTYPE_BYTES[scenario.model.dtype],
+            decode_weight_bytes=decode_weight_bytes(bound),
         )
+
+    def weight_bytes(self, batch: np.ndarray) -> np.ndarray:
+        """Weight bytes one decode iteration of each batch size reads (batch >= 1)."""
+        table = np.asarray(self.decode_weight_bytes, dtype=np.float64)
+        return table[np.clip(np.asarray(batch, dtype=np.int64), 1, table.size) - 1]
 
     def pool(self, name: str) -> PoolFacts:
         for pool in self.pools:
@@ -122,3 +132,23 @@ class RunFacts:
             if pool.first_gpu <= gpu < pool.first_gpu + pool.gpus:
                 return pool
         raise IndexError(f"GPU {gpu} is outside the cluster's {self.gpus} GPUs")
+
+
+def decode_weight_bytes(bound: Bound) -> tuple[float, ...]:
+    """`RunFacts.decode_weight_bytes` of the scenario's rollout engines, as the simulator prices them: up to the batch
+    from which it stops growing (at once for a dense model; once every expert is touched for an MoE)."""
+    scenario, spec = bound.scenario, bound.model
+    engine = scenario.placement.rollout
+    rates = GPURates.from_profile(bound.gpu(engine.pool), scenario.model.dtype)
+
+    def no_collective(nbytes: float) -> float:  # weight bytes do not depend on the engine's communication
+        return 0.0
+
+    costs = EngineCosts.for_placement(spec, rates, engine, no_collective, no_collective)
+    table = [costs.weight_bytes_read(1) * engine.tp]
+    for batch in range(2, engine.max_num_seqs + 1):
+        nbytes = costs.weight_bytes_read(batch) * engine.tp
+        if nbytes == table[-1]:
+            break
+        table.append(nbytes)
+    return tuple(table)

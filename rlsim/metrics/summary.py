@@ -1,5 +1,6 @@
 """The run's headline figures: `summary` is the metrics.json contract of the event engine; `run_metrics` adds the
-breakdowns a report shows (per pool, utilisation, MFU, HBM bandwidth, long tail, cost) under keys of their own."""
+breakdowns a report shows (per pool, utilisation, MFU, HBM bandwidth, rollout engines, long tail, cost) under keys of
+their own."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +8,7 @@ import numpy as np
 from rlsim.events import EventLog
 from rlsim.metrics.cost import cost
 from rlsim.metrics.efficiency import decode_hbm_utilisation, mfu, model_flops
+from rlsim.metrics.engines import engine_summary
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.labels import gpu_seconds_by_label, pool_label_seconds, utilisation
 from rlsim.metrics.sequences import response_length_stats, staleness_histogram, trained
@@ -51,6 +53,7 @@ def run_metrics(log: EventLog, facts: RunFacts) -> dict:
         "model_flops": flops,
         "mfu": mfu(log, facts, flops),
         "hbm_bandwidth_utilisation": decode_hbm_utilisation(log, facts),
+        "engines": engine_summary(log, facts),
         "long_tail": {"bubble_s_mean": float(np.mean([t["bubble_s"] for t in tails])) if tails else 0.0,
                       "bubble_s_max": max((t["bubble_s"] for t in tails), default=0.0),
                       "tail_gpu_s_per_step": float(np.mean([t["tail_gpu_s"] for t in tails])) if tails else 0.0},

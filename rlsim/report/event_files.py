@@ -1,4 +1,4 @@
-"""The event log as gzip-compressed CSV tables: spans.csv.gz, sequences.csv.gz, steps.csv.gz.
+"""The event log as gzip-compressed CSV tables: spans.csv.gz, sequences.csv.gz, steps.csv.gz, engine_samples.csv.gz.
 
 Why CSV and not Parquet: the log is O(sequences) rows (a few MB compressed even for a thousand GPUs), every tool
 reads CSV (pandas.read_csv, polars, DuckDB, a spreadsheet) and Python writes it with the standard library, so the run
@@ -13,11 +13,12 @@ import io
 from dataclasses import fields
 from pathlib import Path
 
-from rlsim.events import STAGES, EventLog, SequenceRecord, Span
+from rlsim.events import STAGES, EngineSample, EventLog, SequenceRecord, Span
 
 SPAN_COLUMNS = tuple(f.name for f in fields(Span))
 SEQUENCE_COLUMNS = tuple(f.name for f in fields(SequenceRecord))
 STEP_COLUMNS = ("step", "start", "end", "samples", "tokens") + STAGES
+ENGINE_SAMPLE_COLUMNS = tuple(f.name for f in fields(EngineSample))
 
 
 def _write(path: Path, columns: tuple[str, ...], rows) -> None:
@@ -30,9 +31,10 @@ def _write(path: Path, columns: tuple[str, ...], rows) -> None:
 
 
 def write_event_files(log: EventLog, out: Path) -> list[Path]:
-    paths = [out / "spans.csv.gz", out / "sequences.csv.gz", out / "steps.csv.gz"]
+    paths = [out / "spans.csv.gz", out / "sequences.csv.gz", out / "steps.csv.gz", out / "engine_samples.csv.gz"]
     _write(paths[0], SPAN_COLUMNS, ([getattr(s, c) for c in SPAN_COLUMNS] for s in log.spans))
     _write(paths[1], SEQUENCE_COLUMNS, ([getattr(r, c) for c in SEQUENCE_COLUMNS] for r in log.sequences))
     _write(paths[2], STEP_COLUMNS, ([s.step, s.start, s.end, s.samples, s.tokens] + [s.stages.get(n, 0.0) for n in STAGES]
                                     for s in log.steps))
+    _write(paths[3], ENGINE_SAMPLE_COLUMNS, ([getattr(s, c) for c in ENGINE_SAMPLE_COLUMNS] for s in log.engine_samples))
     return paths

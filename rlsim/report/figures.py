@@ -14,9 +14,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from rlsim.events import BUSY_LABELS, LABELS, STAGES, EventLog, Span
+from rlsim.metrics.engines import engine_series
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.groups import GpuGroup, gpu_groups, group_spans
-from rlsim.metrics.sequences import engine_load, trained
+from rlsim.metrics.sequences import trained
 from rlsim.metrics.steps import step_rows
 from rlsim.report.colors import LABEL_COLORS
 
@@ -46,6 +47,8 @@ class RunData:
 def _role(group: GpuGroup) -> str:
     if any(u.startswith("dp") for u in group.units):
         return "training"
+    if any(u.startswith(("judge", "rm")) for u in group.units):
+        return "reward"
     return "rollout" if group.units else "idle"
 
 
@@ -204,34 +207,39 @@ def length_figure(data: RunData) -> go.Figure:
 
 
 def engine_load_figure(data: RunData) -> go.Figure:
-    load = engine_load(data.log, data.facts)
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("KV-cache occupancy (estimated from submission and finish times)",
-                                        "Sequences outstanding per engine (running or queued)"))
-    engines = load.outstanding.shape[0]
-    for row, values, fmt in ((1, load.kv_fraction, ".0%"), (2, load.outstanding, ".0f")):
+    """KV-cache occupancy, sequences running and sequences waiting per rollout engine, each averaged over equal time
+    bins from the engines' samples; more than MAX_ENGINE_LINES engines are drawn as a band (min, median, max)."""
+    series = engine_series(data.log, data.facts)
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=("KV-cache occupancy (of each engine's cache)",
+                                        "Sequences running (holding a slot)", "Sequences waiting for admission"))
+    engines = len(series.engines)
+    rows = ((1, series.kv_fraction, ".1%"), (2, series.running, ".1f"), (3, series.waiting, ".1f"))
+    for row, values, fmt in rows:
+        if not engines:
+            continue
         if engines <= MAX_ENGINE_LINES:
-            for e in range(engines):
-                fig.add_trace(go.Scatter(x=load.times, y=values[e], mode="lines", name=f"engine{e}",
-                                         legendgroup=f"engine{e}", showlegend=row == 1, line=dict(width=1),
-                                         hovertemplate=f"engine{e} %{{y:{fmt}}} at %{{x:.1f}} s<extra></extra>"),
+            for e, name in enumerate(series.engines):
+                fig.add_trace(go.Scatter(x=series.times, y=values[e], mode="lines", name=name, legendgroup=name,
+                                         showlegend=row == 1, line=dict(width=1),
+                                         hovertemplate=f"{name} %{{y:{fmt}}} at %{{x:.1f}} s<extra></extra>"),
                               row=row, col=1)
         else:
             low, mid, high = values.min(axis=0), np.median(values, axis=0), values.max(axis=0)
-            fig.add_trace(go.Scatter(x=load.times, y=high, mode="lines", line=dict(width=0, color="#3182bd"),
+            fig.add_trace(go.Scatter(x=series.times, y=high, mode="lines", line=dict(width=0, color="#3182bd"),
                                      name="max over engines", showlegend=row == 1, legendgroup="max",
                                      hovertemplate=f"max %{{y:{fmt}}}<extra></extra>"), row=row, col=1)
-            fig.add_trace(go.Scatter(x=load.times, y=low, mode="lines", line=dict(width=0, color="#3182bd"),
+            fig.add_trace(go.Scatter(x=series.times, y=low, mode="lines", line=dict(width=0, color="#3182bd"),
                                      fill="tonexty", fillcolor="rgba(49,130,189,0.25)", name="min over engines",
                                      showlegend=row == 1, legendgroup="min",
                                      hovertemplate=f"min %{{y:{fmt}}}<extra></extra>"), row=row, col=1)
-            fig.add_trace(go.Scatter(x=load.times, y=mid, mode="lines", line=dict(width=2, color="#08519c"),
+            fig.add_trace(go.Scatter(x=series.times, y=mid, mode="lines", line=dict(width=2, color="#08519c"),
                                      name=f"median of {engines} engines", showlegend=row == 1, legendgroup="median",
                                      hovertemplate=f"median %{{y:{fmt}}} at %{{x:.1f}} s<extra></extra>"),
                           row=row, col=1)
     fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=1)
-    fig.update_xaxes(title_text="simulated time (s)", row=2, col=1)
-    fig.update_layout(**LAYOUT, title="Rollout engines over time", height=560)
+    fig.update_xaxes(title_text="simulated time (s)", row=3, col=1)
+    fig.update_layout(**LAYOUT, title="Rollout engines over time (means over time bins)", height=720)
     return fig
 
 

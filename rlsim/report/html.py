@@ -42,7 +42,8 @@ SECTIONS = (
     ("steps", "Step time by verl stage", "Seconds per stage per RL step, as verl names its timers (timing_s/…)."),
     ("lengths", "Response lengths", "Tokens generated per sequence; dropped ones were cut by a named policy."),
     ("engines", "Rollout engines: KV cache and queues",
-     "Sequences outstanding per engine are exact; KV-cache occupancy is an estimate (see docs/metrics.md)."),
+     "From the samples each engine records whenever its batch or queue changes, averaged over equal time bins "
+     "(see docs/metrics.md)."),
     ("staleness", "Staleness", "Policy versions between a sequence's first token and the update that trained it."),
 )
 
