@@ -7,6 +7,7 @@ metrics are pure functions over the frozen log and never see a SimPy object.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 # The idle taxonomy (DESIGN.md): every GPU-second carries exactly one of these labels.
 BUSY_LABELS = ("prefill", "decode", "logprob", "train_forward", "train_backward", "optimizer", "reward_model")
@@ -79,15 +80,16 @@ class StepRecord:
         return self.end - self.start
 
 
-@dataclass(frozen=True, slots=True)
-class EngineSample:
+class EngineSample(NamedTuple):
     """A generation engine's state at `time`, recorded at each event that changes its batch or its queue: an
     admission, a finish, a preemption or interruption, a prefill iteration, a tool call or return, a pause or resume,
     a submission or a steal — O(sequences + turns) per run, never O(tokens). Counters are cumulative and exact: the
     fast mode books what the iteration-by-iteration mode would have booked by then.
 
     Between two consecutive samples of an engine its decode batch is `decoding` of the earlier one, and every
-    iteration run in between (`iterations` of the later one less the earlier one's) added `decoding` KV tokens."""
+    iteration run in between (`iterations` of the later one less the earlier one's) added `decoding` KV tokens.
+
+    A named tuple rather than a dataclass: a run records many of them, and tuples are the cheapest to make."""
 
     engine: str  # the engine's unit, as its spans carry it: "engine3", or "judge0" for an LLM judge's engine
     time: float

@@ -85,12 +85,8 @@ def assert_same_samples(fast: Iterable[EngineSample], exact: Iterable[EngineSamp
     fast, exact = by_engine(fast), by_engine(exact)
     assert fast.keys() == exact.keys()
     for engine, samples in exact.items():
-        assert [s[2:] for s in map(_fields, fast[engine])] == [s[2:] for s in map(_fields, samples)], engine
+        assert [s[2:] for s in fast[engine]] == [s[2:] for s in samples], engine
         assert [s.time for s in fast[engine]] == pytest.approx([s.time for s in samples], rel=1e-9, abs=1e-12)
-
-
-def _fields(sample: EngineSample) -> tuple:
-    return tuple(getattr(sample, name) for name in EngineSample.__slots__)
 
 
 def engines_on(env, count, costs, *, kv=10_000, seqs=4, batched=64, mode="fast", sharing=True, log=None):
@@ -137,12 +133,12 @@ def test_two_engines_three_prompts_and_a_late_arrival(mode):
     spans = [(s.unit, s.label, round(s.start, 9), round(s.end, 9)) for s in frozen.spans if s.label != "unassigned"]
     # Engine 1: B queued, admitted (its 30-token prompt and the first token's slot reserved), prefilled (one
     # iteration, decoding from then on), finished after one decode iteration that read its 30 + 1 tokens.
-    assert [(round(s.time, 9),) + _fields(s)[2:] for s in by_engine(frozen.engine_samples)["engine1"]] == [
+    assert [(round(s.time, 9), *s[2:]) for s in by_engine(frozen.engine_samples)["engine1"]] == [
         (0.0, 0, 1, 0, 0, 0, 0, 0), (0.0, 1, 0, 31, 0, 0, 0, 0), (1.3, 1, 0, 31, 1, 1, 0, 0), (2.3, 0, 0, 0, 0, 2, 1, 31)]
     # Engine 0: D's submission at 4.5 falls inside the decode stretch of A and C; it books what ran by then: two
     # prefill iterations and one decode iteration, which read both contexts (100 + 20) and the two decoded tokens.
     late_submit = [s for s in frozen.engine_samples if s.engine == "engine0" and s.time == 4.5]
-    assert [_fields(s)[2:] for s in late_submit] == [(2, 1, 100 + 20 + 4, 2, 3, 1, 100 + 20 + 2)]
+    assert [s[2:] for s in late_submit] == [(2, 1, 100 + 20 + 4, 2, 3, 1, 100 + 20 + 2)]
     assert spans == ([
         ("engine0", "prefill", 0.0, 3.2), ("engine0", "decode", 3.2, 5.2), ("engine0", "prefill", 5.2, 6.3),
         ("engine1", "prefill", 0.0, 1.3), ("engine1", "decode", 1.3, 2.3),
@@ -410,7 +406,7 @@ def assert_consistent_samples(outcome: Outcome) -> None:
             grown = before.kv_tokens + before.decoding * (after.iterations - before.iterations)
             assert grown <= outcome.capacity
         assert all(0 <= s.kv_tokens <= outcome.capacity and s.decoding <= s.running for s in samples)
-        assert _fields(samples[-1])[2:6] == (0, 0, 0, 0)
+        assert samples[-1][2:6] == (0, 0, 0, 0)
 
 
 def test_the_random_scenarios_exercise_preemption_pauses_and_arrivals():

@@ -18,7 +18,7 @@ from rlsim.events import STAGES, EngineSample, EventLog, SequenceRecord, Span
 SPAN_COLUMNS = tuple(f.name for f in fields(Span))
 SEQUENCE_COLUMNS = tuple(f.name for f in fields(SequenceRecord))
 STEP_COLUMNS = ("step", "start", "end", "samples", "tokens") + STAGES
-ENGINE_SAMPLE_COLUMNS = tuple(f.name for f in fields(EngineSample))
+ENGINE_SAMPLE_COLUMNS = EngineSample._fields
 
 
 def _write(path: Path, columns: tuple[str, ...], rows) -> None:
@@ -36,5 +36,5 @@ def write_event_files(log: EventLog, out: Path) -> list[Path]:
     _write(paths[1], SEQUENCE_COLUMNS, ([getattr(r, c) for c in SEQUENCE_COLUMNS] for r in log.sequences))
     _write(paths[2], STEP_COLUMNS, ([s.step, s.start, s.end, s.samples, s.tokens] + [s.stages.get(n, 0.0) for n in STAGES]
                                     for s in log.steps))
-    _write(paths[3], ENGINE_SAMPLE_COLUMNS, ([getattr(s, c) for c in ENGINE_SAMPLE_COLUMNS] for s in log.engine_samples))
+    _write(paths[3], ENGINE_SAMPLE_COLUMNS, log.engine_samples)
     return paths

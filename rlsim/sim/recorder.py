@@ -32,7 +32,7 @@ class Recorder:
         self._contexts: list[Span] = []
         self._sequences: list[SequenceRecord] = []
         self._steps: list[StepRecord] = []
-        self._engine_samples: list[tuple] = []  # EngineSample fields: tuples are cheaper while the run goes on
+        self.engine_samples: list[EngineSample] = []  # engines append theirs as the run goes on
 
     def busy(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str,
              *, unit: str = "", step: int | None = None, version: int | None = None) -> None:
@@ -59,18 +59,12 @@ class Recorder:
     def step(self, record: StepRecord) -> None:
         self._steps.append(record)
 
-    def engine_sample(self, engine: str, time: float, running: int, waiting: int, kv_tokens: int, decoding: int,
-                      iterations: int, decode_iterations: int, decode_kv_read_tokens: int) -> None:
-        """An engine's state now (the fields of `EngineSample`)."""
-        self._engine_samples.append((engine, time, running, waiting, kv_tokens, decoding, iterations,
-                                     decode_iterations, decode_kv_read_tokens))
-
     def freeze(self, wall_s: float, events: int) -> EventLog:
         spans = self._busy_clipped(wall_s) + self._idle_spans(wall_s)
         spans.sort(key=lambda s: (s.first_gpu, s.start, s.end))
         return EventLog(spans=tuple(spans), sequences=tuple(sorted(self._sequences, key=lambda r: r.seq_id)),
                         steps=tuple(sorted(self._steps, key=lambda r: r.step)), gpus=self.gpus, wall_s=wall_s,
-                        events=events, engine_samples=tuple(EngineSample(*s) for s in self._engine_samples))
+                        events=events, engine_samples=tuple(self.engine_samples))
 
     def _busy_clipped(self, wall_s: float) -> list[Span]:
         out = []

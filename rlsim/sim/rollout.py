@@ -52,6 +52,7 @@ from typing import Literal, Protocol
 import simpy
 
 from rlsim.costs.rollout import PrefillChunk
+from rlsim.events import EngineSample
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.sequence import Rollout
 from rlsim.workload.multiturn import Turn
@@ -244,6 +245,7 @@ class RolloutEngine:
         self._live: tuple[float, object, int] = (-1.0, None, 0)  # (time, stretch, its iterations done by then)
 
         self._unit = unit if unit is not None else f"engine{index}"  # what its spans and samples are called
+        self._samples = recorder.engine_samples  # where its samples go
         self._span: tuple[str, float, int] | None = None  # open busy span: label, start, step
         self._span_end = 0.0
         self._in_flight: tuple[str, float] | None = None  # the iteration or decode stretch under way: label, start
@@ -755,18 +757,17 @@ class RolloutEngine:
     def _sample(self) -> None:
         """Record the engine's state now; inside a fast decode stretch, with the iterations completed by now."""
         self._changed = False
-        iteration, decode_iterations, read, kv = (self._iteration, self._decode_iterations, self._decode_read,
-                                                  self._kv_used)
-        if self._stretch is not None:
-            done = self._iterations_unbooked()
-            if done:
-                _, batch, context, _ = self._stretch
-                iteration += done
-                decode_iterations += done
-                read += _decode_read(batch, context, done)
-                kv += batch * done
-        self.recorder.engine_sample(self._unit, self.env.now, len(self._running), len(self._waiting), kv,
-                                    self._decoding, iteration, decode_iterations, read)
+        if self._stretch is None:  # at a boundary, or in an iteration whose progress the exact mode books at its end
+            self._samples.append(EngineSample(self._unit, self.env.now, len(self._running), len(self._waiting),
+                                              self._kv_used, self._decoding, self._iteration, self._decode_iterations,
+                                              self._decode_read))
+            return
+        done = self._iterations_unbooked()
+        _, batch, context, _ = self._stretch
+        self._samples.append(EngineSample(self._unit, self.env.now, len(self._running), len(self._waiting),
+                                          self._kv_used + batch * done, batch, self._iteration + done,
+                                          self._decode_iterations + done,
+                                          self._decode_read + _decode_read(batch, context, done)))
 
     def _observe(self, event: str, rollout: Rollout) -> None:
         if self.probe is not None:
