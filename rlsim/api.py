@@ -24,7 +24,7 @@ from rlsim.config.bound import bind
 from rlsim.config.loader import scenario_from_document
 from rlsim.config.schema import Scenario
 from rlsim.events import EventLog
-from rlsim.metrics import RunFacts, gpu_rows, run_metrics, step_rows
+from rlsim.metrics import RunFacts, engine_rows, gpu_rows, run_metrics, step_rows
 from rlsim.report.compare import (
     COMPARE_FIGURES,
     NamedMetrics,
@@ -116,6 +116,12 @@ class Result:
     def gpus(self):
         """Per GPU: pool, GPU type, the engines and training ranks it served, seconds by label, busy fraction."""
         return _table(gpu_rows(self.log, self.facts))
+
+    @property
+    def engines(self):
+        """Per rollout engine: KV-cache occupancy, sequences running and waiting (time-weighted while it generated, and
+        maxima), mean decode batch and iteration counts, from the engine samples."""
+        return _table(engine_rows(self.log, self.facts))
 
     @property
     def pools(self):

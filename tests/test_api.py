@@ -76,6 +76,9 @@ def test_result_has_metrics_tables_and_figures(result):
     assert (gpus[list(LABELS)].sum(axis=1) - result.log.wall_s).abs().max() < 1e-9  # labels sum to wall time
     assert result.pools["busy_fraction"].iloc[0] == pytest.approx(result.metrics["utilisation"]["busy"])
     assert len(result.sequences) == len(result.log.sequences)
+    engines = result.engines
+    assert len(engines) == result.scenario.placement.rollout.engines
+    assert set(engines["engine"]) == {f"engine{e}" for e in range(len(engines))}
     assert result.figure_names == ("timeline", "gpu_time", "steps", "lengths", "engines", "staleness")
     for name in result.figure_names:
         assert isinstance(result.figure(name), go.Figure)
