@@ -60,7 +60,7 @@ class RLLoop:
         self._complete: list[tuple[float, int]] = []
         self._complete_changed = self.env.event()
         self._version_changed = self.env.event()
-        self._dropped_groups = 0  # groups dropped by the staleness bound, replaced by new admissions
+        self._dropped_groups = 0  # groups dropped by the staleness bound or dynamic sampling; the producer replaces them
         self._trained: dict[int, list[Rollout]] = {}  # group -> its rollouts, once trained
         self._updates = 0  # optimizer steps so far
         self._reward_model_lock = simpy.Resource(self.env, capacity=1)  # the reward model's GPUs run one pass at a time
