@@ -146,6 +146,7 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
         spec, GPURates.from_profile(gpu, scenario.model.dtype), engine_layout,
         (lambda n: collective_time("all_reduce", n, group).seconds) if engine_layout.tp > 1 else None,
         (lambda n: collective_time("all_to_all", n, group).seconds) if engine_layout.ep > 1 else None,
+        framework=scenario.framework,
     )
     kv_tokens = rollout_memory(scenario, spec, gpu).kv_cache_bytes / kv_bytes_per_token_per_gpu(spec, engine_layout.tp)
     per_engine = math.ceil(lengths.generated / engine_layout.engines)
@@ -200,7 +201,8 @@ def _judge(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageE
     spec = ModelCatalog.load().spec(judge.model)
     gpu = bound.gpu(placement.pool)
     layout = judge_scenario(scenario).placement.rollout
-    engine = EngineCosts.for_placement(spec, GPURates.from_profile(gpu, scenario.model.dtype), layout, None, None)
+    engine = EngineCosts.for_placement(spec, GPURates.from_profile(gpu, scenario.model.dtype), layout, None, None,
+                                       framework=scenario.framework)
     kv_tokens = rollout_memory(judge_scenario(scenario), spec, gpu).kv_cache_bytes / kv_bytes_per_token_per_gpu(
         spec, layout.tp)
     verdict = max(1, round(length_schedule(judge.verdict_tokens).at(0).clipped_mean(1 << 30)))

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from rlsim.config.framework import Framework
 from rlsim.config.workload import Workload
 from rlsim.fields import (
     Flag,
@@ -223,6 +224,7 @@ class Scenario(Frozen):
     workload: Workload
     placement: Placement
     schedule: Schedule = Field(default_factory=Schedule)
+    framework: Framework = Field(default_factory=Framework)
     run: Run = Field(default_factory=Run)
 
 

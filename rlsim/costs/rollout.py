@@ -37,6 +37,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal, NamedTuple
 
+from rlsim.config.framework import (
+    CUDA_GRAPH_MAX_TOKENS,
+    ENGINE_STEP_CPU_S,
+    KERNEL_GAP_S,
+    KERNEL_LAUNCH_S,
+    Framework,
+)
 from rlsim.config.schema import RolloutPlacement
 from rlsim.costs.compute import GEMM_FILL_S, GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
@@ -45,28 +52,6 @@ from rlsim.models import ModelSpec
 CollectiveSeconds = Callable[[float], float]
 """Time of one collective over the engine's GPUs, given its size in bytes: for an all-reduce the tensor every GPU
 holds and reduces, for an all-to-all the bytes each GPU sends to the group (its own share included)."""
-
-# ---- overheads: one set for every GPU and model ---------------------------------------------------------------
-
-# CPU work of one engine step that is not kernel launching: scheduling, preparing the step's inputs, processing the
-# sampled tokens. vLLM V1 serving Llama-3.2-1B with about one request in flight decodes at a median TPOT of 2.64 ms
-# (vllm-project/vllm#17866, baseline before its fast path, no async scheduling); this module puts the GPU share of
-# that step at 1.15 ms on an H100 (the GPU of that PR is assumed), leaving ~1.5 ms of CPU per step. (vLLM V0 left
-# bubbles of ~4 ms, 5-13 ms in general: vllm-project/vllm#6854.) SGLang's overlap scheduler ("zero-overhead batch
-# scheduler", lmsys.org/blog/2024-12-04-sglang-v0-4) and vLLM's async scheduling (vllm-project/vllm#19970) run this
-# work one step ahead, on the CPU, while the GPU computes the current step.
-ENGINE_STEP_CPU_S = 1.5e-3
-# CPU time to launch one kernel from an eager PyTorch program: "usually, the launch time on the CPU side is between
-# 5-20 microseconds" (facebookresearch/HolisticTraceAnalysis, docs features/cuda_kernel_launch_stats.rst); the geometric
-# middle of that range.
-KERNEL_LAUNCH_S = 10e-6
-# GPU-side gap between consecutive kernels, charged per kernel in every mode: ~0.58 µs per node when a CUDA graph
-# replays a chain of empty kernels (ahrefs/ocannl#488: graph replay ≈ 15 µs fixed + 0.58 µs per node, vs 6.4 µs per
-# individual launch).
-KERNEL_GAP_S = 0.6e-6
-# vLLM captures CUDA graphs for batches of 1, 2, 4 and then multiples of 8 tokens up to 512 by default
-# (CompilationConfig cudagraph_capture_sizes / max_cudagraph_capture_size); larger iterations run eagerly.
-CUDA_GRAPH_MAX_TOKENS = 512
 
 # ---- precisions of what is not a weight -----------------------------------------------------------------------
 
@@ -79,7 +64,7 @@ SAMPLER_LOGIT_PASSES = 3
 
 @dataclass(frozen=True)
 class EngineOverheads:
-    """CPU-side costs of an engine, the same for every GPU and model (constants above, with their sources)."""
+    """CPU-side costs of an engine, the same for every GPU and model (defaults and their sources: rlsim.config.framework)."""
 
     step_cpu_seconds: float = ENGINE_STEP_CPU_S
     overlap_scheduling: bool = True  # CPU work of step n+1 runs while the GPU computes step n
@@ -89,9 +74,17 @@ class EngineOverheads:
     cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS
 
     @classmethod
-    def for_placement(cls, placement: RolloutPlacement) -> EngineOverheads:
+    def for_placement(cls, placement: RolloutPlacement, framework: Framework | None = None) -> EngineOverheads:
         """The overheads of an engine configured as in the scenario (vLLM and SGLang are modelled alike)."""
-        return cls(cuda_graphs=placement.cuda_graphs)
+        framework = framework or Framework()
+        return cls(
+            step_cpu_seconds=framework.engine_step_cpu_s,
+            overlap_scheduling=framework.overlap_scheduling,
+            kernel_launch_seconds=framework.kernel_launch_s,
+            kernel_gap_seconds=framework.kernel_gap_s,
+            cuda_graphs=placement.cuda_graphs,
+            cuda_graph_max_tokens=framework.cuda_graph_max_tokens,
+        )
 
     def replays_graph(self, tokens: float) -> bool:
         """Whether an iteration of `tokens` tokens replays a captured CUDA graph instead of launching kernels."""
@@ -292,8 +285,9 @@ class EngineCosts:
         all_reduce_seconds: CollectiveSeconds | None,
         all_to_all_seconds: CollectiveSeconds | None,
         weight_dtype_bytes: float | None = None,
+        framework: Framework | None = None,
     ) -> EngineCosts:
-        """The engine a scenario's rollout placement describes."""
+        """The engine a scenario's rollout placement describes, with the scenario's framework overheads."""
         return cls(
             spec,
             rates,
@@ -301,7 +295,7 @@ class EngineCosts:
             ep=placement.ep,
             all_reduce_seconds=all_reduce_seconds,
             all_to_all_seconds=all_to_all_seconds,
-            overheads=EngineOverheads.for_placement(placement),
+            overheads=EngineOverheads.for_placement(placement, framework),
             weight_dtype_bytes=weight_dtype_bytes,
         )
 

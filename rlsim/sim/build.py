@@ -75,6 +75,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
         spec, rates, engine_layout,
         _memoised("all_reduce", first_group) if engine_layout.tp > 1 else None,
         _memoised("all_to_all", first_group) if engine_layout.ep > 1 else None,
+        framework=scenario.framework,
     )
     engines = []
     for e in range(engine_layout.engines):
@@ -156,7 +157,8 @@ def _judges(env, bound: Bound, topology: ClusterTopology, index: dict[GPU, int],
                     // kv_bytes_per_token_per_gpu(spec, layout.tp))
     group = topology.group(gpus[:layout.tp])
     costs = EngineCosts.for_placement(spec, GPURates.from_profile(gpu, scenario.model.dtype), layout,
-                                      _memoised("all_reduce", group) if layout.tp > 1 else None, None)
+                                      _memoised("all_reduce", group) if layout.tp > 1 else None, None,
+                                      framework=scenario.framework)
     engines = []
     for e in range(layout.engines):
         mine = gpus[e * layout.tp:(e + 1) * layout.tp]

@@ -1,0 +1,48 @@
+"""Framework overheads: the CPU-side costs that real RL stacks (vLLM/SGLang engines driven from Python) have and a
+first-principles GPU model lacks. They are named scenario fields (`framework:`) so a user can model another engine
+version, but one set of defaults serves every scenario and every validation case; each default carries its source.
+"""
+from __future__ import annotations
+
+from pydantic import Field
+
+from rlsim.fields import Flag, Frozen, NonNegativeFloat, PositiveInt
+
+# CPU work of one engine step that is not kernel launching: scheduling, preparing the step's inputs, processing the
+# sampled tokens. vLLM V1 serving Llama-3.2-1B with about one request in flight decodes at a median TPOT of 2.64 ms
+# (vllm-project/vllm#17866, baseline before its fast path, no async scheduling); rlsim's cost model puts the GPU share
+# of that step at 1.15 ms on an H100 (the GPU of that PR is assumed), leaving ~1.5 ms of CPU per step. (vLLM V0 left
+# bubbles of ~4 ms, 5-13 ms in general: vllm-project/vllm#6854.)
+ENGINE_STEP_CPU_S = 1.5e-3
+# CPU time to launch one kernel from an eager PyTorch program: "usually, the launch time on the CPU side is between
+# 5-20 microseconds" (facebookresearch/HolisticTraceAnalysis, docs features/cuda_kernel_launch_stats.rst); the geometric
+# middle of that range.
+KERNEL_LAUNCH_S = 10e-6
+# GPU-side gap between consecutive kernels, charged per kernel in every mode: ~0.58 µs per node when a CUDA graph
+# replays a chain of empty kernels (ahrefs/ocannl#488: graph replay ≈ 15 µs fixed + 0.58 µs per node, vs 6.4 µs per
+# individual launch).
+KERNEL_GAP_S = 0.6e-6
+# vLLM captures CUDA graphs for batches of 1, 2, 4 and then multiples of 8 tokens up to 512 by default
+# (CompilationConfig cudagraph_capture_sizes / max_cudagraph_capture_size); larger iterations run eagerly.
+CUDA_GRAPH_MAX_TOKENS = 512
+# Overlap is on by default: SGLang's overlap scheduler ("zero-overhead batch scheduler", lmsys.org/blog/2024-12-04-
+# sglang-v0-4) and vLLM's async scheduling (vllm-project/vllm#19970) run the step's CPU work one step ahead, on the CPU,
+# while the GPU computes the current step.
+
+
+class Framework(Frozen):
+    """CPU-side costs of the serving engines, with defaults from public measurements (see the module's sources)."""
+
+    engine_step_cpu_s: NonNegativeFloat = Field(
+        ENGINE_STEP_CPU_S, description="CPU seconds per engine iteration for scheduling and sampled-token bookkeeping"
+    )
+    overlap_scheduling: Flag = Field(
+        True,
+        description="the engine prepares step n+1 on the CPU while the GPU runs step n (SGLang's overlap scheduler, "
+        "vLLM's async scheduling); false for engines that block on the CPU between steps (vLLM V0)",
+    )
+    kernel_launch_s: NonNegativeFloat = Field(KERNEL_LAUNCH_S, description="CPU seconds to launch one kernel eagerly")
+    kernel_gap_s: NonNegativeFloat = Field(KERNEL_GAP_S, description="GPU idle seconds between consecutive kernels")
+    cuda_graph_max_tokens: PositiveInt = Field(
+        CUDA_GRAPH_MAX_TOKENS, description="largest iteration (tokens) that replays a captured CUDA graph"
+    )
