@@ -255,6 +255,9 @@ class EngineCosts:
     overheads: EngineOverheads = EngineOverheads()
     weight_dtype_bytes: float | None = None  # None: the spec's dtype_bytes
     _profiles: dict[int, DecodeProfile] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # (tokens, logit rows, latent rows) -> (seconds, launches) of the kernels that do not depend on the context.
+    _context_free: dict[tuple[int, int, int], tuple[float, int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         arch = self.spec.architecture
@@ -332,10 +335,20 @@ class EngineCosts:
         work = _work(decode_batch, prefill)
         if work.tokens == 0:
             return 0.0
-        kernels, collectives = self._kernels(work)
-        gpu = sum(self._kernel_seconds(kernel, decode_context) for kernel in kernels)
-        gpu += sum(c.count * c.seconds for c in collectives)
-        launches = sum(k.count for k in kernels) + sum(c.count for c in collectives)
+        # Only attention depends on the context and the prefill's cached prefix; the rest is a function of a few
+        # counts that repeat across iterations, so it is priced once per distinct key (prefill-heavy runs price
+        # tens of thousands of iterations).
+        key = (work.tokens, work.logit_rows, self._latent_rows(work))
+        context_free = self._context_free.get(key)
+        if context_free is None:
+            kernels, collectives = self._context_free_kernels(*key)
+            seconds = sum(self._kernel_seconds(kernel, 0.0) for kernel in kernels)
+            seconds += sum(c.count * c.seconds for c in collectives)
+            context_free = self._context_free[key] = (seconds, sum(k.count for k in kernels) + sum(
+                c.count for c in collectives))
+        attention = self._attention_kernels(work)
+        gpu = context_free[0] + sum(self._kernel_seconds(kernel, decode_context) for kernel in attention)
+        launches = context_free[1] + sum(k.count for k in attention)
         busy_until, then = self._cpu_bounds(work.tokens, launches)
         return max(gpu + launches * self.overheads.kernel_gap_seconds, busy_until) + then
 
@@ -389,9 +402,8 @@ class EngineCosts:
 
     def weight_bytes_read(self, tokens: int) -> float:
         """Weight bytes one GPU reads in a decode iteration of `tokens` sequences (MoE: only the experts touched)."""
-        work = _work(tokens, ())
         layers = sum(
-            self.spec.layer_count(kind) * sum(weights for *_, weights in self._layer_gemms(kind, work))
+            self.spec.layer_count(kind) * sum(weights for *_, weights in self._layer_gemms(kind, tokens, tokens))
             for kind in ("dense", "moe")
             if self.spec.layer_count(kind)
         )
@@ -428,8 +440,25 @@ class EngineCosts:
 
     def _kernels(self, work: _Work) -> tuple[list[_Kernel], list[_Collective]]:
         """Kernels and collectives of one iteration on one GPU, their costs affine in the decode context."""
+        kernels, collectives = self._context_free_kernels(work.tokens, work.logit_rows, self._latent_rows(work))
+        return [*self._attention_kernels(work), *kernels], collectives
+
+    def _latent_rows(self, work: _Work) -> int:
+        """Rows of MLA's kv_b_proj: prefill expands the cached latents of its sequences too (0 without MLA)."""
+        return work.decode + work.prefill + work.prefill_cached if self.spec.architecture.mla is not None else 0
+
+    def _attention_kernels(self, work: _Work) -> list[_Kernel]:
+        kv_per_layer = kv_bytes_per_token_per_gpu(self.spec, self.tp) / self.spec.architecture.num_hidden_layers
+        return [self._attention_kernel(work, kv_per_layer, self.spec.layer_count(kind))
+                for kind in ("dense", "moe") if self.spec.layer_count(kind)]
+
+    def _context_free_kernels(
+        self, tokens: int, logit_rows: int, latent_rows: int
+    ) -> tuple[list[_Kernel], list[_Collective]]:
+        """Every kernel and collective of an iteration but attention: functions of the tokens in it, the rows whose
+        logits are sampled and (MLA) the latent rows kv_b_proj expands."""
         spec, arch, tp, act = self.spec, self.spec.architecture, self.tp, ACTIVATION_BYTES
-        tokens, hidden = work.tokens, arch.hidden_size
+        hidden = arch.hidden_size
         kv_per_layer = kv_bytes_per_token_per_gpu(spec, tp) / arch.num_hidden_layers
         kernels: list[_Kernel] = []
         collectives: list[_Collective] = []
@@ -437,17 +466,16 @@ class EngineCosts:
             layers = spec.layer_count(kind)
             if not layers:
                 continue
-            for name, in_features, out_features, rows, weights in self._layer_gemms(kind, work):
+            for name, in_features, out_features, rows, weights in self._layer_gemms(kind, tokens, latent_rows):
                 flops = 2.0 * rows * in_features * out_features
                 nbytes = weights * self._weight_bytes + act * rows * (in_features + out_features)
                 kernels.append(_Kernel(name, layers, "gemm", flops, 0.0, nbytes, shape=(rows, out_features, in_features)))
-            kernels.append(self._attention_kernel(work, kv_per_layer, layers))
-            kernels.extend(self._elementwise_kernels(kind, work, kv_per_layer, layers))
+            kernels.extend(self._elementwise_kernels(kind, tokens, kv_per_layer, layers))
             collectives.extend(self._layer_collectives(kind, tokens, layers))
 
         # The output head (vocabulary split over tp) for the rows that are sampled, then the sampler on their
         # full-vocabulary logits; the embedding lookup and the final norm for every token.
-        vocab, rows = arch.vocab_size, work.logit_rows
+        vocab, rows = arch.vocab_size, logit_rows
         if rows:
             head_weights = hidden * vocab / tp
             flops = 2.0 * rows * head_weights
@@ -463,10 +491,9 @@ class EngineCosts:
         # The spec rebuilds its shapes on every call; an engine prices thousands of iterations.
         return {kind: self.spec.layer_gemm_shapes(kind) for kind in ("dense", "moe") if self.spec.layer_count(kind)}
 
-    def _layer_gemms(self, kind: str, work: _Work) -> list[tuple[str, float, float, float, float]]:
+    def _layer_gemms(self, kind: str, tokens: int, latent_rows: int) -> list[tuple[str, float, float, float, float]]:
         """(name, in_features, out_features, rows M, weight elements read) per fused GEMM of one layer on one GPU."""
         arch, tp, ep = self.spec.architecture, self.tp, self.ep
-        tokens = work.tokens
         fused: dict[str, list[float]] = {}  # name -> [in_features, out_features, rows, weight elements]
         for shape in self._gemm_shapes[kind]:
             split = _SPLIT.get(shape.name)
@@ -482,7 +509,7 @@ class EngineCosts:
             if shape.name == "self_attn.kv_b_proj":
                 # Decode multiplies the queries by it (MLA's absorbed form); prefill expands the cached latents of its
                 # sequences as well as the new ones (vLLM's MLA prefill path).
-                rows = float(work.decode + work.prefill + work.prefill_cached)
+                rows = float(latent_rows)
             weights = in_features * out_features
             if split == "experts":
                 assert arch.moe is not None
@@ -520,10 +547,10 @@ class EngineCosts:
         nbytes = kv_per_layer * keys_read + ACTIVATION_BYTES * work.tokens * query_width
         return _Kernel("attention", layers, "attention", flops, absorbed, nbytes, kv_per_layer)
 
-    def _elementwise_kernels(self, kind: str, work: _Work, kv_per_layer: float, layers: int) -> list[_Kernel]:
+    def _elementwise_kernels(self, kind: str, tokens: int, kv_per_layer: float, layers: int) -> list[_Kernel]:
         """Memory-bound kernels of one layer: the two fused residual-add + RMSNorms, RoPE with the KV-cache write,
         the SwiGLU activation and, in MoE layers, routing and combining the experts' outputs."""
-        arch, tp, act, tokens = self.spec.architecture, self.tp, ACTIVATION_BYTES, work.tokens
+        arch, tp, act = self.spec.architecture, self.tp, ACTIVATION_BYTES
         hidden = arch.hidden_size
         heads = arch.num_attention_heads / tp
         if arch.mla is not None:

@@ -41,7 +41,7 @@ compute kernels that share the GPU with overlapped NCCL kernels.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cached_property, lru_cache
 from typing import Literal
 
@@ -300,6 +300,10 @@ class TrainingCosts:
     layout: TrainingPlacement
     collectives: GroupCollectives
     head: Literal["lm", "value"] = "lm"
+    # (layer kind, tokens, backward) -> GEMM seconds: micro-batches of equal token counts repeat across DP ranks and
+    # passes, and the GEMMs do not depend on how the tokens split into sequences.
+    _gemm_memo: dict[tuple[str, float, bool], float] = field(default_factory=dict, init=False, repr=False,
+                                                             compare=False)
 
     def __post_init__(self) -> None:
         layout = self.layout
@@ -377,6 +381,13 @@ class TrainingCosts:
         return LayerTime(gemm, attention, elementwise, collective)
 
     def _gemm_seconds(self, kind: LayerKind, tokens: float, *, backward: bool) -> float:
+        key = (kind, tokens, backward)
+        seconds = self._gemm_memo.get(key)
+        if seconds is None:
+            seconds = self._gemm_memo[key] = self._price_gemms(kind, tokens, backward=backward)
+        return seconds
+
+    def _price_gemms(self, kind: LayerKind, tokens: float, *, backward: bool) -> float:
         rates = self.rates
         experts, gemms = self._gemm_plan[kind]
         seconds = 0.0
