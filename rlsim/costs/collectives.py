@@ -13,6 +13,11 @@ profiles are what the tests compare against, never an input. The per-step latenc
 `latency_us` (a measured small-message figure for scale-up links, NCCL's per-hop figure for NICs and PCIe); the
 larger protocols add NCCL's extra per-hop latency. Multi-stage algorithms pipeline their stages through chunks, so
 their bandwidth term is that of the slowest stage, not the sum.
+
+A calibrated link (its profile's `calibration:` block, written by `rlsim calibrate fit`) holds α–β curves measured
+for some (op, ranks, nodes). A group that matches one — inside one domain the scale-up link's curves, across domains
+the NIC's — is timed by that curve, t = α + nbytes·busbw_factor/busbw, in place of the model above, unless the caller
+restricts the protocols (the measurement let NCCL choose).
 """
 from __future__ import annotations
 
@@ -91,8 +96,8 @@ class CollectiveCost:
     """Time of one collective, the algorithm and protocol that give it, and nccl-tests' bus bandwidth (bytes/s)."""
 
     seconds: float
-    algorithm: str  # ring | tree | hierarchical | nvls | direct (all-to-all, send/recv) | local (one rank)
-    protocol: str  # ll | ll128 | simple | none
+    algorithm: str  # ring | tree | hierarchical | nvls | direct (all-to-all, send/recv) | local (one rank) | calibrated
+    protocol: str  # ll | ll128 | simple | none | measured (NCCL's own choice, in a calibration)
     bus_bandwidth: float
 
 
@@ -123,12 +128,29 @@ def collective_time(op: Op, nbytes: float, group: CommGroup, *, protocols: Itera
     chosen = [PROTOCOLS[p] for p in protocols]
     if not chosen:
         raise ValueError("no protocol allowed")
+    measured = _calibrated(op, nbytes, group) if set(protocols) >= set(PROTOCOLS) else None
+    if measured is not None:
+        return measured
     links = _Links.of(group)
     candidates = [c for proto in chosen for c in _candidates(op, nbytes, group, links, proto)]
     if op == "all_reduce" and "simple" in {p.name for p in chosen}:
         candidates += _nvls(nbytes, group, links)
     seconds, algorithm, protocol = min(candidates)
     return CollectiveCost(seconds, algorithm, protocol, nbytes * factor / seconds)
+
+
+def _calibrated(op: Op, nbytes: float, group: CommGroup) -> CollectiveCost | None:
+    """The group's time from a calibrated α–β curve for exactly this op, rank count and node count, if one exists."""
+    link = group.scale_up if group.domains == 1 else group.scale_out
+    if link is None or link.calibration is None:
+        return None
+    curve = link.calibration.curve(op, group.size, group.nodes)
+    if curve is None:
+        return None
+    factor = bus_factor(op, group.size)
+    busbw = curve.busbw_gbyte_per_s.value * 1e9
+    seconds = curve.fixed_us.value * 1e-6 + nbytes * factor / busbw
+    return CollectiveCost(seconds, "calibrated", "measured", nbytes * factor / seconds)
 
 
 @dataclass(frozen=True)
