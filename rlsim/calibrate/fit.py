@@ -11,7 +11,8 @@ the fitted rate) are left out, since the cost model prices those by the memory c
 
 Held-out error: each point is predicted by the fit to all the others (leave-one-out) and the mean absolute
 percentage error of those predictions is reported. With fewer than three distinct sizes the fixed term cannot be
-told from the rate; then it is taken from the spec-sheet default (`prior`) and only the rate is fitted.
+told from the rate with any point left to check it; then it is taken from the spec-sheet default (`prior`) and only
+the rate is fitted.
 """
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def fit_curve(name: str, samples: Sequence[Sample], prior: Prior, *, excluded: i
         errors = []
         for i in range(len(samples)):
             keep = np.arange(len(samples)) != i
-            sub_prior = chosen if chosen is not None or len(np.unique(x[keep])) >= MIN_SIZES_FOR_FIXED else prior
+            # The same form as the whole fit; two distinct sizes are enough to solve for both terms.
+            sub_prior = chosen if chosen is not None or len(np.unique(x[keep])) >= 2 else prior
             f_i, s_i = _solve(x[keep], t[keep], sub_prior)
             errors.append(abs(f_i + x[i] * s_i - t[i]) / t[i])
         held_out = float(np.mean(errors))

@@ -97,24 +97,9 @@ class DecodeRow(_Row):
     bytes: Positive  # KV cache read
 
 
-class CopyRow(_Row):
-    kernel: Literal["hbm_copy"]
-    bytes: Positive  # read + write: twice the buffer
-    buffer_bytes: Positive | None = None
-    gbyte_per_s: Positive | None = None
+class _TransferRow(_Row):
+    """A copy of `bytes`, timed or given as its published bandwidth."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _derived(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not isinstance(data.get("bytes"), (int, float)):
-            return data
-        return cls._time_from(data, "gbyte_per_s", data["bytes"], 1e9)
-
-
-class HostRow(_Row):
-    kernel: Literal["host_copy"]
-    direction: Literal["h2d", "d2h"]
-    memory: Literal["pinned", "pageable"]
     bytes: Positive
     gbyte_per_s: Positive | None = None
 
@@ -124,6 +109,17 @@ class HostRow(_Row):
         if not isinstance(data, dict) or not isinstance(data.get("bytes"), (int, float)):
             return data
         return cls._time_from(data, "gbyte_per_s", data["bytes"], 1e9)
+
+
+class CopyRow(_TransferRow):
+    kernel: Literal["hbm_copy"]  # bytes: read + write, twice the buffer
+    buffer_bytes: Positive | None = None
+
+
+class HostRow(_TransferRow):
+    kernel: Literal["host_copy"]
+    direction: Literal["h2d", "d2h"]
+    memory: Literal["pinned", "pageable"]
 
 
 class LaunchRow(_Row):

@@ -11,7 +11,7 @@ from rlsim.calibrate.raw import load_raw
 from rlsim.calibrate.show import curve_table, profile_curves, write_figure
 from rlsim.cli.exitcodes import OK
 from rlsim.costs.compute import GPURates
-from rlsim.errors import Problem, ScenarioError
+from rlsim.errors import Problem, ScenarioError, UnknownName
 from rlsim.hardware import HardwareCatalog
 
 
@@ -64,7 +64,11 @@ def fit_table(fits: list[Fit]) -> str:
 def fit_command(args: argparse.Namespace) -> int:
     raw = load_raw(args.raw)
     catalog = HardwareCatalog.load(args.profile_dir)
-    base = catalog.gpu(args.base)
+    try:
+        base = catalog.gpu(args.base)
+    except UnknownName as err:
+        raise ScenarioError(Problem(f"no GPU profile named {args.base!r}", file="--base", value=args.base,
+                                    valid=", ".join(err.known), suggestion=err.suggestion)) from None
     fits = fit_raw(raw, str(args.raw), GPURates.from_profile(base))
     written = write_profile(args.out, base.name, fits, raw, str(args.raw), catalog)
     # The written files must load: a profile that fails here would fail in every scenario that names it.
@@ -85,7 +89,11 @@ def show_command(args: argparse.Namespace) -> int:
         catalog, name = HardwareCatalog.load([path.parent]), path.stem
     else:
         catalog, name = HardwareCatalog.load(), args.profile
-    gpu = catalog.gpu(name)
+    try:
+        gpu = catalog.gpu(name)
+    except UnknownName as err:
+        raise ScenarioError(Problem(f"no GPU profile named {name!r}", file=str(args.profile), value=name,
+                                    valid=", ".join(err.known), suggestion=err.suggestion)) from None
     curves = profile_curves(catalog, gpu.name)
     if not curves:
         raise ScenarioError(Problem(f"profile {gpu.name!r} has no calibration", file=str(args.profile),
