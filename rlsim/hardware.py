@@ -81,8 +81,9 @@ class CurvePoint(Frozen):
 class FittedCurve(Frozen):
     """A least-squares fit t = fixed + size / rate to `points`, judged by its leave-one-out (held-out) error.
 
-    `held_out_mape_pct` is absent with a single point. With fewer than three distinct sizes only the rate is fitted
-    and `fixed_us` comes from the spec-sheet default (its source says so).
+    `held_out_mape_pct` is absent with a single point. With fewer than three distinct sizes, and for GEMM and
+    attention curves (whose fill is one constant of the cost model), only the rate is fitted and `fixed_us` is the
+    cost model's default (its source says so).
     """
 
     fixed_us: SourcedNonNegative

@@ -164,10 +164,14 @@ def test_torchrun_collectives_on_gloo_become_link_curves(tmp_path, capsys):
 
     profile = tmp_path / "profiles" / "gloo-pair.yaml"
     assert main(["calibrate", "fit", str(out), "--base", "h100-sxm", "--out", str(profile)]) == 0
-    assert "all_reduce 2 ranks 1 node(s)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    # On a busy 2-core machine a curve whose times do not grow with size is named and left out, never written.
+    unfitted = printed.count("not fitted (left out of the profile)")
     link = HardwareCatalog.load([profile.parent]).links("gloo-pair").scale_up
-    assert link.name == "gloo-pair-nvlink4" and len(link.calibration.collectives) == len(bench.COLLECTIVES)
-    cost = collective_time("all_reduce", 2**20, gpu_group("gloo-pair", 2, profile.parent))
+    assert link.name == "gloo-pair-nvlink4" and len(link.calibration.collectives) == len(bench.COLLECTIVES) - unfitted
+    curve = link.calibration.collectives[0]
+    assert f"{curve.op} 2 ranks 1 node(s)" in printed
+    cost = collective_time(curve.op, 2**20, gpu_group("gloo-pair", 2, profile.parent))
     assert cost.algorithm == "calibrated"
-    measured = [r.median_s for r in rows if r.kernel == "all_reduce" and r.bytes == 2**20][0]
+    measured = [r.median_s for r in rows if r.kernel == curve.op and r.bytes == 2**20][0]
     assert 0.2 < cost.seconds / measured < 5  # the α–β curve lands near the measured point (gloo on a busy CPU)

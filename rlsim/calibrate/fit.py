@@ -7,7 +7,8 @@ large sizes count alike, as they do in a MAPE. A negative fixed time is clamped 
 
 GEMMs are fitted the way `rlsim.costs.compute` prices them: x is the work after tile and wave quantization on the base
 profile's SM count, and points the HBM curve says are memory-bound (their bytes take longer than their padded work at
-the fitted rate) are left out, since the cost model prices those by the memory curve.
+the fitted rate) are left out, since the cost model prices those by the memory curve. GEMM and attention curves keep
+the cost model's fixed fill (GEMM_FILL_S, one constant the rollout engine's closed form relies on) and fit the rate.
 
 Held-out error: each point is predicted by the fit to all the others (leave-one-out) and the mean absolute
 percentage error of those predictions is reported. With fewer than three distinct sizes the fixed term cannot be
@@ -16,7 +17,7 @@ the rate is fitted.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,13 +93,15 @@ def _solve(x: np.ndarray, t: np.ndarray, prior: Prior | None) -> tuple[float, fl
     return prior.fixed_s, slope
 
 
-def fit_curve(name: str, samples: Sequence[Sample], prior: Prior, *, excluded: int = 0, unit: str = "B") -> Fit:
-    """Fit t = fixed + size/rate to `samples` (see the module doc); raises ScenarioError when they cannot define one."""
+def fit_curve(name: str, samples: Sequence[Sample], prior: Prior, *, fit_fixed: bool = True, excluded: int = 0,
+              unit: str = "B") -> Fit:
+    """Fit t = fixed + size/rate to `samples` (see the module doc); `fit_fixed=False` keeps the prior's fixed term.
+    Raises ScenarioError when the samples cannot define a curve."""
     if not samples:
         raise ScenarioError(Problem(f"{name}: no measurements to fit"))
     x = np.array([s.size for s in samples], dtype=float)
     t = np.array([s.seconds for s in samples], dtype=float)
-    use_prior = len(np.unique(x)) < MIN_SIZES_FOR_FIXED
+    use_prior = not fit_fixed or len(np.unique(x)) < MIN_SIZES_FOR_FIXED
     chosen = prior if use_prior else None
     fixed, slope = _solve(x, t, chosen)
     if slope <= 0:
@@ -132,6 +135,7 @@ class Fits:
     host: dict[tuple[str, str], Fit]  # by (direction, memory)
     collectives: dict[tuple[str, int, int], Fit]  # by (op, ranks, nodes)
     launch_s: float | None
+    unfitted: tuple[str, ...] = ()  # curves whose points define no rate, with the reason; left out of the profile
 
     def all(self) -> list[Fit]:
         found = [*self.gemm.values(), self.attention_prefill, self.hbm, self.decode_attention, *self.host.values(),
@@ -145,8 +149,17 @@ def _source(raw: RawFile, file: str, index: int) -> str:
 
 
 def fit_raw(raw: RawFile, file: str, rates: GPURates) -> Fits:
-    """Fit every curve the file has data for. `rates` (the base profile's) gives the SM count for GEMM quantization."""
+    """Fit every curve the file has data for. `rates` (the base profile's) gives the SM count for GEMM quantization.
+    A curve whose points define no rate (times that do not grow with size) is left out and named in `unfitted`."""
     rows = list(enumerate(raw.measurements))
+    unfitted: list[str] = []
+
+    def attempt(name: str, *args, **kwargs) -> Fit | None:
+        try:
+            return fit_curve(name, *args, **kwargs)
+        except ScenarioError as err:
+            unfitted.append(err.first.message)
+            return None
 
     def samples(kind: type, size, label, where=lambda r: True) -> list[Sample]:
         return [Sample(size(r), r.median_s, label(r), _source(raw, file, i))
@@ -155,38 +168,40 @@ def fit_raw(raw: RawFile, file: str, rates: GPURates) -> Fits:
     hbm = None
     copies = samples(CopyRow, lambda r: r.bytes, lambda r: f"copy {r.bytes / 2:.3g} B")
     if copies:
-        hbm = fit_curve("hbm copy", copies, Prior(half_size=MEMORY_HALF_BYTES))
+        hbm = attempt("hbm copy", copies, Prior(half_size=MEMORY_HALF_BYTES))
     gemm = {}
     for dtype in sorted({r.dtype for _, r in rows if isinstance(r, GemmRow)}):
         gemm[dtype] = _fit_gemm(dtype, [(i, r) for i, r in rows if isinstance(r, GemmRow) and r.dtype == dtype],
-                                raw, file, rates, hbm)
+                                raw, file, rates, hbm, attempt)
     prefill = samples(PrefillRow, lambda r: r.flops, lambda r: f"prefill {r.label or ''} b{r.batch} s{r.seq}".strip())
     decode = samples(DecodeRow, lambda r: r.bytes, lambda r: f"decode {r.label or ''} b{r.batch} ctx{r.context}")
     host = {}
     for direction, memory in sorted({(r.direction, r.memory) for _, r in rows if isinstance(r, HostRow)}):
         found = samples(HostRow, lambda r: r.bytes, lambda r: f"{r.direction} {r.memory} {r.bytes:.3g} B",
                         lambda r, d=direction, m=memory: (r.direction, r.memory) == (d, m))
-        host[(direction, memory)] = fit_curve(f"{direction} {memory}", found, Prior(half_size=MEMORY_HALF_BYTES))
+        host[(direction, memory)] = attempt(f"{direction} {memory}", found, Prior(half_size=MEMORY_HALF_BYTES))
     collectives = {}
     for op, ranks, nodes in sorted({(r.kernel, r.ranks, r.nodes) for _, r in rows if isinstance(r, CollectiveRow)}):
         found = samples(CollectiveRow, lambda r: r.bytes * bus_factor(r.kernel, r.ranks),
                         lambda r: f"{r.kernel} {r.ranks} ranks {r.bytes:.3g} B",
                         lambda r, key=(op, ranks, nodes): (r.kernel, r.ranks, r.nodes) == key)
-        collectives[(op, ranks, nodes)] = fit_curve(f"{op} {ranks} ranks {nodes} node(s)", found, Prior())
+        collectives[(op, ranks, nodes)] = attempt(f"{op} {ranks} ranks {nodes} node(s)", found, Prior())
     launches = [r.median_s for _, r in rows if isinstance(r, LaunchRow) and r.mode == "eager"]
     return Fits(
-        gemm=gemm,
-        attention_prefill=fit_curve("attention prefill", prefill, Prior(fixed_s=GEMM_FILL_S), unit="FLOP") if prefill else None,
+        gemm={dtype: fit for dtype, fit in gemm.items() if fit is not None},
+        attention_prefill=attempt("attention prefill", prefill, Prior(fixed_s=GEMM_FILL_S), fit_fixed=False,
+                                  unit="FLOP") if prefill else None,
         hbm=hbm,
-        decode_attention=fit_curve("decode attention", decode, Prior(half_size=MEMORY_HALF_BYTES)) if decode else None,
-        host=host,
-        collectives=collectives,
+        decode_attention=attempt("decode attention", decode, Prior(half_size=MEMORY_HALF_BYTES)) if decode else None,
+        host={key: fit for key, fit in host.items() if fit is not None},
+        collectives={key: fit for key, fit in collectives.items() if fit is not None},
         launch_s=float(np.median(launches)) if launches else None,
+        unfitted=tuple(unfitted),
     )
 
 
 def _fit_gemm(dtype: str, rows: list[tuple[int, GemmRow]], raw: RawFile, file: str, rates: GPURates,
-              hbm: Fit | None) -> Fit:
+              hbm: Fit | None, attempt: Callable[..., Fit | None]) -> Fit | None:
     """GEMM curve on quantized work, leaving out the points the memory curve prices (see the module doc)."""
     unit = GPURates(rates.name, rates.peak_flops, 1.0, rates.hbm_bytes_per_s, rates.memory_bytes, rates.sm_count)
     points = [(Sample(unit.gemm_compute_seconds(r.m, r.n, r.k), r.median_s, f"gemm {dtype} {r.m}x{r.n}x{r.k}",
@@ -198,5 +213,5 @@ def _fit_gemm(dtype: str, rows: list[tuple[int, GemmRow]], raw: RawFile, file: s
         compute_bound = [s for s, nbytes in points if s.size / best >= nbytes / hbm.rate]
         if len(compute_bound) < 2:
             compute_bound = [s for s, _ in points]
-    return fit_curve(f"gemm {dtype}", compute_bound, Prior(fixed_s=GEMM_FILL_S), excluded=len(points) - len(compute_bound),
-                     unit="FLOP")
+    return attempt(f"gemm {dtype}", compute_bound, Prior(fixed_s=GEMM_FILL_S), fit_fixed=False,
+                   excluded=len(points) - len(compute_bound), unit="FLOP")

@@ -30,7 +30,7 @@ class WrittenProfile:
 
 def _fit_source(fit: Fit, raw_file: str) -> str:
     if fit.fixed_from_prior:
-        how = "rate fitted, fixed term from the spec-sheet default (fewer than 3 distinct sizes)"
+        how = "rate fitted, fixed term held at the cost model's default (a GEMM or attention fill, or fewer than 3 sizes)"
     else:
         how = "least-squares fit of relative error"
     held = "n/a" if fit.held_out_mape is None else f"{100 * fit.held_out_mape:.1f}%"

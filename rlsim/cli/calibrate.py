@@ -57,7 +57,7 @@ def fit_table(fits: list[Fit]) -> str:
     if any(f.excluded for f in fits):
         notes.append("+N: memory-bound GEMM points left out (the HBM curve prices them)")
     if any(f.fixed_from_prior for f in fits):
-        notes.append("*: fixed term from the spec-sheet default (fewer than 3 distinct sizes)")
+        notes.append("*: fixed term held at the cost model's default (GEMM/attention fill, or fewer than 3 distinct sizes)")
     return "\n".join(lines + notes)
 
 
@@ -70,10 +70,16 @@ def fit_command(args: argparse.Namespace) -> int:
         raise ScenarioError(Problem(f"no GPU profile named {args.base!r}", file="--base", value=args.base,
                                     valid=", ".join(err.known), suggestion=err.suggestion)) from None
     fits = fit_raw(raw, str(args.raw), GPURates.from_profile(base))
+    if not fits.all():
+        reasons = "; ".join(fits.unfitted) or "it holds only launch timings"
+        raise ScenarioError(Problem(f"no curve could be fitted: {reasons}", file=str(args.raw),
+                                    valid="a raw file from calibration/microbench.py with sizes spanning a factor of 10"))
     written = write_profile(args.out, base.name, fits, raw, str(args.raw), catalog)
     # The written files must load: a profile that fails here would fail in every scenario that names it.
     HardwareCatalog.load([*args.profile_dir, args.out.parent]).gpu(args.out.stem)
     print(fit_table(fits.all()))
+    for reason in fits.unfitted:
+        print(f"not fitted (left out of the profile): {reason}")
     if fits.launch_s is not None:
         print(f"kernel launch (eager, median): {fits.launch_s * 1e6:.2f} us")
     print(f"wrote {written.gpu_file}" + "".join(f", {p}" for p in written.link_files))

@@ -29,10 +29,10 @@ reference recommends.
 gemm_flops and hbm_bytes_per_s come from each GPU profile's public measurements (best large BF16 GEMM, HBM stream) and
 sm_count from its datasheet. The constants below are the same for every GPU, dtype and model. A profile with a
 `calibration:` block (written by `rlsim calibrate fit`, docs/calibration.md) replaces them with its fitted curves:
-the GEMM curve of the dtype sets gemm_flops and the fill (a dtype without a curve keeps the measured-BF16 rate and
-takes the fill of the profile's first GEMM curve: the fill is launch, prologue and epilogue, not tensor-core work),
-the HBM curve sets hbm_bytes_per_s and the half-efficiency size, and the prefill-attention curve the attention rate
-and fill.
+the GEMM curve of the dtype sets gemm_flops (a dtype without a curve keeps the measured-BF16 rate), the HBM curve sets
+hbm_bytes_per_s and the half-efficiency size, and the prefill-attention curve the attention rate. GEMM_FILL_S stays
+the same for every GPU: the rollout engine's closed-form decode prices it as this constant, and its exact mode must
+agree, so the fit holds the fill at GEMM_FILL_S and fits the rate.
 
 Checked, not tuned, against public measurements (tests/test_compute.py): Vidur's profiled vLLM layer GEMMs
 (microsoft/vidur data/profiling/compute/{a100,h100}/meta-llama/*/mlp.csv: QKV, output, up and down projections of
@@ -87,10 +87,8 @@ class GPURates:
     hbm_bytes_per_s: float
     memory_bytes: float
     sm_count: int | None = None
-    gemm_fill_s: float = GEMM_FILL_S
     memory_half_bytes: float = MEMORY_HALF_BYTES
     fused_attention_flops: float | None = None  # a calibrated prefill-attention rate; None: ATTENTION_PEAK_FRACTION
-    attention_fill_s: float = GEMM_FILL_S
 
     @classmethod
     def from_profile(cls, gpu: GPUProfile, dtype: str = "bf16") -> GPURates:
@@ -107,22 +105,18 @@ class GPURates:
         """These rates with the profile's fitted curves in place of the defaults (see the module doc)."""
         changes: dict[str, float] = {}
         own = calibration.gemm_curve(dtype)
-        fill_from = own or (calibration.gemm[0] if calibration.gemm else None)
         if own is not None:
             changes["gemm_flops"] = own.tflops.value * 1e12
-        if fill_from is not None:
-            changes["gemm_fill_s"] = fill_from.fixed_us.value * 1e-6
         if calibration.hbm is not None:
             bandwidth = calibration.hbm.gbyte_per_s.value * 1e9
             changes |= {"hbm_bytes_per_s": bandwidth, "memory_half_bytes": calibration.hbm.fixed_us.value * 1e-6 * bandwidth}
         if calibration.attention_prefill is not None:
             changes["fused_attention_flops"] = calibration.attention_prefill.tflops.value * 1e12
-            changes["attention_fill_s"] = calibration.attention_prefill.fixed_us.value * 1e-6
         return replace(self, **changes)
 
     def compute_seconds(self, flops: float) -> float:
         """Time of a GEMM-like kernel doing `flops`, compute-bound, shape unknown (no tile or wave quantization)."""
-        return self.gemm_fill_s + flops / self.gemm_flops
+        return GEMM_FILL_S + flops / self.gemm_flops
 
     def memory_seconds(self, nbytes: float) -> float:
         """Time to stream `nbytes` through HBM (read plus write counted by the caller)."""
@@ -141,7 +135,7 @@ class GPURates:
 
     def attention_seconds(self, flops: float, nbytes: float) -> float:
         """Roofline of a fused attention kernel: its FLOPs at the attention rate, or its KV/Q/O traffic through HBM."""
-        return max(self.attention_fill_s + flops / self.attention_flops, self.memory_seconds(nbytes))
+        return max(GEMM_FILL_S + flops / self.attention_flops, self.memory_seconds(nbytes))
 
     def gemm_compute_seconds(self, m: float, n: float, k: float) -> float:
         """Tensor-core time of an (m×k)·(k×n) GEMM after tile and wave quantization, without the fill cost.
@@ -166,4 +160,4 @@ class GPURates:
         """(m×k)·(k×n): 2mnk FLOPs; reads both operands and writes the result once (`nbytes` overrides that traffic,
         e.g. for weights stored narrower than the activations). Fill + the longer of quantized compute and memory."""
         traffic = dtype_bytes * (m * k + k * n + m * n) if nbytes is None else nbytes
-        return self.gemm_fill_s + max(self.gemm_compute_seconds(m, n, k), self.memory_seconds(traffic))
+        return GEMM_FILL_S + max(self.gemm_compute_seconds(m, n, k), self.memory_seconds(traffic))
