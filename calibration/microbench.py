@@ -169,9 +169,11 @@ class Timer:
 # ---------------------------------------------------------------------------------------------------- kernels
 
 
-def bench_gemm(timer: Timer, s: Sweep, dtypes: list[str], log: Callable[[str], None]) -> list[dict]:
+def bench_gemm(timer: Timer, s: Sweep, dtypes: list[str], memory_budget: int, log: Callable[[str], None]) -> list[dict]:
     rows = []
     for dtype, m, n, k, label in plan_gemms(s, dtypes):
+        if 4 * (m * k + n * k) + 2 * m * n > memory_budget:  # FP32 operands before the cast, BF16 result
+            continue
         a = torch.randn(m, k, device=timer.device).to(DTYPES[dtype])
         b = torch.randn(n, k, device=timer.device).to(DTYPES[dtype])
         if dtype == "fp8":
@@ -490,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         dtypes, skipped = gemm_dtypes(args, device)
         if "gemm" in args.kernels:
-            rows += bench_gemm(timer, s, dtypes, log)
+            rows += bench_gemm(timer, s, dtypes, memory_budget, log)
         attention_dtype = "bf16"
         if "attention_prefill" in args.kernels:
             rows += bench_prefill(timer, s, attention_dtype, log)

@@ -106,13 +106,16 @@ class BandwidthCurve(FittedCurve):
 
 
 class CollectiveCurve(FittedCurve):
-    """α–β fit of one collective on `ranks` GPUs over `nodes` nodes: t = α + size·busbw_factor / busbw, with size
-    the nccl-tests buffer size (see rlsim.costs.collectives) and `fixed_us` = α."""
+    """One collective measured on `ranks` GPUs over `nodes` nodes: its points and the α–β fit
+    t = α + size·busbw_factor / busbw, with size the nccl-tests buffer size (see rlsim.costs.collectives) and
+    `fixed_us` = α."""
 
     op: Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"]
     ranks: SourcedCount
     nodes: SourcedCount
     busbw_gbyte_per_s: SourcedNumber
+    # Between measured sizes collective_time interpolates the points; this is that interpolation's held-out error.
+    table_held_out_mape_pct: SourcedNonNegative | None = None
 
 
 class GPUCalibration(Frozen):

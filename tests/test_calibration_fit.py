@@ -142,9 +142,19 @@ def test_fast_and_exact_rollout_agree_with_a_calibrated_profile():
 def test_collectives_use_the_curve_measured_for_that_group_only():
     group = gpu_group("h100-sxm-published", 8)
     curve = group.scale_up.calibration.curve("all_reduce", 8, 1)
+    factor = bus_factor("all_reduce", 8)
+    # At a measured size: the measurement (nccl-tests' 1G row, busbw 466.35 GB/s).
     cost = collective_time("all_reduce", 2**30, group)
-    expected = curve.fixed_us.value * 1e-6 + 2**30 * bus_factor("all_reduce", 8) / (curve.busbw_gbyte_per_s.value * 1e9)
-    assert cost.algorithm == "calibrated" and cost.seconds == pytest.approx(expected)
+    assert cost.algorithm == "calibrated" and cost.bus_bandwidth == pytest.approx(466.35e9, rel=1e-4)
+    # Between two measured sizes: log-log interpolation, so between their times.
+    between = collective_time("all_reduce", 3 * 2**20, group).seconds
+    assert collective_time("all_reduce", 2**21, group).seconds < between < collective_time("all_reduce", 2**22, group).seconds
+    # Beyond the largest: the largest point scaled by the α–β fit, continuous at the edge.
+    edge = collective_time("all_reduce", 8 * 2**30, group).seconds
+    beyond = collective_time("all_reduce", 16 * 2**30, group).seconds
+    alpha, busbw = curve.fixed_us.value * 1e-6, curve.busbw_gbyte_per_s.value * 1e9
+    alpha_beta = [alpha + size * factor / busbw for size in (8 * 2**30, 16 * 2**30)]
+    assert beyond == pytest.approx(edge * alpha_beta[1] / alpha_beta[0])
     # Not measured: four GPUs, another op, or a protocol forced by the caller -> the spec model.
     assert collective_time("all_reduce", 2**30, gpu_group("h100-sxm-published", 4)).algorithm != "calibrated"
     assert collective_time("all_gather", 2**30, group).algorithm != "calibrated"
@@ -217,7 +227,8 @@ def test_show_prints_every_curve_with_its_held_out_error_and_writes_a_figure(tmp
     assert "not measured here" in text
     for curve in ("gemm fp8", "hbm", "host to device", "all_reduce 8 ranks 1 node(s)"):
         line = next(line for line in text.splitlines() if line.startswith(curve))
-        assert line.rstrip().endswith("%") or line.rstrip().endswith("n/a")
+        assert line.rstrip().endswith(("%", "n/a", "%)"))
+    assert "(table 3.2%)" in text  # collectives: the held-out error of interpolating between measured sizes
     html = out.read_text()
     assert "measured" in html and "fitted" in html and len(html) > 100_000  # self-contained plotly page
     assert main(["calibrate", "show", "h100-sxm"]) == 2  # nothing calibrated to show

@@ -18,7 +18,7 @@ the rate is fitted.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -71,6 +71,7 @@ class Fit:
     samples: tuple[Sample, ...]
     excluded: int = 0  # points left out (memory-bound GEMMs)
     unit: str = "B"  # what size counts: "FLOP" or "B" (bytes)
+    table_held_out_mape: float | None = None  # collectives: each inner point interpolated from its neighbours
 
     def predict(self, size: float | np.ndarray) -> float | np.ndarray:
         return self.fixed_s + size / self.rate
@@ -119,6 +120,22 @@ def fit_curve(name: str, samples: Sequence[Sample], prior: Prior, *, fit_fixed: 
         held_out = float(np.mean(errors))
     in_sample = float(np.mean(np.abs(fixed + x * slope - t) / t))
     return Fit(name, fixed, 1.0 / slope, held_out, in_sample, use_prior, tuple(samples), excluded, unit)
+
+
+def interpolation_held_out(samples: Sequence[Sample]) -> float | None:
+    """Leave-one-out error of log-log interpolation in a table of points (how collectives are priced between measured
+    sizes): each inner point predicted from its two neighbours. None with fewer than three distinct sizes."""
+    by_size: dict[float, list[float]] = {}
+    for s in samples:
+        by_size.setdefault(s.size, []).append(s.seconds)
+    table = sorted((x, float(np.median(t))) for x, t in by_size.items())
+    if len(table) < 3:
+        return None
+    errors = []
+    for (x0, t0), (x, t), (x1, t1) in zip(table, table[1:], table[2:], strict=False):
+        predicted = t0 * (t1 / t0) ** (np.log(x / x0) / np.log(x1 / x0))
+        errors.append(abs(predicted - t) / t)
+    return float(np.mean(errors))
 
 
 # ------------------------------------------------------------------------------------------ curves of a raw file
@@ -185,7 +202,8 @@ def fit_raw(raw: RawFile, file: str, rates: GPURates) -> Fits:
         found = samples(CollectiveRow, lambda r: r.bytes * bus_factor(r.kernel, r.ranks),
                         lambda r: f"{r.kernel} {r.ranks} ranks {r.bytes:.3g} B",
                         lambda r, key=(op, ranks, nodes): (r.kernel, r.ranks, r.nodes) == key)
-        collectives[(op, ranks, nodes)] = attempt(f"{op} {ranks} ranks {nodes} node(s)", found, Prior())
+        fit = attempt(f"{op} {ranks} ranks {nodes} node(s)", found, Prior())
+        collectives[(op, ranks, nodes)] = fit and replace(fit, table_held_out_mape=interpolation_held_out(found))
     launches = [r.median_s for _, r in rows if isinstance(r, LaunchRow) and r.mode == "eager"]
     return Fits(
         gemm={dtype: fit for dtype, fit in gemm.items() if fit is not None},

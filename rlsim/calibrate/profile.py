@@ -127,10 +127,17 @@ def build_link_document(base: Interconnect, name: str, fits: dict[tuple[str, int
         "origin": raw.origin,
         "note": _origin_note(raw, raw_file),
         "collectives": [{"op": op, "ranks": _sourced(ranks, group), "nodes": _sourced(nodes, group),
-                         **_curve(fit, raw_file, busbw_gbyte_per_s=fit.rate / 1e9)}
+                         **_curve(fit, raw_file, busbw_gbyte_per_s=fit.rate / 1e9), **_table_error(fit)}
                         for (op, ranks, nodes), fit in fits.items()],
     }
     return doc
+
+
+def _table_error(fit: Fit) -> dict[str, Any]:
+    if fit.table_held_out_mape is None:
+        return {}
+    source = "leave-one-out: each inner point interpolated (log-log) from its two neighbours, mean absolute % error"
+    return {"table_held_out_mape_pct": _sourced(100 * fit.table_held_out_mape, source)}
 
 
 class _Dumper(yaml.SafeDumper):

@@ -47,10 +47,13 @@ def profile_curves(catalog: HardwareCatalog, gpu_name: str) -> list[ShownCurve]:
 
 
 def curve_table(curves: list[ShownCurve]) -> str:
-    lines = [f"{'curve':<52}{'points':>7}{'fixed us':>11}{'rate':>12} {'unit':<8}{'held-out MAPE':>14}"]
+    lines = [f"{'curve':<60}{'points':>7}{'fixed us':>11}{'rate':>12} {'unit':<8}{'held-out MAPE':>14}"]
     for c in curves:
         mape = "n/a" if c.curve.held_out_mape_pct is None else f"{c.curve.held_out_mape_pct.value:.1f}%"
-        lines.append(f"{c.name:<52}{len(c.curve.points):>7}{c.curve.fixed_us.value:>11.2f}{c.rate:>12.4g} {c.rate_unit:<8}"
+        table = getattr(c.curve, "table_held_out_mape_pct", None)
+        if table is not None:
+            mape = f"{mape} (table {table.value:.1f}%)"
+        lines.append(f"{c.name:<60}{len(c.curve.points):>7}{c.curve.fixed_us.value:>11.2f}{c.rate:>12.4g} {c.rate_unit:<8}"
                      f"{mape:>14}")
     return "\n".join(lines)
 
