@@ -15,6 +15,7 @@ slowest rank's time. `rlsim calibrate fit` turns the file into a hardware profil
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -24,7 +25,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
@@ -54,7 +54,7 @@ CATALOG_ATTENTION = {
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Sweep:
     """Sizes of one run. `full` follows reference §6; `quick` keeps a few points per kernel so a GPU finishes in
     minutes and a CPU in seconds."""
@@ -476,8 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     s = sweep(args.quick, args.device)
     if args.warmup is not None or args.reps is not None:
-        s = Sweep(**{**s.__dict__, "warmup": args.warmup if args.warmup is not None else s.warmup,
-                     "reps": args.reps or s.reps})
+        s = dataclasses.replace(s, warmup=s.warmup if args.warmup is None else args.warmup, reps=args.reps or s.reps)
     flush_mib = args.flush_mib if args.flush_mib is not None else (256 if args.device == "cuda" else 16 if args.quick else 64)
     timer = Timer(device, flush_mib * MIB)
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlsim.costs.collectives import bus_factor
 from rlsim.errors import Problem, ScenarioError
 from rlsim.loading import validate_document
 from rlsim.yamlsource import read_yaml
@@ -138,8 +139,6 @@ class CollectiveRow(_Row):
     @model_validator(mode="before")
     @classmethod
     def _derived(cls, data: Any) -> Any:
-        from rlsim.costs.collectives import bus_factor
-
         if not isinstance(data, dict) or not isinstance(data.get("bytes"), (int, float)):
             return data
         if data.get("kernel") not in COLLECTIVE_OPS or not isinstance(data.get("ranks"), int) or data["ranks"] < 2:
@@ -171,7 +170,7 @@ class RawFile(BaseModel):
     measurements: list[Row]
 
     @model_validator(mode="after")
-    def _published_rows_cite(self) -> RawFile:
+    def _noted_and_not_empty(self) -> RawFile:
         if self.origin == "published" and not self.note:
             raise ValueError("a file of published measurements needs a `note` saying where they come from")
         if not self.measurements:
