@@ -139,7 +139,10 @@ class Timer:
             torch.cuda.synchronize(self.device)
 
     def times(self, fn: Callable[[], object], warmup: int, reps: int, *, flush: bool = True,
-              before: Callable[[], object] | None = None) -> list[float]:
+              before: Callable[[], object] | None = None, host_clock: bool = False) -> list[float]:
+        """Seconds of each repetition. `host_clock`: time on the host even on a GPU, for work that runs on another
+        stream and ends with a synchronisation (host copies), which events on the current stream would not see."""
+        events_clock = self.cuda and not host_clock
         for _ in range(warmup):
             fn()
         self.sync()
@@ -150,17 +153,19 @@ class Timer:
                 self.flush.zero_()  # evict the operands from L2 (or the CPU's last-level cache)
             if before is not None:
                 before()
-            if self.cuda:
+            if events_clock:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 fn()
                 end.record()
                 events.append((start, end))
             else:
+                self.sync()
                 t0 = time.perf_counter()
                 fn()
+                self.sync()
                 out.append(time.perf_counter() - t0)
-        if self.cuda:
+        if events_clock:
             torch.cuda.synchronize(self.device)
             out = [s.elapsed_time(e) * 1e-3 for s, e in events]
         return out
@@ -267,7 +272,7 @@ def bench_host(timer: Timer, s: Sweep, memory_budget: int, log: Callable[[str], 
                     with torch.cuda.stream(stream):
                         dst.copy_(src, non_blocking=True)
                     stream.synchronize()
-                t = summary(timer.times(fn, s.warmup, s.reps, flush=False))
+                t = summary(timer.times(fn, s.warmup, s.reps, flush=False, host_clock=True))
                 rows.append({"kernel": "host_copy", "direction": direction, "memory": memory, "bytes": size, **t})
                 log(f"{direction} {memory} {size / MIB:.2f} MiB: {size / t['median_s'] / 1e9:.1f} GB/s")
     return rows

@@ -55,6 +55,19 @@ def test_arguments_defaults_and_errors(capsys):
     assert "matmul" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_asking_for_a_gpu_without_one_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(["--device", "cuda"])
+    assert exit_.value.code == 2 and "use --device cpu" in capsys.readouterr().err
+
+
+def test_fp8_is_skipped_with_its_reason_where_there_are_no_fp8_tensor_cores():
+    args = bench.parse_args(["--device", "cpu", "--dtypes", "bf16,fp8"])
+    dtypes, skipped = bench.gemm_dtypes(args, torch.device("cpu"))
+    assert dtypes == ["bf16"] and skipped[0]["dtype"] == "fp8" and "8.9" in skipped[0]["reason"]
+
+
 def test_the_kernel_list_covers_the_protocol():
     assert set(bench.KERNELS) == {"gemm", "attention_prefill", "attention_decode", "hbm_copy", "host_copy", "launch",
                                   "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"}
