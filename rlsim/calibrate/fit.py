@@ -6,8 +6,9 @@ minimises the squared *relative* error, Σ((fixed + x/rate − t)/t)², which is
 large sizes count alike, as they do in a MAPE. A negative fixed time is clamped to zero.
 
 GEMMs are fitted the way `rlsim.costs.compute` prices them: x is the work after tile and wave quantization on the base
-profile's SM count, and points the HBM curve says are memory-bound (their bytes take longer than their padded work at
-the fitted rate) are left out, since the cost model prices those by the memory curve. GEMM and attention curves keep
+profile's SM count, and points that are memory-bound (their bytes at the HBM curve's rate, or the base profile's
+without one, take longer than their padded work at the best rate seen) are left out, since the cost model prices
+those by the memory curve. GEMM and attention curves keep
 the cost model's fixed fill (GEMM_FILL_S, one constant the rollout engine's closed form relies on) and fit the rate.
 
 Held-out error: each point is predicted by the fit to all the others (leave-one-out) and the mean absolute
@@ -69,7 +70,7 @@ class Fit:
     in_sample_mape: float
     fixed_from_prior: bool
     samples: tuple[Sample, ...]
-    excluded: int = 0  # points left out (memory-bound GEMMs)
+    excluded: int = 0  # points left out: memory-bound GEMMs, or faster than a held fixed term
     unit: str = "B"  # what size counts: "FLOP" or "B" (bytes)
     table_held_out_mape: float | None = None  # collectives: each inner point interpolated from its neighbours
 
@@ -98,6 +99,11 @@ def fit_curve(name: str, samples: Sequence[Sample], prior: Prior, *, fit_fixed: 
               unit: str = "B") -> Fit:
     """Fit t = fixed + size/rate to `samples` (see the module doc); `fit_fixed=False` keeps the prior's fixed term.
     Raises ScenarioError when the samples cannot define a curve."""
+    if not fit_fixed:
+        # The model cannot take less than its fixed term: a point faster than that is left out, not bent to.
+        kept = [s for s in samples if s.seconds > prior.fixed_s]
+        excluded += len(samples) - len(kept)
+        samples = kept
     if not samples:
         raise ScenarioError(Problem(f"{name}: no measurements to fit"))
     x = np.array([s.size for s in samples], dtype=float)
@@ -224,12 +230,12 @@ def _fit_gemm(dtype: str, rows: list[tuple[int, GemmRow]], raw: RawFile, file: s
     unit = GPURates(rates.name, rates.peak_flops, 1.0, rates.hbm_bytes_per_s, rates.memory_bytes, rates.sm_count)
     points = [(Sample(unit.gemm_compute_seconds(r.m, r.n, r.k), r.median_s, f"gemm {dtype} {r.m}x{r.n}x{r.k}",
                       _source(raw, file, i)), r.bytes) for i, r in rows]
-    compute_bound = [s for s, _ in points]
-    if hbm is not None:
-        # The best padded rate seen bounds the compute rate; a point is memory-bound if its bytes alone take longer.
-        best = max(s.size / s.seconds for s, _ in points)
-        compute_bound = [s for s, nbytes in points if s.size / best >= nbytes / hbm.rate]
-        if len(compute_bound) < 2:
-            compute_bound = [s for s, _ in points]
+    # The memory rate the profile will have: the file's HBM curve, else the base profile's. The best padded rate seen
+    # bounds the compute rate; a point is memory-bound if its bytes alone take longer at the memory rate.
+    memory_rate = hbm.rate if hbm is not None else rates.hbm_bytes_per_s
+    best = max(s.size / s.seconds for s, _ in points)
+    compute_bound = [s for s, nbytes in points if s.size / best >= nbytes / memory_rate]
+    if len(compute_bound) < 2:
+        compute_bound = [s for s, _ in points]
     return attempt(f"gemm {dtype}", compute_bound, Prior(fixed_s=GEMM_FILL_S), fit_fixed=False,
                    excluded=len(points) - len(compute_bound), unit="FLOP")

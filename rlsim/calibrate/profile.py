@@ -34,7 +34,7 @@ def _fit_source(fit: Fit, raw_file: str) -> str:
     else:
         how = "least-squares fit of relative error"
     held = "n/a" if fit.held_out_mape is None else f"{100 * fit.held_out_mape:.1f}%"
-    left_out = f", {fit.excluded} memory-bound points left out" if fit.excluded else ""
+    left_out = f", {fit.excluded} left out (memory-bound, or faster than the fixed fill)" if fit.excluded else ""
     return f"{how} to the {len(fit.samples)} points below from {raw_file}{left_out}; held-out (leave-one-out) MAPE {held}"
 
 

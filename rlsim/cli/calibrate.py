@@ -56,7 +56,7 @@ def fit_table(fits: list[Fit]) -> str:
     notes = [f"{fit.name}: between measured sizes rlsim interpolates the points; held-out MAPE of that "
              f"{100 * fit.table_held_out_mape:.1f}%" for fit in fits if fit.table_held_out_mape is not None]
     if any(f.excluded for f in fits):
-        notes.append("+N: memory-bound GEMM points left out (the HBM curve prices them)")
+        notes.append("+N: points left out: memory-bound GEMMs (the HBM curve prices them), or faster than the fixed fill")
     if any(f.fixed_from_prior for f in fits):
         notes.append("*: fixed term held at the cost model's default (GEMM/attention fill, or fewer than 3 distinct sizes)")
     return "\n".join(lines + notes)
