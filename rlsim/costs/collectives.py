@@ -143,7 +143,7 @@ def collective_time(op: Op, nbytes: float, group: CommGroup, *, protocols: Itera
 
 
 def _calibrated(op: Op, nbytes: float, group: CommGroup) -> CollectiveCost | None:
-    """The group's time from a calibrated α–β curve for exactly this op, rank count and node count, if one exists."""
+    """The group's time from the calibrated curve for exactly this op, rank count and node count, if there is one."""
     link = group.scale_up if group.domains == 1 else group.scale_out
     if link is None or link.calibration is None:
         return None
