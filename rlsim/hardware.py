@@ -18,7 +18,7 @@ from pydantic import StringConstraints, model_validator
 
 import rlsim
 from rlsim.errors import Problem, ScenarioError, UnknownName
-from rlsim.fields import Flag, Frozen, PositiveFloat, PositiveInt
+from rlsim.fields import Flag, Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
 from rlsim.loading import closest, validate_document
 from rlsim.yamlsource import PathKey, YamlDocument, read_yaml
 
@@ -53,12 +53,112 @@ class SourcedCount(Sourced[PositiveInt]):
     """A positive whole count (GPUs, NICs)."""
 
 
+class SourcedNonNegative(Sourced[NonNegativeFloat]):
+    """A quantity that may be zero (a fitted fixed time, an error)."""
+
+
 class SourcedFlag(Sourced[Flag]):
     """A yes/no capability."""
 
 
 def _si(quantity: SourcedNumber | None, scale: float) -> float | None:
     return None if quantity is None else quantity.value * scale
+
+
+# ------------------------------------------------------------------------------------------- calibrated curves
+
+
+class CurvePoint(Frozen):
+    """One measurement behind a fitted curve: its median time in seconds (`value`) at a size (FLOPs or bytes, as the
+    curve says), what was timed, and the raw file row or publication it comes from."""
+
+    value: PositiveFloat
+    size: PositiveFloat
+    label: Text
+    source: Text
+
+
+class FittedCurve(Frozen):
+    """A least-squares fit t = fixed + size / rate to `points`, judged by its leave-one-out (held-out) error.
+
+    `held_out_mape_pct` is absent with a single point. With fewer than three distinct sizes, and for GEMM and
+    attention curves (whose fill is one constant of the cost model), only the rate is fitted and `fixed_us` is the
+    cost model's default (its source says so).
+    """
+
+    fixed_us: SourcedNonNegative
+    held_out_mape_pct: SourcedNonNegative | None = None
+    points: tuple[CurvePoint, ...]
+
+
+class ComputeCurve(FittedCurve):
+    """Time of a compute-bound kernel against its FLOPs: t = fill + FLOPs / rate, i.e. the efficiency curve
+    eff(F) = e_max·F/(F + F_half) with e_max = rate/peak and F_half = fill·rate (reference §6)."""
+
+    dtype: Literal["bf16", "fp16", "fp8", "fp4"]
+    tflops: SourcedNumber
+
+
+class BandwidthCurve(FittedCurve):
+    """Time of a transfer against the bytes it moves: t = fixed + bytes / bandwidth."""
+
+    gbyte_per_s: SourcedNumber
+
+
+class CollectiveCurve(FittedCurve):
+    """One collective measured on `ranks` GPUs over `nodes` nodes: its points and the α–β fit
+    t = α + size·busbw_factor / busbw, with size the nccl-tests buffer size (see rlsim.costs.collectives) and
+    `fixed_us` = α."""
+
+    op: Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"]
+    ranks: SourcedCount
+    nodes: SourcedCount
+    busbw_gbyte_per_s: SourcedNumber
+    # Between measured sizes collective_time interpolates the points; this is that interpolation's held-out error.
+    table_held_out_mape_pct: SourcedNonNegative | None = None
+
+
+class GPUCalibration(Frozen):
+    """Curves fitted by `rlsim calibrate fit` from a raw measurement file, used by the cost models in place of the
+    spec-sheet defaults. `origin: published` marks curves derived from public measurements, not measured here."""
+
+    origin: Literal["measured", "published"]
+    note: Text
+    gemm: tuple[ComputeCurve, ...] = ()
+    attention_prefill: ComputeCurve | None = None
+    hbm: BandwidthCurve | None = None
+    decode_attention: BandwidthCurve | None = None  # bytes = KV cache read by one decode step
+    host_to_device: BandwidthCurve | None = None  # pinned host memory
+    device_to_host: BandwidthCurve | None = None
+    launch_us: SourcedNumber | None = None  # one eager kernel launch, back to back
+
+    @model_validator(mode="after")
+    def _one_curve_per_dtype(self) -> GPUCalibration:
+        dtypes = [c.dtype for c in self.gemm]
+        if len(set(dtypes)) != len(dtypes):
+            raise ValueError(f"one gemm curve per dtype; got {', '.join(dtypes)}")
+        return self
+
+    def gemm_curve(self, dtype: str) -> ComputeCurve | None:
+        return next((c for c in self.gemm if c.dtype == dtype), None)
+
+
+class LinkCalibration(Frozen):
+    """Collective curves measured over a link (nccl-tests style), used by `collective_time` for matching groups."""
+
+    origin: Literal["measured", "published"]
+    note: Text
+    collectives: tuple[CollectiveCurve, ...]
+
+    @model_validator(mode="after")
+    def _one_curve_per_group(self) -> LinkCalibration:
+        keys = [(c.op, c.ranks.value, c.nodes.value) for c in self.collectives]
+        if len(set(keys)) != len(keys):
+            raise ValueError("one collective curve per (op, ranks, nodes)")
+        return self
+
+    def curve(self, op: str, ranks: int, nodes: int) -> CollectiveCurve | None:
+        return next((c for c in self.collectives if (c.op, c.ranks.value, c.nodes.value) == (op, ranks, nodes)), None)
 
 
 # ---------------------------------------------------------------------------------------------------- interconnects
@@ -95,6 +195,7 @@ class Interconnect(Frozen):
     latency_us: SourcedNumber
     in_network_reduction: SourcedFlag | None = None  # absent: the fabric is not modelled as reducing in-switch
     measured: InterconnectMeasured = InterconnectMeasured()
+    calibration: LinkCalibration | None = None
 
     @model_validator(mode="after")
     def _one_bandwidth(self) -> Interconnect:
@@ -218,6 +319,7 @@ class GPUProfile(Frozen):
     tdp_w: SourcedNumber
     price_usd_per_gpu_hour: SourcedNumber | None = None  # overridable default; absent when no market price is known
     measured: Measured = Measured()
+    calibration: GPUCalibration | None = None
 
     @model_validator(mode="after")
     def _domain_tiles_nodes(self) -> GPUProfile:

@@ -13,15 +13,23 @@ profiles are what the tests compare against, never an input. The per-step latenc
 `latency_us` (a measured small-message figure for scale-up links, NCCL's per-hop figure for NICs and PCIe); the
 larger protocols add NCCL's extra per-hop latency. Multi-stage algorithms pipeline their stages through chunks, so
 their bandwidth term is that of the slowest stage, not the sum.
+
+A calibrated link (its profile's `calibration:` block, written by `rlsim calibrate fit`) holds curves measured for
+some (op, ranks, nodes). A group that matches one — inside one domain the scale-up link's curves, across domains the
+NIC's — is timed by it in place of the model above, unless the caller restricts the protocols (the measurement let
+NCCL choose): inside the measured sizes by log-log interpolation between the measured points, which keeps the knee
+where protocols and algorithms change (reference §6: "keep the table for the 1–64 MB knee"); outside them by the
+fitted α–β line, t = α + nbytes·busbw_factor/busbw.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from rlsim.hardware import Interconnect
+from rlsim.hardware import CollectiveCurve, Interconnect
 from rlsim.topology import CommGroup
 
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"]
@@ -91,8 +99,8 @@ class CollectiveCost:
     """Time of one collective, the algorithm and protocol that give it, and nccl-tests' bus bandwidth (bytes/s)."""
 
     seconds: float
-    algorithm: str  # ring | tree | hierarchical | nvls | direct (all-to-all, send/recv) | local (one rank)
-    protocol: str  # ll | ll128 | simple | none
+    algorithm: str  # ring | tree | hierarchical | nvls | direct (all-to-all, send/recv) | local (one rank) | calibrated
+    protocol: str  # ll | ll128 | simple | none | measured (NCCL's own choice, in a calibration)
     bus_bandwidth: float
 
 
@@ -123,12 +131,46 @@ def collective_time(op: Op, nbytes: float, group: CommGroup, *, protocols: Itera
     chosen = [PROTOCOLS[p] for p in protocols]
     if not chosen:
         raise ValueError("no protocol allowed")
+    measured = _calibrated(op, nbytes, group) if set(protocols) >= set(PROTOCOLS) else None
+    if measured is not None:
+        return measured
     links = _Links.of(group)
     candidates = [c for proto in chosen for c in _candidates(op, nbytes, group, links, proto)]
     if op == "all_reduce" and "simple" in {p.name for p in chosen}:
         candidates += _nvls(nbytes, group, links)
     seconds, algorithm, protocol = min(candidates)
     return CollectiveCost(seconds, algorithm, protocol, nbytes * factor / seconds)
+
+
+def _calibrated(op: Op, nbytes: float, group: CommGroup) -> CollectiveCost | None:
+    """The group's time from the calibrated curve for exactly this op, rank count and node count, if there is one."""
+    link = group.scale_up if group.domains == 1 else group.scale_out
+    if link is None or link.calibration is None:
+        return None
+    curve = link.calibration.curve(op, group.size, group.nodes)
+    if curve is None:
+        return None
+    factor = bus_factor(op, group.size)
+    seconds = measured_seconds(curve, nbytes * factor)
+    return CollectiveCost(seconds, "calibrated", "measured", nbytes * factor / seconds)
+
+
+def measured_seconds(curve: CollectiveCurve, size: float) -> float:
+    """A calibrated collective's time at `size` (bytes × bus factor): log-log interpolation between the measured
+    points inside their range; outside it the nearest point scaled by the α–β fit, so the curve stays continuous."""
+
+    def alpha_beta(x: float) -> float:
+        return curve.fixed_us.value * 1e-6 + x / (curve.busbw_gbyte_per_s.value * 1e9)
+
+    points = sorted((p.size, p.value) for p in curve.points)
+    at = bisect.bisect_left(points, (size, 0.0))
+    if at == len(points) or (at == 0 and points[0][0] > size):
+        edge_size, edge_seconds = points[-1] if at else points[0]
+        return edge_seconds * alpha_beta(size) / alpha_beta(edge_size)
+    (x0, t0), (x1, t1) = points[max(at - 1, 0)], points[at]
+    if x1 == x0:
+        return t1
+    return t0 * (t1 / t0) ** (math.log(size / x0) / math.log(x1 / x0))
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,12 @@ t = (bytes + MEMORY_HALF_BYTES) / hbm_bytes_per_s. Both forms are eff(x) = e_max
 reference recommends.
 
 gemm_flops and hbm_bytes_per_s come from each GPU profile's public measurements (best large BF16 GEMM, HBM stream) and
-sm_count from its datasheet, so a calibrated profile changes them without touching this file. The constants below
-are the same for every GPU, dtype and model.
+sm_count from its datasheet. The constants below are the same for every GPU, dtype and model. A profile with a
+`calibration:` block (written by `rlsim calibrate fit`, docs/calibration.md) replaces them with its fitted curves:
+the GEMM curve of the dtype sets gemm_flops (a dtype without a curve keeps the measured-BF16 rate), the HBM curve sets
+hbm_bytes_per_s and the half-efficiency size, and the prefill-attention curve the attention rate. GEMM_FILL_S stays
+the same for every GPU: the rollout engine's closed-form decode prices it as this constant, and its exact mode must
+agree, so the fit holds the fill at GEMM_FILL_S and fits the rate.
 
 Checked, not tuned, against public measurements (tests/test_compute.py): Vidur's profiled vLLM layer GEMMs
 (microsoft/vidur data/profiling/compute/{a100,h100}/meta-llama/*/mlp.csv: QKV, output, up and down projections of
@@ -39,9 +43,9 @@ reaches ~232 TF on these shapes where the profile's best measured GEMM is 271 TF
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from rlsim.hardware import GPUProfile
+from rlsim.hardware import GPUCalibration, GPUProfile
 
 # Fixed cost of one GEMM: the time left over once the tile/wave model's compute is taken out of Azure's cuBLASLt
 # GEMMs that fit in one or two waves (Azure/AI-benchmarking-guide Azure_Results: ND_A100_v4 FP16 1024³ 4.6 µs,
@@ -83,6 +87,8 @@ class GPURates:
     hbm_bytes_per_s: float
     memory_bytes: float
     sm_count: int | None = None
+    memory_half_bytes: float = MEMORY_HALF_BYTES
+    fused_attention_flops: float | None = None  # a calibrated prefill-attention rate; None: ATTENTION_PEAK_FRACTION
 
     @classmethod
     def from_profile(cls, gpu: GPUProfile, dtype: str = "bf16") -> GPURates:
@@ -92,7 +98,21 @@ class GPURates:
         gemm_efficiency = measured_gemm / gpu.peak_flops("bf16") if measured_gemm else DEFAULT_GEMM_EFFICIENCY
         stream = gpu.measured.hbm_stream_bytes_per_s or gpu.hbm_bytes_per_s * DEFAULT_HBM_EFFICIENCY
         sm_count = gpu.sm_count.value if gpu.sm_count is not None else None
-        return cls(gpu.name, peak, peak * gemm_efficiency, stream, gpu.memory_bytes, sm_count)
+        rates = cls(gpu.name, peak, peak * gemm_efficiency, stream, gpu.memory_bytes, sm_count)
+        return rates if gpu.calibration is None else rates._calibrated(gpu.calibration, dtype.strip().lower())
+
+    def _calibrated(self, calibration: GPUCalibration, dtype: str) -> GPURates:
+        """These rates with the profile's fitted curves in place of the defaults (see the module doc)."""
+        changes: dict[str, float] = {}
+        own = calibration.gemm_curve(dtype)
+        if own is not None:
+            changes["gemm_flops"] = own.tflops.value * 1e12
+        if calibration.hbm is not None:
+            bandwidth = calibration.hbm.gbyte_per_s.value * 1e9
+            changes |= {"hbm_bytes_per_s": bandwidth, "memory_half_bytes": calibration.hbm.fixed_us.value * 1e-6 * bandwidth}
+        if calibration.attention_prefill is not None:
+            changes["fused_attention_flops"] = calibration.attention_prefill.tflops.value * 1e12
+        return replace(self, **changes)
 
     def compute_seconds(self, flops: float) -> float:
         """Time of a GEMM-like kernel doing `flops`, compute-bound, shape unknown (no tile or wave quantization)."""
@@ -100,7 +120,7 @@ class GPURates:
 
     def memory_seconds(self, nbytes: float) -> float:
         """Time to stream `nbytes` through HBM (read plus write counted by the caller)."""
-        return (nbytes + MEMORY_HALF_BYTES) / self.hbm_bytes_per_s
+        return (nbytes + self.memory_half_bytes) / self.hbm_bytes_per_s
 
     def kernel_seconds(self, flops: float, nbytes: float) -> float:
         """Roofline of a kernel of unknown shape: bound by whichever of compute and memory takes longer."""
@@ -109,6 +129,8 @@ class GPURates:
     @property
     def attention_flops(self) -> float:
         """Asymptotic FLOP/s of a fused attention kernel (scores, softmax and weighted values in one pass)."""
+        if self.fused_attention_flops is not None:
+            return self.fused_attention_flops
         return min(self.gemm_flops, ATTENTION_PEAK_FRACTION * self.peak_flops)
 
     def attention_seconds(self, flops: float, nbytes: float) -> float:
