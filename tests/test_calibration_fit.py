@@ -3,6 +3,7 @@ published measurements, and bad input."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,10 @@ from rlsim.cli import main
 from rlsim.config.bound import bind
 from rlsim.costs.collectives import bus_factor, collective_time
 from rlsim.costs.compute import GEMM_FILL_S, MEMORY_HALF_BYTES, GPURates
+from rlsim.costs.rollout import EngineCosts
 from rlsim.errors import ScenarioError
 from rlsim.hardware import HardwareCatalog
+from rlsim.models import ModelCatalog
 from rlsim.topology import ClusterTopology
 
 ROOT = Path(__file__).parents[1]
@@ -288,3 +291,17 @@ def test_written_profile_is_plain_yaml_with_a_source_on_every_number(tmp_path, c
     capsys.readouterr()
     for path in [tmp_path / "a100-lab.yaml", *(tmp_path / "interconnects").glob("*.yaml")]:
         assert _unsourced_numbers(yaml.safe_load(path.read_text())) == []
+
+
+def test_a_calibrated_decode_attention_rate_prices_kv_reads_in_both_rollout_modes():
+    gpu = HardwareCatalog.load().gpu("h100-sxm")
+    plain = GPURates.from_profile(gpu)
+    slow_kv = replace(plain, decode_attention_bytes_per_s=plain.hbm_bytes_per_s / 2, decode_attention_half_bytes=0.0)
+    spec = ModelCatalog.load().spec("Qwen2.5-7B")
+    before, after = EngineCosts(spec, plain), EngineCosts(spec, slow_kv)
+    batch, context = 128, 128 * 4000
+    # KV reads dominate a long-context decode step: halving their rate makes it markedly slower...
+    assert after.decode_iteration_seconds(batch, context) > 1.3 * before.decode_iteration_seconds(batch, context)
+    # ...and the closed form still equals the sum of single iterations.
+    loop = sum(after.decode_iteration_seconds(batch, context + i * batch) for i in range(50))
+    assert after.decode_k_iterations_seconds(batch, context, 50) == pytest.approx(loop, rel=1e-9)

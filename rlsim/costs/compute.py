@@ -30,7 +30,8 @@ gemm_flops and hbm_bytes_per_s come from each GPU profile's public measurements 
 sm_count from its datasheet. The constants below are the same for every GPU, dtype and model. A profile with a
 `calibration:` block (written by `rlsim calibrate fit`, docs/calibration.md) replaces them with its fitted curves:
 the GEMM curve of the dtype sets gemm_flops (a dtype without a curve keeps the measured-BF16 rate), the HBM curve sets
-hbm_bytes_per_s and the half-efficiency size, and the prefill-attention curve the attention rate. GEMM_FILL_S stays
+hbm_bytes_per_s and the half-efficiency size, the prefill-attention curve the attention rate, and the decode-attention
+curve the rate at which fused attention reads the KV cache. GEMM_FILL_S stays
 the same for every GPU: the rollout engine's closed-form decode prices it as this constant, and its exact mode must
 agree, so the fit holds the fill at GEMM_FILL_S and fits the rate.
 
@@ -89,6 +90,9 @@ class GPURates:
     sm_count: int | None = None
     memory_half_bytes: float = MEMORY_HALF_BYTES
     fused_attention_flops: float | None = None  # a calibrated prefill-attention rate; None: ATTENTION_PEAK_FRACTION
+    # A calibrated decode-attention KV read rate and its fixed cost in bytes; None: the HBM curve above.
+    decode_attention_bytes_per_s: float | None = None
+    decode_attention_half_bytes: float = 0.0
 
     @classmethod
     def from_profile(cls, gpu: GPUProfile, dtype: str = "bf16") -> GPURates:
@@ -112,6 +116,10 @@ class GPURates:
             changes |= {"hbm_bytes_per_s": bandwidth, "memory_half_bytes": calibration.hbm.fixed_us.value * 1e-6 * bandwidth}
         if calibration.attention_prefill is not None:
             changes["fused_attention_flops"] = calibration.attention_prefill.tflops.value * 1e12
+        if calibration.decode_attention is not None:
+            bandwidth = calibration.decode_attention.gbyte_per_s.value * 1e9
+            changes |= {"decode_attention_bytes_per_s": bandwidth,
+                        "decode_attention_half_bytes": calibration.decode_attention.fixed_us.value * 1e-6 * bandwidth}
         return replace(self, **changes)
 
     def compute_seconds(self, flops: float) -> float:
@@ -133,9 +141,20 @@ class GPURates:
             return self.fused_attention_flops
         return min(self.gemm_flops, ATTENTION_PEAK_FRACTION * self.peak_flops)
 
+    @property
+    def attention_bytes_per_s(self) -> float:
+        """Rate at which a fused attention kernel streams the KV cache: the calibrated decode-attention rate, else HBM's."""
+        return self.decode_attention_bytes_per_s or self.hbm_bytes_per_s
+
+    def attention_memory_seconds(self, nbytes: float) -> float:
+        """Time of a fused attention kernel's KV/Q/O traffic."""
+        if self.decode_attention_bytes_per_s is None:
+            return self.memory_seconds(nbytes)
+        return (nbytes + self.decode_attention_half_bytes) / self.decode_attention_bytes_per_s
+
     def attention_seconds(self, flops: float, nbytes: float) -> float:
         """Roofline of a fused attention kernel: its FLOPs at the attention rate, or its KV/Q/O traffic through HBM."""
-        return max(GEMM_FILL_S + flops / self.attention_flops, self.memory_seconds(nbytes))
+        return max(GEMM_FILL_S + flops / self.attention_flops, self.attention_memory_seconds(nbytes))
 
     def gemm_compute_seconds(self, m: float, n: float, k: float) -> float:
         """Tensor-core time of an (m×k)·(k×n) GEMM after tile and wave quantization, without the fill cost.

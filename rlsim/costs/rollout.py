@@ -607,10 +607,16 @@ class EngineCosts:
         launches = sum(k.count for k in kernels) + sum(c.count for c in collectives)
         constant += launches * self.overheads.kernel_gap_seconds
         for kernel in kernels:
-            memory = (
-                kernel.count * rates.memory_seconds(kernel.nbytes),
-                kernel.count * kernel.bytes_per_context / rates.hbm_bytes_per_s,
-            )
+            if kernel.kind == "attention":
+                memory = (
+                    kernel.count * rates.attention_memory_seconds(kernel.nbytes),
+                    kernel.count * kernel.bytes_per_context / rates.attention_bytes_per_s,
+                )
+            else:
+                memory = (
+                    kernel.count * rates.memory_seconds(kernel.nbytes),
+                    kernel.count * kernel.bytes_per_context / rates.hbm_bytes_per_s,
+                )
             if kernel.kind == "memory":
                 terms.append([memory])
                 continue
