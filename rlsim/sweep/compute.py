@@ -38,7 +38,7 @@ def compute_point(task: PointTask) -> PointOutcome:
     point = task.point
     resolved = point.scenario.model_dump(mode="json")
     row: dict[str, Any] = {"point": point.id, "status": "ok",
-                           **{path: axis_value(resolved, path) for path in task.axis_paths},
+                           **{path: axis_value(point.overrides, resolved, path) for path in task.axis_paths},
                            **dict.fromkeys(HEADLINE), "error": None}
     files = {"resolved.yaml": yaml.safe_dump(resolved, sort_keys=False).encode()}
     try:

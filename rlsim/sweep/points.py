@@ -154,4 +154,6 @@ def _scenario(spec: SweepSpec, overrides: dict[str, Any], combination: int) -> S
                                     problem.path, spec.file if from_sweep else problem.file,
                                     line if from_sweep else problem.line, problem.value, problem.valid,
                                     problem.suggestion))
+        # What the sweep set comes first: that is the line to edit (or to guard with a constraint).
+        problems.sort(key=lambda p: p.file != spec.file)
         raise ScenarioError(problems) from None

@@ -48,8 +48,12 @@ def headline(metrics: dict) -> dict[str, Any]:
     return values
 
 
-def axis_value(resolved: dict, path: str) -> Any:
-    """The resolved value of a dotted path; a mapping or list as compact JSON so every cell is a scalar."""
+def axis_value(overrides: dict[str, Any], resolved: dict, path: str) -> Any:
+    """The value the point gave a dotted path as written (`model: Qwen2.5-7B`), else its resolved value (a default,
+    or a field a case left alone); a mapping or list as compact JSON, so every cell is a scalar."""
+    written = overrides.get(path)
+    if written is not None and not isinstance(written, (dict, list)):
+        return written
     value: Any = resolved
     for part in parse_path(path):
         if isinstance(value, dict) and isinstance(part, str):
