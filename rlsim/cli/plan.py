@@ -28,11 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", help="catalog model to plan for instead of the scenario's")
     parser.add_argument("--schedules", default=",".join(SCHEDULE_MODES),
                         help="schedule modes to consider, comma-separated (default: %(default)s)")
-    parser.add_argument("--simulate", type=int, default=6, help="candidates to simulate (default: %(default)s)")
+    parser.add_argument("--simulate", type=int, default=4,
+                        help="candidates to simulate: the best estimate of each placement, then of other schedules "
+                        "(default: %(default)s)")
     parser.add_argument("--steps", type=int, default=3, help="steps per simulation, the first one warm-up "
                         "(default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=min(6, os.cpu_count() or 1),
-                        help="simulations at once (default: this machine's cores, at most 6)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="simulations at once (default: this machine's cores)")
     parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
     parser.set_defaults(handler=run)
 

@@ -69,7 +69,7 @@ class Plan:
 
 
 def plan(base: YamlDocument, base_dir, *, gpus: int, gpu: str | None = None, model: str | None = None,
-         schedules: tuple[str, ...] | None = None, simulate: int = 6, steps: int = 3, warmup_steps: int = 1,
+         schedules: tuple[str, ...] | None = None, simulate: int = 4, steps: int = 3, warmup_steps: int = 1,
          workers: int = 1) -> Plan:
     """Plan `base` (a scenario document: its model, algorithm and workload) on `gpus` GPUs of profile `gpu` (default:
     the base's first pool's). `schedules` limits the schedule modes considered (sync, one_step_off, async)."""
@@ -110,7 +110,8 @@ def plan(base: YamlDocument, base_dir, *, gpus: int, gpu: str | None = None, mod
             continue
         estimate = estimate_step(bound)
         estimated.append(Evaluated(candidate, estimate.step_s, estimate.tokens_per_s, scenario))
-    estimated.sort(key=lambda e: (-e.estimate_tokens_per_s, e.candidate.label))
+    # The estimate cannot tell staleness bounds apart; on a tie the fresher samples (smaller η) come first.
+    estimated.sort(key=lambda e: (-e.estimate_tokens_per_s, e.candidate.schedule.staleness or 0, e.candidate.label))
     if not estimated:
         raise ScenarioError(Problem(f"no way to run this workload on {gpus} {gpu} fits: "
                                     + "; ".join(f"{n}× {r}" for r, n in {**invalid, **infeasible}.items()),
