@@ -8,9 +8,8 @@ from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
 from rlsim.errors import Problem, ScenarioError
-from rlsim.plan import Plan, explanation, plan
-from rlsim.plan.explain import label_shares
-from rlsim.yamlsource import read_yaml
+from rlsim.plan import plan
+from rlsim.plan.text import plan_dict, plan_text
 
 SCHEDULE_MODES = ("sync", "one_step_off", "async")
 
@@ -49,14 +48,13 @@ def run(args: argparse.Namespace) -> int:
     if args.steps < 2 or args.simulate < 1 or args.workers < 1:
         raise ScenarioError(Problem("--steps must be at least 2 (one warm-up, one measured); --simulate and --workers "
                                     "at least 1", file="rlsim plan"))
-    document = read_yaml(args.scenario)
-    plans = [plan(document, args.scenario.resolve().parent, gpus=n, gpu=args.gpu, model=args.model,
+    plans = [plan(args.scenario, gpus=n, gpu=args.gpu, model=args.model,
                   schedules=schedules, simulate=args.simulate, steps=args.steps, warmup_steps=1, workers=args.workers)
              for n in budgets]
     if args.json:
-        print(json.dumps([as_dict(p) for p in plans], indent=2))
+        print(json.dumps([plan_dict(p) for p in plans], indent=2))
     else:
-        print("\n\n".join(text(p) for p in plans))
+        print("\n\n".join(plan_text(p) for p in plans))
     return OK
 
 
@@ -69,39 +67,3 @@ def _counts(text: str) -> list[int]:
         raise ScenarioError(Problem(f"not a GPU count or list of counts: {text!r}", file="rlsim plan --gpus",
                                     valid="e.g. 64, or 16,64,128"))
     return counts
-
-
-def text(result: Plan) -> str:
-    pruned = sum(result.invalid.values()) + sum(result.infeasible.values())
-    lines = [f"plan for {result.workload} on {result.gpus} × {result.gpu}",
-             f"{result.considered} candidates: {sum(result.invalid.values())} invalid, "
-             f"{sum(result.infeasible.values())} do not fit in memory, {len(result.estimated)} estimated "
-             f"({pruned} pruned); simulated the best {len(result.ranked)} for {result.steps} steps (1 warm-up)"]
-    for reason, count in sorted(result.infeasible.items(), key=lambda item: -item[1])[:3]:
-        lines.append(f"  does not fit ({count}): {reason}")
-    head = (f"{'rank':>4}  {'candidate':<62}{'est. step s':>12}{'step s':>9}{'tokens/s':>11}{'per GPU':>9}"
-            f"{'busy':>7}{'idle':>7}{'stale':>7}{'$/1k steps':>12}")
-    lines += ["", head]
-    for rank, evaluated in enumerate(result.ranked, 1):
-        m = evaluated.metrics
-        assert m is not None
-        cost = m["cost"]["usd_per_1000_steps"]
-        lines.append(f"{rank:>4}  {evaluated.candidate.label:<62}{evaluated.estimate_s:>12.1f}{evaluated.step_s:>9.1f}"
-                     f"{evaluated.tokens_per_s:>11,.0f}{m['throughput']['tokens_per_s_per_gpu']:>9,.0f}"
-                     f"{m['utilisation']['busy']:>7.0%}{m['utilisation']['idle']:>7.0%}{m['staleness']['mean']:>7.2f}"
-                     f"{'' if cost is None else f'{cost:,.0f}':>12}")
-    lines += ["", explanation(result)]
-    lines += [f"note: {note}" for note in result.notes]
-    return "\n".join(lines)
-
-
-def as_dict(result: Plan) -> dict:
-    return {"gpus": result.gpus, "gpu": result.gpu, "workload": result.workload, "considered": result.considered,
-            "invalid": result.invalid, "infeasible": result.infeasible, "estimated": len(result.estimated),
-            "ranked": [{"candidate": e.candidate.label, "placement": e.candidate.placement,
-                        "schedule": e.candidate.schedule.label, "rollout_gpus": e.candidate.rollout_gpus,
-                        "training_gpus": e.candidate.training_gpus, "rollout_tp": e.candidate.rollout_tp,
-                        "estimated_step_s": e.estimate_s, "step_s": e.step_s, "tokens_per_s": e.tokens_per_s,
-                        "gpu_time_shares": label_shares(e.metrics or {})}
-                       for e in result.ranked],
-            "why": explanation(result), "notes": list(result.notes)}

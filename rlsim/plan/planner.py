@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from rlsim.plan.candidates import Candidate, candidates
 from rlsim.sweep.compute import PointTask
 from rlsim.sweep.executors import run_local
 from rlsim.sweep.points import Point, point_id
-from rlsim.yamlsource import YamlDocument
+from rlsim.yamlsource import YamlDocument, read_yaml
 
 PLACEMENTS = ("colocated", "disaggregated", "hybrid")
 
@@ -68,11 +69,20 @@ class Plan:
         return self.ranked[0]
 
 
-def plan(base: YamlDocument, base_dir, *, gpus: int, gpu: str | None = None, model: str | None = None,
+def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *, gpus: int, gpu: str | None = None,
+         model: str | None = None, overrides: Mapping[str, Any] | None = None,
          schedules: tuple[str, ...] | None = None, simulate: int = 4, steps: int = 3, warmup_steps: int = 1,
          workers: int = 1) -> Plan:
-    """Plan `base` (a scenario document: its model, algorithm and workload) on `gpus` GPUs of profile `gpu` (default:
-    the base's first pool's). `schedules` limits the schedule modes considered (sync, one_step_off, async)."""
+    """Plan the model, algorithm and workload of `base` (a scenario file, or its parsed document with the folder its
+    relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
+    the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
+    one_step_off, async)."""
+    if not isinstance(base, YamlDocument):
+        base_dir = Path(base).resolve().parent
+        base = read_yaml(base)
+    base_dir = Path(base_dir or Path.cwd())
+    if overrides:
+        base = base.with_overrides(dict(overrides))
     data = base.data if isinstance(base.data, dict) else {}
     if (data.get("placement") or {}).get("reward_model") is not None:
         raise ScenarioError(base.problem(("placement", "reward_model"), "rlsim plan places rollout and training only; "
@@ -117,7 +127,7 @@ def plan(base: YamlDocument, base_dir, *, gpus: int, gpu: str | None = None, mod
                                     + "; ".join(f"{n}× {r}" for r, n in {**invalid, **infeasible}.items()),
                                     file="rlsim plan"))
     shortlist = _shortlist(estimated, simulate)
-    ranked, notes = _simulate(shortlist, workers, Path(base_dir))
+    ranked, notes = _simulate(shortlist, workers, base_dir)
     if not ranked:
         raise ScenarioError(Problem("no shortlisted candidate could be simulated: " + "; ".join(notes),
                                     file="rlsim plan"))

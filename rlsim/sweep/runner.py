@@ -28,6 +28,25 @@ class SweepRun:
     def count(self, status: str) -> int:
         return sum(1 for row in self.rows if row["status"] == status)
 
+    @property
+    def table(self):
+        """The results table: a pandas DataFrame when pandas is installed, else the rows (a list of dicts)."""
+        try:
+            import pandas
+        except ImportError:
+            return list(self.rows)
+        return pandas.DataFrame.from_records(list(self.rows), columns=list(self.columns))
+
+    def figure(self, name: str = "pareto"):
+        """"pareto" (step time against cost, the Pareto front marked), or an axis path: its effect on step time."""
+        from rlsim.sweep.report import effect_figure, pareto_figure
+
+        if name == "pareto":
+            return pareto_figure(self.rows)
+        if name in self.expansion.spec.axis_paths:
+            return effect_figure(self.rows, name)
+        raise KeyError(f"no figure named {name!r}; figures: pareto, {', '.join(self.expansion.spec.axis_paths)}")
+
 
 def run_sweep(sweep: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, executor: str = "local",
               resume: bool = False, address: str | None = None, full_run_folders: bool = False,
