@@ -4,6 +4,7 @@ sorts the table, so the results do not depend on the executor."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -40,6 +41,7 @@ def run_ray(tasks: Sequence[PointTask], workers: int, address: str | None = None
     except ImportError:
         raise ScenarioError(Problem("the ray executor needs Ray installed", file="rlsim sweep --executor ray",
                                     valid="pip install 'rlsim[ray]', or --executor local")) from None
+    address = address or os.environ.get("RAY_ADDRESS")
     started = not ray.is_initialized()
     if started:
         if address:

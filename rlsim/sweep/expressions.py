@@ -43,12 +43,6 @@ class Expression:
         _check(tree)
         return cls(text, tree)
 
-    def fields(self) -> tuple[PathKey, ...]:
-        """The field paths the expression reads, in order of appearance."""
-        found: list[PathKey] = []
-        _collect_fields(self.tree, found)
-        return tuple(found)
-
     def evaluate(self, lookup: Callable[[PathKey], object]) -> object:
         """The value, reading fields through `lookup` (which raises KeyError for a field with no value)."""
         try:
@@ -96,15 +90,6 @@ def _check(node: ast.expr) -> None:
                               f"comparisons, and/or/not, `x if c else y` and {', '.join(FUNCTIONS)}")
     for child in children:
         _check(child)
-
-
-def _collect_fields(node: ast.AST, found: list[PathKey]) -> None:
-    path = _field_path(node) if isinstance(node, ast.expr) else None
-    if path is not None:
-        found.append(path)
-        return
-    for child in ast.iter_child_nodes(node):
-        _collect_fields(child, found)
 
 
 def _evaluate(node: ast.expr, lookup: Callable[[PathKey], object]) -> object:

@@ -34,7 +34,6 @@ SECTIONS = ("name", "description", "base", "set", "grid", "zip", "cases", "deriv
 class Axis:
     """One dimension of the product: its alternatives, each a set of dotted-path assignments."""
 
-    kind: str  # grid, zip or cases
     choices: tuple[dict[str, Any], ...]
     lines: dict[str, int]  # dotted path -> the sweep-file line that sets it
 
@@ -105,6 +104,8 @@ def parse_sweep(doc: YamlDocument, sweep_dir: Path) -> SweepSpec:
     if not isinstance(name, str) or not name:
         reader.problem(("name",), "expected a non-empty name")
     description = data.get("description", "")
+    if not isinstance(description, str):
+        reader.problem(("description",), "expected text")
     base, base_dir = reader.base(data.get("base"), sweep_dir)
     fixed = reader.assignments(("set",), data.get("set", {}))
     axes = [*reader.grid(data.get("grid", {})), *reader.zips(data.get("zip", [])), *reader.cases(data.get("cases", []))]
@@ -114,7 +115,7 @@ def parse_sweep(doc: YamlDocument, sweep_dir: Path) -> SweepSpec:
     assert base is not None
     if fixed:
         base = base.with_overrides(fixed)
-    return SweepSpec(name, description if isinstance(description, str) else "", doc.file, base, base_dir, sweep_dir,
+    return SweepSpec(name, description, doc.file, base, base_dir, sweep_dir,
                      tuple(axes), tuple(derived), tuple(constraints), {p: doc.line_of(("set", p)) or 0 for p in fixed})
 
 
@@ -181,7 +182,7 @@ class _Reader:
         axes = []
         for path, values in self.assignments(("grid",), value).items():
             if self.value_list(("grid", path), values) is not None:
-                axes.append(Axis("grid", tuple({path: v} for v in values), {path: self.line(("grid", path))}))
+                axes.append(Axis(tuple({path: v} for v in values), {path: self.line(("grid", path))}))
         return axes
 
     def zips(self, value: Any) -> list[Axis]:
@@ -202,7 +203,7 @@ class _Reader:
                 continue
             count = next(iter(lengths.values()))
             choices = tuple({path: lists[path][i] for path in lists} for i in range(count))  # type: ignore[index]
-            axes.append(Axis("zip", choices, {path: self.line(("zip", index, path)) for path in lists}))
+            axes.append(Axis(choices, {path: self.line(("zip", index, path)) for path in lists}))
         return axes
 
     def cases(self, value: Any) -> list[Axis]:
@@ -217,7 +218,7 @@ class _Reader:
             choices.append(assignments)
             for path in assignments:
                 lines.setdefault(path, self.line(("cases", index, path)))
-        return [Axis("cases", tuple(choices), lines)]
+        return [Axis(tuple(choices), lines)]
 
     def derived(self, value: Any) -> list[Derived]:
         result = []

@@ -34,7 +34,7 @@ class SweepStore:
 
     def open(self, *, resume: bool) -> None:
         """Create the folder; refuse to mix a new sweep into finished points unless resuming; clear partial writes."""
-        if self.points.is_dir() and any(p.name != ".gitkeep" and not p.name.startswith(PARTIAL)
+        if self.points.is_dir() and any(not p.name.startswith(PARTIAL)
                                         for p in self.points.iterdir()) and not resume:
             raise ScenarioError(Problem(f"{self.out} already holds points of a sweep", file="rlsim sweep --out",
                                         valid="--resume to continue it, or another --out folder"))
