@@ -61,12 +61,14 @@ def test_plan_ranks_simulated_candidates_and_explains_the_winner(small_workload,
         assert words in why
 
 
-def test_the_text_table(small_workload, capsys):
-    assert main(["plan", str(small_workload), "--gpus", "16", "--simulate", "1", "--schedules", "sync"]) == 0
+def test_the_text_table_for_a_range_of_budgets(small_workload, capsys):
+    assert main(["plan", str(small_workload), "--gpus", "8-16:8", "--simulate", "1", "--schedules", "sync"]) == 0
     out = capsys.readouterr().out
-    assert "on 16 × h100-sxm" in out and "rank  candidate" in out
+    assert "on 8 × h100-sxm" in out and "on 16 × h100-sxm" in out and "rank  candidate" in out
     assert "   1  colocated all 16" in out
     assert "is the only candidate simulated" in out
+    summary = out.split("\n\n")[-1].splitlines()
+    assert summary[0].split()[:2] == ["GPUs", "winner"] and [line.split()[0] for line in summary[1:]] == ["8", "16"]
 
 
 def test_memory_prunes_what_does_not_fit(small_workload):
@@ -80,6 +82,7 @@ def test_memory_prunes_what_does_not_fit(small_workload):
 @pytest.mark.parametrize("arguments, words", [
     (["--gpus", "12"], "not whole nodes of 8"),
     (["--gpus", "sixteen"], "not a GPU count"),
+    (["--gpus", "16-"], "not a GPU count"),
     (["--gpus", "16", "--schedules", "sync,eventually"], "unknown schedule mode(s): eventually"),
     (["--gpus", "16", "--gpu", "h100-sxn"], "rlsim plan --gpu"),
 ])

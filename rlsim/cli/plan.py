@@ -9,7 +9,7 @@ from pathlib import Path
 from rlsim.cli.exitcodes import OK
 from rlsim.errors import Problem, ScenarioError
 from rlsim.plan import plan
-from rlsim.plan.text import plan_dict, plan_text
+from rlsim.plan.text import budget_summary, plan_dict, plan_text
 
 SCHEDULE_MODES = ("sync", "one_step_off", "async")
 
@@ -22,7 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "staleness 1, 2, 4) and rollout tensor parallelism; prune by memory and `rlsim estimate`; simulate the best "
         "few; print them ranked by trained tokens/s, with why the winner beats the runner-up.")
     parser.add_argument("scenario", type=Path, help="scenario YAML giving the model, algorithm and workload")
-    parser.add_argument("--gpus", required=True, help="GPU budget: one count, or several separated by commas")
+    parser.add_argument("--gpus", required=True,
+                        help="GPU budget: a count, a range START-STOP[:STEP] (STEP defaults to START), or several "
+                        "separated by commas, e.g. 64, 16,64,128 or 16-128:16")
     parser.add_argument("--gpu", help="GPU profile (default: the scenario's first pool's)")
     parser.add_argument("--model", help="catalog model to plan for instead of the scenario's")
     parser.add_argument("--schedules", default=",".join(SCHEDULE_MODES),
@@ -55,15 +57,22 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([plan_dict(p) for p in plans], indent=2))
     else:
         print("\n\n".join(plan_text(p) for p in plans))
+        if len(plans) > 1:
+            print("\n" + budget_summary(plans))
     return OK
 
 
 def _counts(text: str) -> list[int]:
+    counts: list[int] = []
     try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            span, _, step = part.partition(":")
+            start, dash, stop = span.partition("-")
+            first = int(start)
+            counts += list(range(first, int(stop) + 1, int(step or first))) if dash else [first]
     except ValueError:
         counts = []
     if not counts or min(counts) < 1:
-        raise ScenarioError(Problem(f"not a GPU count or list of counts: {text!r}", file="rlsim plan --gpus",
-                                    valid="e.g. 64, or 16,64,128"))
-    return counts
+        raise ScenarioError(Problem(f"not a GPU count, range or list of them: {text!r}", file="rlsim plan --gpus",
+                                    valid="e.g. 64, 16,64,128 or 16-128:16"))
+    return sorted(set(counts))

@@ -41,3 +41,13 @@ def plan_dict(result: Plan) -> dict:
                         "gpu_time_shares": label_shares(e.metrics or {})}
                        for e in result.ranked],
             "why": explanation(result), "notes": list(result.notes)}
+
+
+def budget_summary(plans: list[Plan]) -> str:
+    """The winner of each GPU budget, one line each: how the best choice and its throughput change with scale."""
+    lines = [f"{'GPUs':>6}  {'winner':<62}{'tokens/s':>11}{'per GPU':>9}{'step s':>9}"]
+    for result in plans:
+        best = result.winner
+        lines.append(f"{result.gpus:>6}  {best.candidate.label:<62}{best.tokens_per_s:>11,.0f}"
+                     f"{best.tokens_per_s / result.gpus:>9,.0f}{best.step_s:>9.1f}")
+    return "\n".join(lines)
