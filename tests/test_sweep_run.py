@@ -161,3 +161,17 @@ def test_pareto_front_over_three_objectives():
             for p, t, g, c in [("a", 1, 8, 9), ("b", 2, 4, 5), ("c", 2, 8, 9), ("d", 3, 4, 5), ("e", 1, 8, 9)]]
     rows.append({"point": "f", "status": "infeasible", "t": None, "g": 2, "c": None})
     assert [r["point"] for r in pareto_front(rows, ("t", "g", "c"))] == ["a", "b", "e"]
+
+
+def test_resuming_an_extended_sweep_runs_only_the_new_points(tmp_path):
+    shutil.copy(ROOT / "scenarios" / "quickstart.yaml", tmp_path / "base.yaml")
+    sweep = tmp_path / "sweep.yaml"
+    head = "base: base.yaml\nset: {run.steps: 1, algorithm.prompts_per_step: 4, algorithm.max_response_tokens: 512}\n"
+    sweep.write_text(head + "grid:\n  seed: [0]\n")
+    first = run_sweep(sweep, tmp_path / "out", report=False)
+    # One more seed, and an axis whose only value is the base's own: the first point's scenario (and id) is unchanged.
+    sweep.write_text(head + "grid:\n  seed: [0, 1]\n  schedule.load_balancer: [round_robin]\n")
+    second = run_sweep(sweep, tmp_path / "out", resume=True, report=False)
+    assert second.ran == 1 and second.rows[0]["point"] == first.rows[0]["point"]
+    assert [r["schedule.load_balancer"] for r in second.rows] == ["round_robin", "round_robin"]
+    assert second.rows[0]["step_time_s"] == first.rows[0]["step_time_s"]

@@ -34,13 +34,28 @@ class PointOutcome:
     files: dict[str, bytes]
 
 
+def blank_row(point: Point, axis_paths: tuple[str, ...]) -> dict[str, Any]:
+    """A point's row before it has run: its id and axis values, no metrics."""
+    resolved = point.scenario.model_dump(mode="json")
+    return {"point": point.id, "status": "ok", **{path: axis_value(point.overrides, resolved, path) for path in axis_paths},
+            **dict.fromkeys(HEADLINE), "error": None}
+
+
+def failed_outcome(task: PointTask, error: str, details: str) -> PointOutcome:
+    """The outcome of a point whose run raised or whose worker died: the row holds the error, error.txt the details."""
+    row = {**blank_row(task.point, task.axis_paths), "status": "failed", "error": error}
+    files = {"resolved.yaml": _resolved_yaml(task.point), "error.txt": details.encode()}
+    return PointOutcome(task.point.id, task.point.index, row, files)
+
+
+def _resolved_yaml(point: Point) -> bytes:
+    return yaml.safe_dump(point.scenario.model_dump(mode="json"), sort_keys=False).encode()
+
+
 def compute_point(task: PointTask) -> PointOutcome:
     point = task.point
-    resolved = point.scenario.model_dump(mode="json")
-    row: dict[str, Any] = {"point": point.id, "status": "ok",
-                           **{path: axis_value(point.overrides, resolved, path) for path in task.axis_paths},
-                           **dict.fromkeys(HEADLINE), "error": None}
-    files = {"resolved.yaml": yaml.safe_dump(resolved, sort_keys=False).encode()}
+    row = blank_row(point, task.axis_paths)
+    files = {"resolved.yaml": _resolved_yaml(point)}
     try:
         _require_memory(point)
         from rlsim.api import simulate  # the simulator loads only in processes that simulate
@@ -50,9 +65,7 @@ def compute_point(task: PointTask) -> PointOutcome:
         row.update(status="infeasible", error=str(exc))
         return PointOutcome(point.id, point.index, row, files)
     except Exception as exc:  # a point that fails is recorded and the sweep goes on
-        row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
-        files["error.txt"] = traceback.format_exc().encode()
-        return PointOutcome(point.id, point.index, row, files)
+        return failed_outcome(task, f"{type(exc).__name__}: {exc}", traceback.format_exc())
     row.update(headline(result.metrics))
     files.update(_run_folder(result, task.full_run_folder))
     return PointOutcome(point.id, point.index, row, files)

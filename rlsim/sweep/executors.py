@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 from rlsim.errors import Problem, ScenarioError
-from rlsim.sweep.compute import PointOutcome, PointTask, compute_point
+from rlsim.sweep.compute import PointOutcome, PointTask, compute_point, failed_outcome
 
 Executor = Callable[[Sequence[PointTask], int, "str | None"], Iterator[PointOutcome]]
 
@@ -35,7 +35,8 @@ def run_local(tasks: Sequence[PointTask], workers: int, address: str | None = No
 
 def run_ray(tasks: Sequence[PointTask], workers: int, address: str | None = None) -> Iterator[PointOutcome]:
     """Points as Ray tasks of one CPU each. Joins the cluster at `address` (or RAY_ADDRESS, or one this process already
-    joined); otherwise starts a local cluster of `workers` CPUs and stops it afterwards."""
+    joined); otherwise starts a local cluster of `workers` CPUs and stops it afterwards. A point whose worker dies is
+    recorded as failed and the sweep goes on."""
     try:
         import ray
     except ImportError:
@@ -52,12 +53,15 @@ def run_ray(tasks: Sequence[PointTask], workers: int, address: str | None = None
         remote = ray.remote(num_cpus=1)(compute_point)
         queue = iter(tasks)
         in_flight = max(1, int(ray.cluster_resources().get("CPU", workers))) * 2
-        pending = [remote.remote(task) for task in _take(queue, in_flight)]
+        pending = {remote.remote(task): task for task in _take(queue, in_flight)}
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            pending += [remote.remote(task) for task in _take(queue, len(done))]
-            for ref in done:
+            [ref], _ = ray.wait(list(pending), num_returns=1)
+            task = pending.pop(ref)
+            pending.update({remote.remote(t): t for t in _take(queue, 1)})
+            try:
                 yield ray.get(ref)
+            except ray.exceptions.RayError as exc:  # the worker died (out of memory, node lost): record, go on
+                yield failed_outcome(task, f"{type(exc).__name__}: the Ray worker running this point died", str(exc))
     finally:
         if started:
             ray.shutdown()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rlsim.errors import Problem, ScenarioError
-from rlsim.sweep.compute import PointTask
+from rlsim.sweep.compute import PointTask, blank_row
 from rlsim.sweep.executors import EXECUTORS
 from rlsim.sweep.points import Expansion, expand
 from rlsim.sweep.progress import Progress
@@ -63,9 +63,15 @@ def run_sweep(sweep: SweepSpec | str | Path, out: str | Path, *, workers: int = 
     store = SweepStore(Path(out))
     store.open(resume=resume)
     store.write("points.json", json.dumps(_manifest(expansion), indent=1, default=str) + "\n")
-    wanted = {point.id for point in expansion.points}
-    rows = {pid: row for pid, row in store.finished_rows().items() if pid in wanted and row["status"] != "failed"}
     names = tuple(columns(spec.axis_paths))
+    finished = store.finished_rows()
+    rows: dict[str, dict] = {}
+    for point in expansion.points:
+        row = finished.get(point.id)
+        if row is not None and row["status"] != "failed":
+            # Axis columns follow the sweep file as it is now: a resumed sweep may have gained an axis.
+            axes = blank_row(point, spec.axis_paths)
+            rows[point.id] = {**row, **{path: axes[path] for path in spec.axis_paths}}
     tasks = [PointTask(point, spec.axis_paths, full_run_folders) for point in expansion.points if point.id not in rows]
     bar = Progress(len(tasks), progress)
     for outcome in EXECUTORS[executor](tasks, workers, address):
