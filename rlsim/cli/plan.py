@@ -1,0 +1,78 @@
+"""`rlsim plan SCENARIO --gpus N`: the best way to run a workload on N GPUs of one type, ranked and explained."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from rlsim.cli.exitcodes import OK
+from rlsim.errors import Problem, ScenarioError
+from rlsim.plan import plan
+from rlsim.plan.text import budget_summary, plan_dict, plan_text
+
+SCHEDULE_MODES = ("sync", "one_step_off", "async")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan", help="rank placements, schedules and layouts for a workload on a GPU budget",
+        description="Take the model, algorithm and workload of SCENARIO and find the best way to run them on N GPUs: "
+        "enumerate placements (colocated, disaggregated splits, hybrid), schedules (sync, one-step-off, async with "
+        "staleness 1, 2, 4) and rollout tensor parallelism; prune by memory and `rlsim estimate`; simulate the best "
+        "few; print them ranked by trained tokens/s, with why the winner beats the runner-up.")
+    parser.add_argument("scenario", type=Path, help="scenario YAML giving the model, algorithm and workload")
+    parser.add_argument("--gpus", required=True,
+                        help="GPU budget: a count, a range START-STOP[:STEP] (STEP defaults to START), or several "
+                        "separated by commas, e.g. 64, 16,64,128 or 16-128:16")
+    parser.add_argument("--gpu", help="GPU profile (default: the scenario's first pool's)")
+    parser.add_argument("--model", help="catalog model to plan for instead of the scenario's")
+    parser.add_argument("--schedules", default=",".join(SCHEDULE_MODES),
+                        help="schedule modes to consider, comma-separated (default: %(default)s)")
+    parser.add_argument("--simulate", type=int, default=4,
+                        help="candidates to simulate: the best estimate of each placement, then of other schedules "
+                        "(default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=3, help="steps per simulation, the first one warm-up "
+                        "(default: %(default)s)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="simulations at once (default: this machine's cores)")
+    parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    budgets = _counts(args.gpus)
+    schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
+    unknown = [s for s in schedules if s not in SCHEDULE_MODES]
+    if unknown or not schedules:
+        raise ScenarioError(Problem(f"unknown schedule mode(s): {', '.join(unknown) or '(none given)'}",
+                                    file="rlsim plan --schedules", valid=", ".join(SCHEDULE_MODES)))
+    if args.steps < 2 or args.simulate < 1 or args.workers < 1:
+        raise ScenarioError(Problem("--steps must be at least 2 (one warm-up, one measured); --simulate and --workers "
+                                    "at least 1", file="rlsim plan"))
+    plans = [plan(args.scenario, gpus=n, gpu=args.gpu, model=args.model,
+                  schedules=schedules, simulate=args.simulate, steps=args.steps, warmup_steps=1, workers=args.workers)
+             for n in budgets]
+    if args.json:
+        print(json.dumps([plan_dict(p) for p in plans], indent=2))
+    else:
+        print("\n\n".join(plan_text(p) for p in plans))
+        if len(plans) > 1:
+            print("\n" + budget_summary(plans))
+    return OK
+
+
+def _counts(text: str) -> list[int]:
+    counts: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            span, _, step = part.partition(":")
+            start, dash, stop = span.partition("-")
+            first = int(start)
+            counts += list(range(first, int(stop) + 1, int(step or first))) if dash else [first]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise ScenarioError(Problem(f"not a GPU count, range or list of them: {text!r}", file="rlsim plan --gpus",
+                                    valid="e.g. 64, 16,64,128 or 16-128:16"))
+    return sorted(set(counts))

@@ -1,0 +1,101 @@
+"""Every way to run one workload on N GPUs of one type that `rlsim plan` considers.
+
+Placements: colocated (every GPU generates and trains, in turn); disaggregated with the rollout share of the GPUs in
+eighths (1/8 … 7/8); hybrid with the training share in eighths up to half (those GPUs also generate, the rest only
+generate). Schedules: colocated runs sync (generation and training cannot overlap on shared GPUs); the others run sync,
+one-step-off, or async with staleness η ∈ {1, 2, 4} and AReaL's interruptible generation. Parallel layouts: rollout
+engines of tp 1, 2, 4 or 8 GPUs (within a node); training keeps the base scenario's layout (backend, ZeRO stage,
+tp/pp/cp, micro-batch tokens, recompute, offload) with data parallelism over its GPUs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SPLITS = 8  # GPU shares in eighths: coarse enough to simulate the best few, fine enough for a ¾ rollout split
+ROLLOUT_TPS = (1, 2, 4, 8)
+STALENESS = (1, 2, 4)  # small bounds, the range AReaL studies (Fu et al. 2025, "AReaL", arXiv:2505.24298)
+# vLLM's default share of HBM for an engine that owns its GPUs (docs: EngineArgs gpu_memory_utilization = 0.9).
+DEDICATED_MEMORY_UTILIZATION = 0.9
+TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_batch_tokens", "activation_recompute",
+                        "offload_params", "offload_optimizer", "virtual_pipeline_stages")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    mode: str
+    staleness: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"async η={self.staleness}" if self.mode == "async" else self.mode.replace("_", "-")
+
+    def overrides(self) -> dict[str, Any]:
+        interrupt = self.mode == "async"  # AReaL interrupts generation at each weight update and recomputes the KV
+        return {"schedule.mode": self.mode, "schedule.max_staleness": self.staleness,
+                "schedule.partial_rollout": {"mode": "interrupt" if interrupt else "off"}}
+
+
+SCHEDULES = (Schedule("sync"), Schedule("one_step_off"), *(Schedule("async", eta) for eta in STALENESS))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    placement: str  # colocated, disaggregated or hybrid
+    schedule: Schedule
+    rollout_gpus: int
+    training_gpus: int
+    rollout_tp: int
+    gpus: int
+    overrides: dict[str, Any]
+
+    @property
+    def family(self) -> str:
+        return f"{self.placement} {self.schedule.label}"
+
+    @property
+    def label(self) -> str:
+        if self.placement == "colocated":
+            split = f"all {self.gpus}"
+        elif self.placement == "disaggregated":
+            split = f"{self.rollout_gpus} rollout + {self.training_gpus} train"
+        else:
+            split = f"{self.training_gpus} shared + {self.rollout_gpus - self.training_gpus} rollout-only"
+        return f"{self.placement} {split}, rollout tp{self.rollout_tp}, {self.schedule.label}"
+
+    @property
+    def rollout_share(self) -> float:
+        """Share of the GPUs that only generate (colocated: none are dedicated, all generate)."""
+        dedicated = {"colocated": 0, "disaggregated": self.rollout_gpus,
+                     "hybrid": self.rollout_gpus - self.training_gpus}[self.placement]
+        return dedicated / self.gpus
+
+
+def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Candidate]:
+    """Every candidate for `gpus` GPUs of profile `gpu`; `base` is the base scenario as written (for its rollout and
+    training settings). Candidates may still be invalid or not fit: the planner validates and prunes them."""
+    nodes, per_node = (gpus // gpus_per_node, gpus_per_node) if gpus >= gpus_per_node else (1, gpus)
+    cluster = [{"name": "main", "gpu": gpu, "nodes": nodes, "gpus_per_node": per_node}]
+    placement = base.get("placement") or {}
+    rollout_base = {k: v for k, v in (placement.get("rollout") or {}).items() if k not in ("gpus", "tp", "pool")}
+    training_base = {k: v for k, v in (placement.get("training") or {}).items() if k in TRAINING_LAYOUT_KEYS}
+    shared_memory = rollout_base.get("gpu_memory_utilization", 0.5)
+
+    def make(mode: str, schedule: Schedule, rollout: int, training: int, tp: int, memory: float) -> Candidate:
+        layout = {"mode": mode, "rollout": {**rollout_base, "gpus": rollout, "tp": tp, "gpu_memory_utilization": memory},
+                  "training": {**training_base, "gpus": training}}
+        return Candidate(mode, schedule, rollout, training, tp, gpus,
+                         {"cluster.pools": cluster, "placement": layout, **schedule.overrides()})
+
+    found = []
+    for tp in (t for t in ROLLOUT_TPS if t <= per_node):
+        found.append(make("colocated", SCHEDULES[0], gpus, gpus, tp, shared_memory))
+        for share in range(1, SPLITS):
+            part = gpus * share // SPLITS
+            if gpus * share % SPLITS or part % tp:
+                continue
+            for schedule in SCHEDULES:
+                found.append(make("disaggregated", schedule, part, gpus - part, tp, DEDICATED_MEMORY_UTILIZATION))
+                if share <= SPLITS // 2:  # hybrid: this share trains (and generates), the rest only generates
+                    found.append(make("hybrid", schedule, gpus, part, tp, shared_memory))
+    return found

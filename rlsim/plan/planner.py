@@ -1,0 +1,182 @@
+"""`rlsim plan`: with N GPUs of one type, what is the best way to run this workload?
+
+1. enumerate candidates (rlsim/plan/candidates.py) and validate each as a scenario;
+2. prune those whose per-GPU memory does not fit (as `rlsim check` judges it);
+3. price the rest with `rlsim estimate` (napkin math, milliseconds each);
+4. simulate a shortlist: the best estimate of each placement (colocated, disaggregated, hybrid), then the best of
+   the other placement-and-schedule families in order of estimate, for `run.steps` steps each;
+5. rank the simulated candidates by trained tokens per second, and explain the winner against the runner-up.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlsim.config.bound import bind
+from rlsim.config.loader import scenario_from_document
+from rlsim.config.schema import Scenario
+from rlsim.costs.memory import GIB, memory_report
+from rlsim.errors import Problem, ScenarioError
+from rlsim.estimate import estimate_step
+from rlsim.hardware import HardwareCatalog
+from rlsim.plan.candidates import Candidate, candidates
+from rlsim.sweep.compute import PointTask
+from rlsim.sweep.executors import run_local
+from rlsim.sweep.points import Point, point_id
+from rlsim.yamlsource import YamlDocument, read_yaml
+
+PLACEMENTS = ("colocated", "disaggregated", "hybrid")
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    candidate: Candidate
+    estimate_s: float  # estimated step time
+    estimate_tokens_per_s: float
+    scenario: Scenario
+    metrics: dict | None = None  # after simulation
+
+    @property
+    def tokens_per_s(self) -> float:
+        assert self.metrics is not None
+        return self.metrics["throughput"]["tokens_per_s"]
+
+    @property
+    def step_s(self) -> float:
+        assert self.metrics is not None
+        return self.metrics["step_time_s"]["mean"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    gpus: int
+    gpu: str
+    model: str
+    workload: str  # one line: what is planned for
+    considered: int
+    invalid: dict[str, int]  # first line of the reason -> candidates
+    infeasible: dict[str, int]  # role that does not fit -> candidates
+    estimated: tuple[Evaluated, ...]  # memory-feasible candidates, best estimate first
+    ranked: tuple[Evaluated, ...]  # simulated candidates, best first
+    steps: int
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def winner(self) -> Evaluated:
+        return self.ranked[0]
+
+
+def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *, gpus: int, gpu: str | None = None,
+         model: str | None = None, overrides: Mapping[str, Any] | None = None,
+         schedules: tuple[str, ...] | None = None, simulate: int = 4, steps: int = 3, warmup_steps: int = 1,
+         workers: int = 1) -> Plan:
+    """Plan the model, algorithm and workload of `base` (a scenario file, or its parsed document with the folder its
+    relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
+    the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
+    one_step_off, async)."""
+    if not isinstance(base, YamlDocument):
+        base_dir = Path(base).resolve().parent
+        base = read_yaml(base)
+    base_dir = Path(base_dir or Path.cwd())
+    if overrides:
+        base = base.with_overrides(dict(overrides))
+    data = base.data if isinstance(base.data, dict) else {}
+    if (data.get("placement") or {}).get("reward_model") is not None:
+        raise ScenarioError(base.problem(("placement", "reward_model"), "rlsim plan places rollout and training only; "
+                                         "a reward model on its own GPUs is not planned yet",
+                                         valid="a rule or sandbox reward"))
+    gpu = gpu or _first_pool_gpu(base)
+    hardware = HardwareCatalog.load()
+    try:
+        per_node = hardware.gpu(gpu).node.gpus_per_node.value
+    except LookupError as err:
+        raise ScenarioError(Problem(str(err), file="rlsim plan --gpu", value=gpu)) from None
+    if gpus < 2 or (gpus > per_node and gpus % per_node):
+        raise ScenarioError(Problem(f"{gpus} GPUs of {gpu} are not whole nodes of {per_node}", file="rlsim plan --gpus",
+                                    value=gpus, valid=f"2 to {per_node}, or a multiple of {per_node}"))
+    fixed: dict[str, Any] = {"run.steps": steps, "run.warmup_steps": warmup_steps}
+    if model:
+        fixed["model"] = model
+    invalid: dict[str, int] = {}
+    infeasible: dict[str, int] = {}
+    estimated = []
+    found = [c for c in candidates(data, gpus, gpu, per_node) if schedules is None or c.schedule.mode in schedules]
+    for candidate in found:
+        try:
+            scenario = scenario_from_document(base.with_overrides({**fixed, **candidate.overrides}), base_dir=base_dir)
+        except ScenarioError as err:
+            reason = f"{err.first.path}: {err.first.message}"
+            invalid[reason] = invalid.get(reason, 0) + 1
+            continue
+        bound = bind(scenario)
+        memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()})
+        short = [m for m in memory if not m.fits]
+        if short:
+            reason = f"{short[0].role} needs {short[0].total_bytes / GIB:.0f} of {short[0].capacity_bytes / GIB:.0f} GiB"
+            infeasible[reason] = infeasible.get(reason, 0) + 1
+            continue
+        estimate = estimate_step(bound)
+        estimated.append(Evaluated(candidate, estimate.step_s, estimate.tokens_per_s, scenario))
+    # The estimate cannot tell staleness bounds apart; on a tie the fresher samples (smaller η) come first.
+    estimated.sort(key=lambda e: (-e.estimate_tokens_per_s, e.candidate.schedule.staleness or 0, e.candidate.label))
+    if not estimated:
+        raise ScenarioError(Problem(f"no way to run this workload on {gpus} {gpu} fits: "
+                                    + "; ".join(f"{n}× {r}" for r, n in {**invalid, **infeasible}.items()),
+                                    file="rlsim plan"))
+    shortlist = _shortlist(estimated, simulate)
+    ranked, notes = _simulate(shortlist, workers, base_dir)
+    if not ranked:
+        raise ScenarioError(Problem("no shortlisted candidate could be simulated: " + "; ".join(notes),
+                                    file="rlsim plan"))
+    first = estimated[0].scenario
+    workload = (f"{first.model.name} {first.algorithm.name.upper()}: {first.algorithm.prompts_per_step} prompts × "
+                f"{first.algorithm.samples_per_prompt} samples per step, prompts ≤ {first.algorithm.max_prompt_tokens}"
+                f" and responses ≤ {first.algorithm.max_response_tokens} tokens")
+    return Plan(gpus, gpu, first.model.name, workload, len(found), invalid, infeasible, tuple(estimated), ranked, steps,
+                tuple(notes))
+
+
+def _first_pool_gpu(base: YamlDocument) -> str:
+    try:
+        return str(base.data["cluster"]["pools"][0]["gpu"])
+    except (KeyError, IndexError, TypeError):
+        raise ScenarioError(Problem("no GPU type: give --gpu, or a cluster.pools[0].gpu in the scenario",
+                                    file="rlsim plan --gpu")) from None
+
+
+def _shortlist(estimated: list[Evaluated], count: int) -> list[Evaluated]:
+    """The best estimate of each placement, then the best of each remaining placement-and-schedule family, in order
+    of estimate. The estimate cannot see the long tail, staleness or queueing, so every placement gets simulated."""
+    chosen: list[Evaluated] = []
+    for placement in PLACEMENTS:
+        best = next((e for e in estimated if e.candidate.placement == placement), None)
+        if best is not None:
+            chosen.append(best)
+    families = {e.candidate.family for e in chosen}
+    for evaluated in estimated:
+        if len(chosen) >= max(count, 1):
+            break
+        if evaluated.candidate.family not in families:
+            chosen.append(evaluated)
+            families.add(evaluated.candidate.family)
+    return chosen[:max(count, 1)]
+
+
+def _simulate(shortlist: list[Evaluated], workers: int, base_dir: Path) -> tuple[tuple[Evaluated, ...], list[str]]:
+    """Simulate the shortlist (on `workers` local processes); a candidate whose simulation fails is left out, with a
+    note saying why."""
+    tasks = [PointTask(Point(i, point_id(e.scenario, base_dir), {}, e.scenario), (), False)
+             for i, e in enumerate(shortlist)]
+    metrics: dict[int, dict] = {}
+    notes = []
+    for outcome in run_local(tasks, workers):
+        if outcome.row["status"] == "ok":
+            metrics[outcome.index] = json.loads(outcome.files["metrics.json"])
+        else:
+            notes.append(f"{shortlist[outcome.index].candidate.label}: {outcome.row['status']}: {outcome.row['error']}")
+    simulated = [Evaluated(e.candidate, e.estimate_s, e.estimate_tokens_per_s, e.scenario, metrics[i])
+                 for i, e in enumerate(shortlist) if i in metrics]
+    return tuple(sorted(simulated, key=lambda e: (-e.tokens_per_s, e.candidate.label))), sorted(notes)

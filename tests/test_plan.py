@@ -1,0 +1,124 @@
+"""`rlsim plan`: candidates, pruning, the ranked table with its explanation, and whether the ranking reproduces the
+placements HybridFlow and AReaL published. Where it does not, the test is a strict xfail that states the gap."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlsim.cli import main
+from rlsim.plan import candidates, plan
+from rlsim.yamlsource import read_yaml
+
+ROOT = Path(__file__).parents[1]
+WORKLOAD = ROOT / "scenarios" / "sweeps" / "plan-qwen2.5-7b-grpo.yaml"
+
+
+@pytest.fixture(scope="module")
+def small_workload(tmp_path_factory) -> Path:
+    """The documented workload cut to 32 prompts × 8 short responses, so a plan simulates in seconds."""
+    text = (WORKLOAD.read_text().replace("prompts_per_step: 256", "prompts_per_step: 32")
+            .replace("samples_per_prompt: 16", "samples_per_prompt: 8").replace("max_response_tokens: 8192",
+                                                                               "max_response_tokens: 2048"))
+    path = tmp_path_factory.mktemp("plan") / "small.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_candidates_cover_placements_schedules_and_layouts():
+    found = candidates(read_yaml(WORKLOAD).data, 16, "h100-sxm", 8)
+    for candidate in found:
+        placement = candidate.overrides["placement"]
+        assert candidate.overrides["cluster.pools"] == [{"name": "main", "gpu": "h100-sxm", "nodes": 2, "gpus_per_node": 8}]
+        if candidate.placement == "colocated":
+            assert candidate.rollout_gpus == candidate.training_gpus == 16 and candidate.schedule.mode == "sync"
+        elif candidate.placement == "disaggregated":
+            assert candidate.rollout_gpus + candidate.training_gpus == 16
+        else:
+            assert candidate.rollout_gpus == 16 > candidate.training_gpus
+        assert placement["training"]["backend"] == "fsdp" and placement["training"]["offload_optimizer"] is True
+    assert {c.placement for c in found} == {"colocated", "disaggregated", "hybrid"}
+    assert {c.schedule.label for c in found} == {"sync", "one-step-off", "async η=1", "async η=2", "async η=4"}
+    assert {c.rollout_tp for c in found} == {1, 2, 4, 8}
+    assert {c.rollout_gpus for c in found if c.placement == "disaggregated"} == {2, 4, 6, 8, 10, 12, 14}
+    assert {c.rollout_share for c in found if c.placement == "disaggregated" and c.rollout_gpus == 12} == {0.75}
+
+
+def test_plan_ranks_simulated_candidates_and_explains_the_winner(small_workload, capsys):
+    assert main(["plan", str(small_workload), "--gpus", "16", "--simulate", "3", "--workers", "2", "--json"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    ranked = result["ranked"]
+    assert len(ranked) == 3 and {r["placement"] for r in ranked} == {"colocated", "disaggregated", "hybrid"}
+    throughputs = [r["tokens_per_s"] for r in ranked]
+    assert throughputs == sorted(throughputs, reverse=True)
+    assert result["considered"] == result["estimated"] + sum(result["invalid"].values()) + sum(
+        result["infeasible"].values())
+    assert all(abs(sum(r["gpu_time_shares"].values()) - 1) < 1e-9 for r in ranked)
+    why = result["why"]
+    assert why.startswith(f"why {ranked[0]['candidate']} beats the runner-up, {ranked[1]['candidate']}")
+    for words in ("share of GPU-time", "busy", "idle", "largest differences"):
+        assert words in why
+
+
+def test_the_text_table_for_a_range_of_budgets(small_workload, capsys):
+    assert main(["plan", str(small_workload), "--gpus", "8-16:8", "--simulate", "1", "--schedules", "sync"]) == 0
+    out = capsys.readouterr().out
+    assert "on 8 × h100-sxm" in out and "on 16 × h100-sxm" in out and "rank  candidate" in out
+    assert "   1  colocated all 16" in out
+    assert "is the only candidate simulated" in out
+    summary = out.split("\n\n")[-1].splitlines()
+    assert summary[0].split()[:2] == ["GPUs", "winner"] and [line.split()[0] for line in summary[1:]] == ["8", "16"]
+
+
+def test_memory_prunes_what_does_not_fit(small_workload):
+    result = plan(read_yaml(small_workload), small_workload.parent, gpus=16, model="Qwen2.5-32B", simulate=1,
+                  schedules=("sync",))
+    assert sum(result.infeasible.values()) > 0
+    assert all("GiB" in reason for reason in result.infeasible)
+    assert result.considered == len(result.estimated) + sum(result.invalid.values()) + sum(result.infeasible.values())
+
+
+@pytest.mark.parametrize("arguments, words", [
+    (["--gpus", "12"], "not whole nodes of 8"),
+    (["--gpus", "sixteen"], "not a GPU count"),
+    (["--gpus", "16-"], "not a GPU count"),
+    (["--gpus", "16", "--schedules", "sync,eventually"], "unknown schedule mode(s): eventually"),
+    (["--gpus", "16", "--gpu", "h100-sxn"], "rlsim plan --gpu"),
+])
+def test_bad_arguments_exit_2_without_a_traceback(small_workload, capsys, arguments, words):
+    assert main(["plan", str(small_workload), *arguments]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+# HybridFlow (Sheng et al., EuroSys 2025, arXiv:2409.19256) compares placements of synchronous, on-policy RLHF and finds
+# colocating every model on all GPUs best up to 64 GPUs and a split placement best at 96-128 GPUs. Its runs are
+# synchronous, so the comparison plans with the sync schedule only.
+HYBRIDFLOW_GAP = ("not reproduced: at 128 H100s with sync GRPO the simulator ranks colocated first (~255k tokens/s) "
+                  "ahead of hybrid (~193k) and disaggregated (~170k): a synchronous split leaves its training GPUs "
+                  "starved while the rollout GPUs generate and the reverse while they train. HybridFlow's 'split' is "
+                  "a different cut (actor+reference on one half, critic+reward model on the other, for PPO), which "
+                  "GRPO has no critic or reward model to make and rlsim's placements do not model")
+
+
+@pytest.mark.parametrize("gpus", [16, 64, pytest.param(128, marks=pytest.mark.xfail(strict=True, reason=HYBRIDFLOW_GAP))])
+def test_hybridflow_placement_choice(gpus):
+    # Synchronous steps do not overlap, so one measured step after a warm-up one is the steady state.
+    result = plan(WORKLOAD, gpus=gpus, schedules=("sync",), simulate=3, steps=2, workers=2)
+    expected = "colocated" if gpus <= 64 else ("disaggregated", "hybrid")
+    assert result.winner.candidate.placement in expected, [e.candidate.label for e in result.ranked]
+
+
+# AReaL (Fu et al. 2025, arXiv:2505.24298) runs asynchronous RL with about three quarters of the GPUs generating.
+AREAL_GAP = ("not reproduced: for this workload (median response 2,000 tokens, cap 8,192) the estimate prices the "
+             "training stages at ~1.6x the GPU-seconds of generation (at 128 GPUs: generation 25 s on 48 rollout GPUs, "
+             "log-prob + reference + update 24 s on 80 training GPUs), so the best async split gives 3/8 of the GPUs "
+             "to rollout. AReaL's reasoning runs generate far longer responses, where decoding dominates")
+
+
+@pytest.mark.xfail(strict=True, reason=AREAL_GAP)
+def test_areal_rollout_share_in_async():
+    result = plan(WORKLOAD, gpus=128, schedules=("async",), simulate=2, workers=2)
+    assert result.winner.candidate.placement == "disaggregated"
+    assert result.winner.candidate.rollout_share == pytest.approx(0.75, abs=1 / 8)
