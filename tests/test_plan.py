@@ -49,7 +49,8 @@ def test_plan_ranks_simulated_candidates_and_explains_the_winner(small_workload,
     assert main(["plan", str(small_workload), "--gpus", "16", "--simulate", "3", "--workers", "2", "--json"]) == 0
     [result] = json.loads(capsys.readouterr().out)
     ranked = result["ranked"]
-    assert len(ranked) == 3 and {r["placement"] for r in ranked} == {"colocated", "disaggregated", "hybrid"}
+    # The shortlist (one per placement), plus at most 4 refinements of the best split.
+    assert 3 <= len(ranked) <= 3 + 4 and {r["placement"] for r in ranked} == {"colocated", "disaggregated", "hybrid"}
     throughputs = [r["tokens_per_s"] for r in ranked]
     assert throughputs == sorted(throughputs, reverse=True)
     assert result["considered"] == result["estimated"] + sum(result["invalid"].values()) + sum(
@@ -59,6 +60,23 @@ def test_plan_ranks_simulated_candidates_and_explains_the_winner(small_workload,
     assert why.startswith(f"why {ranked[0]['candidate']} beats the runner-up, {ranked[1]['candidate']}")
     for words in ("share of GPU-time", "busy", "idle", "largest differences"):
         assert words in why
+
+
+def test_refinement_simulates_the_winning_split_one_eighth_either_side(small_workload):
+    shortlist_only = plan(small_workload, gpus=16, schedules=("one_step_off",), simulate=1, refine=0, workers=2)
+    refined = plan(small_workload, gpus=16, schedules=("one_step_off",), simulate=1, refine=4, workers=2)
+    [first] = shortlist_only.ranked
+    assert first.candidate.placement != "colocated"
+    labels = {e.candidate.label for e in refined.ranked}
+    assert first.candidate.label in labels and len(refined.ranked) > 1
+    # Every refinement is the first candidate's family and engine size, its split moved in steps of 2 of 16 GPUs.
+    for evaluated in refined.ranked:
+        c = evaluated.candidate
+        assert (c.family, c.rollout_tp) == (first.candidate.family, first.candidate.rollout_tp)
+        assert (c.training_gpus - first.candidate.training_gpus) % 2 == 0
+    # The winner is the best simulated, and no worse than the shortlist's choice.
+    assert refined.winner.tokens_per_s >= first.tokens_per_s
+    assert refined.winner.tokens_per_s == max(e.tokens_per_s for e in refined.ranked)
 
 
 def test_the_text_table_for_a_range_of_budgets(small_workload, capsys):

@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--simulate", type=int, default=4,
                         help="candidates to simulate: the best estimate of each placement, then of other schedules "
                         "(default: %(default)s)")
+    parser.add_argument("--refine", type=int, default=4,
+                        help="extra simulations that move the winner's split one eighth of the GPUs at a time while "
+                        "it improves; 0 ranks the shortlist only (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=3, help="steps per simulation, the first one warm-up "
                         "(default: %(default)s)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
@@ -47,11 +50,12 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not schedules:
         raise ScenarioError(Problem(f"unknown schedule mode(s): {', '.join(unknown) or '(none given)'}",
                                     file="rlsim plan --schedules", valid=", ".join(SCHEDULE_MODES)))
-    if args.steps < 2 or args.simulate < 1 or args.workers < 1:
+    if args.steps < 2 or args.simulate < 1 or args.workers < 1 or args.refine < 0:
         raise ScenarioError(Problem("--steps must be at least 2 (one warm-up, one measured); --simulate and --workers "
-                                    "at least 1", file="rlsim plan"))
+                                    "at least 1; --refine at least 0", file="rlsim plan"))
     plans = [plan(args.scenario, gpus=n, gpu=args.gpu, model=args.model,
-                  schedules=schedules, simulate=args.simulate, steps=args.steps, warmup_steps=1, workers=args.workers)
+                  schedules=schedules, simulate=args.simulate, steps=args.steps, warmup_steps=1, workers=args.workers,
+                  refine=args.refine)
              for n in budgets]
     if args.json:
         print(json.dumps([plan_dict(p) for p in plans], indent=2))

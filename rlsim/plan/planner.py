@@ -5,7 +5,10 @@
 3. price the rest with `rlsim estimate` (napkin math, milliseconds each);
 4. simulate a shortlist: the best estimate of each placement (colocated, disaggregated, hybrid), then the best of
    the other placement-and-schedule families in order of estimate, for `run.steps` steps each;
-5. rank the simulated candidates by trained tokens per second, and explain the winner against the runner-up.
+5. refine the split: while the best simulated candidate divides the GPUs between roles, simulate its neighbours one
+   eighth of the GPUs either side (same placement, schedule and engine size) and move to the better one — the
+   estimate prices stages from mean lengths and cannot see which role starves the other;
+6. rank the simulated candidates by trained tokens per second, and explain the winner against the runner-up.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from rlsim.costs.memory import GIB, memory_report
 from rlsim.errors import Problem, ScenarioError
 from rlsim.estimate import estimate_step
 from rlsim.hardware import HardwareCatalog
-from rlsim.plan.candidates import Candidate, candidates
+from rlsim.plan.candidates import SPLITS, Candidate, candidates
 from rlsim.sweep.compute import PointTask
 from rlsim.sweep.executors import run_local
 from rlsim.sweep.points import Point, point_id
@@ -72,11 +75,11 @@ class Plan:
 def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *, gpus: int, gpu: str | None = None,
          model: str | None = None, overrides: Mapping[str, Any] | None = None,
          schedules: tuple[str, ...] | None = None, simulate: int = 4, steps: int = 3, warmup_steps: int = 1,
-         workers: int = 1) -> Plan:
+         workers: int = 1, refine: int = 4) -> Plan:
     """Plan the model, algorithm and workload of `base` (a scenario file, or its parsed document with the folder its
     relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
     the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
-    one_step_off, async)."""
+    one_step_off, async); `refine` bounds the extra simulations spent moving the winner's split."""
     if not isinstance(base, YamlDocument):
         base_dir = Path(base).resolve().parent
         base = read_yaml(base)
@@ -128,6 +131,9 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
                                     file="rlsim plan"))
     shortlist = _shortlist(estimated, simulate)
     ranked, notes = _simulate(shortlist, workers, base_dir)
+    if ranked:
+        ranked, more_notes = _refine_split(ranked, estimated, refine, workers, base_dir)
+        notes += more_notes
     if not ranked:
         raise ScenarioError(Problem("no shortlisted candidate could be simulated: " + "; ".join(notes),
                                     file="rlsim plan"))
@@ -163,6 +169,33 @@ def _shortlist(estimated: list[Evaluated], count: int) -> list[Evaluated]:
             chosen.append(evaluated)
             families.add(evaluated.candidate.family)
     return chosen[:max(count, 1)]
+
+
+def _refine_split(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], budget: int, workers: int,
+                  base_dir: Path) -> tuple[tuple[Evaluated, ...], list[str]]:
+    """Hill-climb the winner's split over the estimated candidates one eighth apart, simulating both neighbours at
+    each round, within `budget` extra simulations."""
+    seen = {e.candidate.label for e in ranked}
+    notes: list[str] = []
+    while budget > 0:
+        best = ranked[0].candidate
+        if best.placement == "colocated":
+            break
+        step = best.gpus // SPLITS
+        neighbours = [e for e in estimated
+                      if e.candidate.label not in seen and e.candidate.family == best.family
+                      and e.candidate.rollout_tp == best.rollout_tp
+                      and abs(e.candidate.training_gpus - best.training_gpus) == step][:budget]
+        if not neighbours:
+            break
+        budget -= len(neighbours)
+        seen.update(e.candidate.label for e in neighbours)
+        simulated, failed = _simulate(neighbours, workers, base_dir)
+        notes += failed
+        ranked = tuple(sorted((*ranked, *simulated), key=lambda e: (-e.tokens_per_s, e.candidate.label)))
+        if ranked[0].candidate == best:
+            break
+    return ranked, notes
 
 
 def _simulate(shortlist: list[Evaluated], workers: int, base_dir: Path) -> tuple[tuple[Evaluated, ...], list[str]]:
