@@ -6,11 +6,11 @@ import sys
 from collections.abc import Sequence
 
 from rlsim import __version__
-from rlsim.cli import check, compare, estimate, run, schema, workload
+from rlsim.cli import check, compare, estimate, run, schema, validate, workload
 from rlsim.cli.exitcodes import BAD_INPUT, INFEASIBLE
 from rlsim.errors import InfeasibleError, ScenarioError
 
-COMMANDS = (check, run, estimate, schema, compare, workload)
+COMMANDS = (check, run, estimate, schema, compare, workload, validate)
 
 
 def build_parser() -> argparse.ArgumentParser:
