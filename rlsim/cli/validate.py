@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
 from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
 from rlsim.validation.docs import write_docs
-from rlsim.validation.run import run_validation
+from rlsim.validation.run import CaseRun, run_validation
 
 DEFAULT_DOCS = DEFAULT_MANIFEST.parents[2] / "docs" / "validation.md"
 
@@ -32,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    validation = run_validation(args.cases_file, args.cases, max(1, args.jobs))
+    validation = run_validation(args.cases_file, args.cases, max(1, args.jobs), on_case=_progress)
     written = []
     if not args.cases and not args.no_docs:
         written = write_docs(validation, load_manifest(args.cases_file), args.docs)
@@ -44,3 +45,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(validation.host_seconds)} cases in {host:.0f} s of simulation"
               + (f"; wrote {', '.join(str(p) for p in written)}" if written else ""))
     return OK
+
+
+def _progress(run: CaseRun) -> None:
+    # On stderr, so `--json` output stays a single document.
+    print(f"  {run.case}: {run.host_seconds:.1f} s", file=sys.stderr, flush=True)

@@ -3,8 +3,10 @@ read every published figure's simulated counterpart."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 
 from rlsim.api import load_scenario, simulate
@@ -47,15 +49,27 @@ def select_cases(manifest: Manifest, names: list[str] | None) -> list[Case]:
     return [c for c in manifest.cases if c.name in names or c.group in names]
 
 
-def run_validation(manifest_path: str | Path, names: list[str] | None = None, jobs: int = 1) -> Validation:
-    """Run the selected cases (in `jobs` processes; results do not depend on it) and compare their figures."""
-    manifest = load_manifest(manifest_path)
-    cases = select_cases(manifest, names)
+def _runs(manifest_path: str | Path, cases: list[Case], jobs: int) -> Iterator[CaseRun]:
     if jobs > 1 and len(cases) > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            runs = list(pool.map(run_case, [manifest_path] * len(cases), cases))
+            yield from pool.map(run_case, repeat(manifest_path), cases)
     else:
-        runs = [run_case(manifest_path, case) for case in cases]
+        for case in cases:
+            yield run_case(manifest_path, case)
+
+
+def run_validation(manifest_path: str | Path, names: list[str] | None = None, jobs: int = 1,
+                   on_case: Callable[[CaseRun], None] | None = None) -> Validation:
+    """Run the selected cases (in `jobs` processes; results do not depend on it) and compare their figures;
+    `on_case` hears of each case as it completes, in manifest order."""
+    manifest = load_manifest(manifest_path)
+    cases = select_cases(manifest, names)
+    runs = []
+    for run in _runs(manifest_path, cases, jobs):
+        runs.append(run)
+        if on_case is not None:
+            on_case(run)
     rows = tuple(row for run in runs for row in run.rows)
     return Validation(rows=rows, pairs=compare_pairs(manifest, rows),
                       host_seconds={run.case: run.host_seconds for run in runs})
+
