@@ -161,6 +161,7 @@ def test_docs_writer_keeps_the_hand_written_introduction(tmp_path):
     assert written == [page, tmp_path / PARITY_FILE]
     assert text.startswith("# Intro\n\nhand-written") and "old table" not in text
     assert "| V0 | v1-colocated-32 | `step_s` | s | 790 | 700 | -11.4% |" in text
+    assert "| `step_s` | s | lower | mean step time over the measured steps |" in text
     assert f"]({PARITY_FILE})" in text and (tmp_path / PARITY_FILE).read_text().startswith("<svg")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlsim.validation.cases import Manifest
+from rlsim.validation.figures import FIGURE_KINDS, split_name
 from rlsim.validation.parity import parity_svg
 from rlsim.validation.table import (
     MEDIAN_BOUND_PCT,
@@ -43,6 +44,14 @@ def generated_section(validation: Validation, manifest: Manifest) -> str:
         verdict = "right" if p.winner_correct else "**wrong**"
         lines.append(f"| {p.name} | {p.what} | {p.published_speedup:.2f}× | {p.simulated_speedup:.2f}× | "
                      f"{p.ratio_error_pct:+.1f}% | {p.published_winner} / {p.simulated_winner} ({verdict}) |")
+    kinds = dict.fromkeys(split_name(r.figure)[0] for r in validation.rows)
+    lines += ["", "### Figures", "", "| figure | unit | better | meaning |", "|---|---|---|---|"]
+    for name in kinds:
+        kind = FIGURE_KINDS[name]
+        shown, meaning = f"`{name}`", kind.meaning
+        if kind.arguments:  # a `|` would split the table cell, so the choices are listed in words
+            shown, meaning = f"`{name}.<argument>`", f"{meaning}; argument one of {', '.join(kind.arguments)}"
+        lines.append(f"| {shown} | {kind.unit} | {'higher' if kind.higher_is_better else 'lower'} | {meaning} |")
     lines += ["", "### Cases", "", "| case | what | source | scenario |", "|---|---|---|---|"]
     for name in dict.fromkeys(r.case for r in validation.rows):
         case = titles[name]
