@@ -179,3 +179,17 @@ def test_an_unknown_case_exits_2_without_a_traceback(capsys):
     assert main(["validate", "--case", "V9"]) == 2
     err = capsys.readouterr().err
     assert "no validation case or group named 'V9'" in err and "Traceback" not in err
+
+
+def test_a_bad_override_is_reported_at_its_line_in_the_manifest(tmp_path):
+    text = CASE.replace("    scenario: s.yaml\n", "    scenario: s.yaml\n    set: {placement.rollout.gpus: 3}\n")
+    path = _manifest(tmp_path, text)
+    with pytest.raises(ScenarioError) as err:
+        load_manifest(path)
+    assert err.value.file == str(path) and err.value.line == 7
+    assert err.value.path.startswith("cases[0].set.placement.rollout.gpus")
+
+
+def test_case_results_do_not_depend_on_the_number_of_processes():
+    names = ["v3-llama-8b-on-policy", "V8"]
+    assert run_validation(DEFAULT_MANIFEST, names, jobs=2).as_dict() == run_validation(DEFAULT_MANIFEST, names).as_dict()

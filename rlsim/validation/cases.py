@@ -5,20 +5,23 @@ Bad input raises ScenarioError naming the manifest, the line and the field, as s
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from rlsim.config import load_scenario
 from rlsim.errors import Problem, ScenarioError
 from rlsim.fields import Frozen, NonNegativeInt, PositiveFloat, PositiveInt
 from rlsim.loading import closest, validate_document
 from rlsim.validation.figures import check_name, kind_of, valid_names
-from rlsim.yamlsource import YamlDocument, read_yaml
+from rlsim.yamlsource import YamlDocument, dotted, read_yaml
 
 # The manifest shipped with rlsim; `rlsim validate --cases FILE` reads another.
 DEFAULT_MANIFEST = Path(__file__).resolve().parents[2] / "scenarios" / "validation" / "cases.yaml"
 CASE_NAME = r"^[a-z0-9][a-z0-9.\-]*$"
+OVERRIDE_PREFIX = "--set "  # how the scenario loader names a problem in an override (rlsim.yamlsource)
 
 
 class PublishedFigure(Frozen):
@@ -85,7 +88,10 @@ def load_manifest(path: str | Path = DEFAULT_MANIFEST) -> Manifest:
     """Read and check a manifest: figures known, scenario files present, every pair naming published figures."""
     doc = read_yaml(path)
     manifest = validate_document(Manifest, doc)
-    problems = _missing_scenarios(manifest, doc, Path(path).resolve().parent) + _bad_pairs(manifest, doc)
+    base = Path(path).resolve().parent
+    problems = _missing_scenarios(manifest, doc, base) + _bad_pairs(manifest, doc)
+    if not problems:
+        problems = _bad_scenarios(manifest, doc, base)
     if problems:
         raise ScenarioError(problems)
     return manifest
@@ -99,6 +105,28 @@ def _missing_scenarios(manifest: Manifest, doc: YamlDocument, base: Path) -> lis
     return [doc.problem(("cases", i, "scenario"), f"no scenario file {case.scenario!r} next to the manifest",
                         value=case.scenario, valid="a path relative to the manifest's folder")
             for i, case in enumerate(manifest.cases) if not (base / case.scenario).is_file()]
+
+
+def _bad_scenarios(manifest: Manifest, doc: YamlDocument, base: Path) -> list[Problem]:
+    """Each case's scenario with its overrides, validated now so a bad override is reported at its line in the
+    manifest (the scenario loader would name it `--set PATH=VALUE`, as if it came from the command line)."""
+    problems = []
+    for i, case in enumerate(manifest.cases):
+        try:
+            load_scenario(base / case.scenario, case.overrides)
+        except ScenarioError as err:
+            problems += [_in_manifest(p, doc, i) for p in err.problems]
+    return problems
+
+
+def _in_manifest(problem: Problem, doc: YamlDocument, index: int) -> Problem:
+    file = problem.file or ""
+    if not file.startswith(OVERRIDE_PREFIX):
+        return problem
+    key = file[len(OVERRIDE_PREFIX):].partition("=")[0]
+    field = ("cases", index, key.removeprefix("run.")) if key in ("run.steps", "run.warmup_steps") else (
+        "cases", index, "set", key)
+    return replace(problem, file=doc.file, line=doc.line_of(field), path=f"{dotted(field)}: {problem.path}".rstrip(": "))
 
 
 def _bad_pairs(manifest: Manifest, doc: YamlDocument) -> list[Problem]:
