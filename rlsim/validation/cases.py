@@ -115,7 +115,8 @@ def _bad_scenarios(manifest: Manifest, doc: YamlDocument, base: Path) -> list[Pr
         try:
             load_scenario(base / case.scenario, case.overrides)
         except ScenarioError as err:
-            problems += [_in_manifest(p, doc, i) for p in err.problems]
+            problems += [_in_manifest(replace(p, message=f"{p.message} (validation case {case.name!r})"), doc, i)
+                         for p in err.problems]
     return problems
 
 
