@@ -6,11 +6,11 @@ import sys
 from collections.abc import Sequence
 
 from rlsim import __version__
-from rlsim.cli import calibrate, check, compare, estimate, plan, run, schema, sweep, workload
+from rlsim.cli import calibrate, check, compare, estimate, plan, run, schema, sweep, validate, workload
 from rlsim.cli.exitcodes import BAD_INPUT, INFEASIBLE
 from rlsim.errors import InfeasibleError, ScenarioError
 
-COMMANDS = (check, run, estimate, schema, compare, workload, sweep, plan, calibrate)
+COMMANDS = (check, run, estimate, schema, compare, workload, sweep, plan, validate, calibrate)
 
 
 def build_parser() -> argparse.ArgumentParser:

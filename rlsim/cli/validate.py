@@ -1,0 +1,52 @@
+"""`rlsim validate`: run the validation cases, print simulated against published figures with their errors, and
+write docs/validation.md with the table and a parity plot."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rlsim.cli.exitcodes import OK
+from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
+from rlsim.validation.docs import write_docs
+from rlsim.validation.run import CaseRun, run_validation
+
+DEFAULT_DOCS = DEFAULT_MANIFEST.parents[2] / "docs" / "validation.md"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "validate", help="compare simulated step and stage times with published real runs",
+        description="Run the validation cases (scenarios/validation/cases.yaml), print each published figure, its "
+        "simulated value and the error, the paired comparisons (winner and speed-up), and the median and worst "
+        "|error|; write docs/validation.md and its parity plot (only when every case ran).")
+    parser.add_argument("--case", dest="cases", action="append", metavar="NAME",
+                        help="run only this case, or this group (e.g. V3); repeatable")
+    parser.add_argument("--json", action="store_true", help="print the rows and the summary as JSON")
+    parser.add_argument("--cases-file", type=Path, default=DEFAULT_MANIFEST, help="the manifest of cases")
+    parser.add_argument("--docs", type=Path, default=DEFAULT_DOCS,
+                        help="the validation page to rewrite (default: docs/validation.md)")
+    parser.add_argument("--no-docs", action="store_true", help="do not write the validation page")
+    parser.add_argument("--jobs", type=int, default=1, help="cases simulated in parallel (results do not change)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    validation = run_validation(args.cases_file, args.cases, max(1, args.jobs), on_case=_progress)
+    written = []
+    if not args.cases and not args.no_docs:
+        written = write_docs(validation, load_manifest(args.cases_file), args.docs)
+    if args.json:
+        print(json.dumps(validation.as_dict(), indent=2))
+    else:
+        print(validation.text())
+        host = sum(validation.host_seconds.values())
+        print(f"{len(validation.host_seconds)} cases in {host:.0f} s of simulation"
+              + (f"; wrote {', '.join(str(p) for p in written)}" if written else ""))
+    return OK
+
+
+def _progress(run: CaseRun) -> None:
+    # On stderr, so `--json` output stays a single document.
+    print(f"  {run.case}: {run.host_seconds:.1f} s", file=sys.stderr, flush=True)

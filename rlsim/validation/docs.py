@@ -1,0 +1,72 @@
+"""docs/validation.md: the hand-written introduction (kept as written) followed by the generated table, the paired
+comparisons, the headline, and a link to the parity plot written beside it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlsim.validation.cases import Manifest
+from rlsim.validation.figures import FIGURE_KINDS, split_name
+from rlsim.validation.parity import parity_svg
+from rlsim.validation.table import (
+    MEDIAN_BOUND_PCT,
+    RATIO_BOUND_PCT,
+    WORST_BOUND_PCT,
+    Validation,
+    summary_line,
+)
+
+MARKER = "<!-- Everything below is written by `rlsim validate`; edit the text above this line only. -->"
+PARITY_FILE = "validation-parity.svg"
+
+
+def _cell(value: float) -> str:
+    return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def generated_section(validation: Validation, manifest: Manifest) -> str:
+    titles = {c.name: c for c in manifest.cases}
+    lines = ["## Results", "", summary_line(validation) + ".", "",
+             f"Bounds of the validation issue: median |error| ≤ {MEDIAN_BOUND_PCT:g}%, worst ≤ {WORST_BOUND_PCT:g}% "
+             f"over step and stage times; every paired winner right; speed-ups within {RATIO_BOUND_PCT:g}%. Figures "
+             "marked *not bounded* (throughputs, shares) are shown with their errors but left out of the median.", "",
+             f"![parity plot: simulated against published, log-log]({PARITY_FILE})", "",
+             "| group | case | figure | unit | published | simulated | error |", "|---|---|---|---|---:|---:|---:|"]
+    for r in validation.rows:
+        bounded = "" if r.is_time else " (not bounded)"
+        published = "–" if r.published is None else _cell(r.published)
+        error = "–" if r.error_pct is None else f"{r.error_pct:+.1f}%"
+        lines.append(f"| {r.group} | {r.case} | `{r.figure}`{bounded} | {r.unit} | {published} | "
+                     f"{_cell(r.simulated)} | {error} |")
+    lines += ["", "### Paired comparisons", "",
+              "| comparison | what | published speed-up | simulated | ratio error | winner published / simulated |",
+              "|---|---|---:|---:|---:|---|"]
+    for p in validation.pairs:
+        verdict = "right" if p.winner_correct else "**wrong**"
+        lines.append(f"| {p.name} | {p.what} | {p.published_speedup:.2f}× | {p.simulated_speedup:.2f}× | "
+                     f"{p.ratio_error_pct:+.1f}% | {p.published_winner} / {p.simulated_winner} ({verdict}) |")
+    kinds = dict.fromkeys(split_name(r.figure)[0] for r in validation.rows)
+    lines += ["", "### Figures", "", "| figure | unit | better | meaning |", "|---|---|---|---|"]
+    for name in kinds:
+        kind = FIGURE_KINDS[name]
+        shown, meaning = f"`{name}`", kind.meaning
+        if kind.arguments:  # a `|` would split the table cell, so the choices are listed in words
+            shown, meaning = f"`{name}.<argument>`", f"{meaning}; argument one of {', '.join(kind.arguments)}"
+        lines.append(f"| {shown} | {kind.unit} | {'higher' if kind.higher_is_better else 'lower'} | {meaning} |")
+    lines += ["", "### Cases", "", "| case | what | source | scenario |", "|---|---|---|---|"]
+    for name in dict.fromkeys(r.case for r in validation.rows):
+        case = titles[name]
+        lines.append(f"| {name} | {case.title} | {case.source} | `scenarios/validation/{case.scenario}` |")
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(validation: Validation, manifest: Manifest, markdown: Path) -> list[Path]:
+    """Rewrite the generated part of `markdown` (creating the file with only the marker if it is new) and the parity
+    plot beside it; returns the paths written."""
+    intro = "# Validation against published runs\n\n"
+    if markdown.exists():
+        intro = markdown.read_text().split(MARKER, 1)[0]
+    markdown.parent.mkdir(parents=True, exist_ok=True)
+    markdown.write_text(intro.rstrip("\n") + "\n\n" + MARKER + "\n\n" + generated_section(validation, manifest))
+    svg = markdown.parent / PARITY_FILE
+    svg.write_text(parity_svg(validation.rows))
+    return [markdown, svg]

@@ -1,0 +1,75 @@
+"""Run validation cases: load each case's scenario with its overrides, simulate it when a figure needs a run, and
+read every published figure's simulated counterpart."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from itertools import repeat
+from pathlib import Path
+
+from rlsim.api import load_scenario, simulate
+from rlsim.errors import Problem, ScenarioError
+from rlsim.loading import closest
+from rlsim.validation.cases import Case, Manifest, load_manifest, scenario_path
+from rlsim.validation.figures import kind_of, read_figure
+from rlsim.validation.table import FigureRow, Validation, compare_pairs
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    case: str
+    rows: tuple[FigureRow, ...]
+    host_seconds: float
+
+
+def run_case(manifest_path: str | Path, case: Case) -> CaseRun:
+    """Simulate one case (only if one of its figures needs a run) and read its figures."""
+    started = time.perf_counter()
+    scenario = load_scenario(scenario_path(manifest_path, case), case.overrides)
+    needs_run = any(kind_of(f.figure).needs_run for f in case.figures)
+    result = simulate(scenario) if needs_run else None
+    rows = tuple(FigureRow(case=case.name, group=case.group, figure=f.figure, unit=kind_of(f.figure).unit,
+                           published=f.published, simulated=read_figure(f.figure, scenario, result),
+                           is_time=kind_of(f.figure).is_time, note=f.note)
+                 for f in case.figures)
+    return CaseRun(case.name, rows, time.perf_counter() - started)
+
+
+def select_cases(manifest: Manifest, names: list[str] | None) -> list[Case]:
+    """The cases named (a case's name or its group, e.g. V3), in manifest order; all when `names` is empty."""
+    if not names:
+        return list(manifest.cases)
+    known = [c.name for c in manifest.cases] + sorted({c.group for c in manifest.cases})
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ScenarioError([Problem(f"no validation case or group named {n!r}", file="--case", value=n,
+                                     suggestion=closest(n, known), valid=", ".join(known)) for n in unknown])
+    return [c for c in manifest.cases if c.name in names or c.group in names]
+
+
+def _runs(manifest_path: str | Path, cases: list[Case], jobs: int) -> Iterator[CaseRun]:
+    if jobs > 1 and len(cases) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            yield from pool.map(run_case, repeat(manifest_path), cases)
+    else:
+        for case in cases:
+            yield run_case(manifest_path, case)
+
+
+def run_validation(manifest_path: str | Path, names: list[str] | None = None, jobs: int = 1,
+                   on_case: Callable[[CaseRun], None] | None = None) -> Validation:
+    """Run the selected cases (in `jobs` processes; results do not depend on it) and compare their figures;
+    `on_case` hears of each case as it completes, in manifest order."""
+    manifest = load_manifest(manifest_path)
+    cases = select_cases(manifest, names)
+    runs = []
+    for run in _runs(manifest_path, cases, jobs):
+        runs.append(run)
+        if on_case is not None:
+            on_case(run)
+    rows = tuple(row for run in runs for row in run.rows)
+    return Validation(rows=rows, pairs=compare_pairs(manifest, rows),
+                      host_seconds={run.case: run.host_seconds for run in runs})
+

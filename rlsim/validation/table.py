@@ -1,0 +1,172 @@
+"""Errors of simulated against published figures, the paired comparisons, the headline bounds, and their text/JSON.
+
+Error is (simulated − published) / published. The median and worst |error| are taken over the step-time and
+stage-time figures (the figures the validation issue bounds); throughputs and shares are shown with their errors too.
+A paired comparison's speed-up is contender over baseline for figures where larger is better, baseline over contender
+for times; its winner is the side with the better figure.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+
+from rlsim.validation.cases import Manifest
+from rlsim.validation.figures import kind_of
+
+# The bounds the validation issue sets (issue 9, "Acceptance"): targets, not tuned to the results.
+MEDIAN_BOUND_PCT = 15.0
+WORST_BOUND_PCT = 35.0
+RATIO_BOUND_PCT = 20.0
+# A published speed-up this close to 1 is a tie: either winner is right, and only the ratio bound applies.
+TIE_BAND = 0.05
+
+
+@dataclass(frozen=True)
+class FigureRow:
+    case: str
+    group: str
+    figure: str
+    unit: str
+    published: float | None  # None: the source publishes only a speed-up this figure is part of
+    simulated: float
+    is_time: bool
+    note: str = ""
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.published is None:
+            return None
+        return 100.0 * (self.simulated - self.published) / self.published
+
+
+@dataclass(frozen=True)
+class PairRow:
+    name: str
+    what: str
+    baseline: str
+    contender: str
+    published_speedup: float
+    simulated_speedup: float
+
+    @property
+    def tie(self) -> bool:
+        return abs(self.published_speedup - 1.0) < TIE_BAND
+
+    @property
+    def published_winner(self) -> str:
+        return "tie" if self.tie else ("contender" if self.published_speedup > 1 else "baseline")
+
+    @property
+    def simulated_winner(self) -> str:
+        return "contender" if self.simulated_speedup > 1 else "baseline"
+
+    @property
+    def ratio_error_pct(self) -> float:
+        return 100.0 * (self.simulated_speedup - self.published_speedup) / self.published_speedup
+
+    @property
+    def winner_correct(self) -> bool:
+        if self.tie:
+            return abs(self.ratio_error_pct) <= RATIO_BOUND_PCT
+        return self.published_winner == self.simulated_winner
+
+
+def _speedup(baseline: float, contender: float, higher_is_better: bool) -> float:
+    if baseline <= 0 or contender <= 0:
+        return math.nan
+    return contender / baseline if higher_is_better else baseline / contender
+
+
+def compare_pairs(manifest: Manifest, rows: tuple[FigureRow, ...]) -> tuple[PairRow, ...]:
+    """The pairs whose two figures were both run."""
+    by_key = {(r.case, r.figure): r for r in rows}
+    pairs = []
+    for pair in manifest.pairs:
+        base = by_key.get(tuple(pair.baseline.split(":", 1)))
+        cont = by_key.get(tuple(pair.contender.split(":", 1)))
+        if base is None or cont is None:
+            continue
+        high = kind_of(base.figure).higher_is_better
+        published = pair.published_speedup
+        if published is None:
+            assert base.published is not None and cont.published is not None, "load_manifest checks it"
+            published = _speedup(base.published, cont.published, high)
+        pairs.append(PairRow(pair.name, pair.what, pair.baseline, pair.contender, published,
+                             _speedup(base.simulated, cont.simulated, high)))
+    return tuple(pairs)
+
+
+@dataclass(frozen=True)
+class Validation:
+    rows: tuple[FigureRow, ...]
+    pairs: tuple[PairRow, ...]
+    host_seconds: dict[str, float] = field(default_factory=dict)  # per case; not part of the results
+
+    @property
+    def time_errors(self) -> list[float]:
+        return [abs(r.error_pct) for r in self.rows if r.is_time and r.error_pct is not None]
+
+    @property
+    def median_abs_error_pct(self) -> float:
+        return statistics.median(self.time_errors) if self.time_errors else 0.0
+
+    @property
+    def worst_abs_error_pct(self) -> float:
+        return max(self.time_errors, default=0.0)
+
+    @property
+    def winners_correct(self) -> int:
+        return sum(p.winner_correct for p in self.pairs)
+
+    @property
+    def ratios_within(self) -> int:
+        return sum(abs(p.ratio_error_pct) <= RATIO_BOUND_PCT for p in self.pairs)
+
+    def as_dict(self) -> dict:
+        """What `rlsim validate --json` prints (host timing left out, so equal inputs give equal output)."""
+        return {
+            "rows": [{**asdict(r), "error_pct": r.error_pct} for r in self.rows],
+            "pairs": [{**asdict(p), "published_winner": p.published_winner, "simulated_winner": p.simulated_winner,
+                       "winner_correct": p.winner_correct, "ratio_error_pct": p.ratio_error_pct} for p in self.pairs],
+            "median_abs_error_pct": self.median_abs_error_pct,
+            "worst_abs_error_pct": self.worst_abs_error_pct,
+            "time_figures": len(self.time_errors),
+            "winners_correct": self.winners_correct,
+            "winners_total": len(self.pairs),
+            "ratios_within_bound": self.ratios_within,
+            "bounds_pct": {"median": MEDIAN_BOUND_PCT, "worst": WORST_BOUND_PCT, "ratio": RATIO_BOUND_PCT},
+        }
+
+    def text(self) -> str:
+        return "\n".join([*figure_table(self.rows), "", *pair_table(self.pairs), "", summary_line(self)])
+
+
+def _number(value: float) -> str:
+    return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def figure_table(rows: tuple[FigureRow, ...]) -> list[str]:
+    lines = [f"{'case':<34}{'figure':<30}{'published':>12}{'simulated':>12}{'error':>9}"]
+    for r in rows:
+        mark = "" if r.is_time else "  (not bounded)"
+        published = "–" if r.published is None else _number(r.published)
+        error = "–" if r.error_pct is None else f"{r.error_pct:+.1f}%"
+        lines.append(f"{r.case:<34}{r.figure + ' ' + r.unit:<30}{published:>12}{_number(r.simulated):>12}"
+                     f"{error:>9}{mark}")
+    return lines
+
+
+def pair_table(pairs: tuple[PairRow, ...]) -> list[str]:
+    lines = [f"{'paired comparison':<34}{'published':>10}{'simulated':>10}{'ratio err':>10}  winner (published / simulated)"]
+    for p in pairs:
+        lines.append(f"{p.name:<34}{p.published_speedup:>9.2f}×{p.simulated_speedup:>9.2f}×{p.ratio_error_pct:>+9.1f}%"
+                     f"  {p.published_winner} / {p.simulated_winner} {'ok' if p.winner_correct else 'WRONG'}")
+    return lines
+
+
+def summary_line(v: Validation) -> str:
+    return (f"median |error| {v.median_abs_error_pct:.1f}% (bound {MEDIAN_BOUND_PCT:g}%), worst "
+            f"{v.worst_abs_error_pct:.1f}% (bound {WORST_BOUND_PCT:g}%) over {len(v.time_errors)} step/stage-time "
+            f"figures; winners right {v.winners_correct}/{len(v.pairs)}; speed-ups within {RATIO_BOUND_PCT:g}% "
+            f"{v.ratios_within}/{len(v.pairs)}")

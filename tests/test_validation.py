@@ -1,0 +1,195 @@
+"""Validation machinery: the shipped manifest and scenarios, manifest errors, error and speed-up arithmetic, the
+parity plot, the docs writer and the command's bad input. Nothing here simulates (V8 prices weight sync only)."""
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from rlsim.api import load_scenario
+from rlsim.cli import main
+from rlsim.errors import ScenarioError
+from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest, scenario_path
+from rlsim.validation.docs import MARKER, PARITY_FILE, write_docs
+from rlsim.validation.parity import parity_svg
+from rlsim.validation.run import run_validation, select_cases
+from rlsim.validation.table import FigureRow, PairRow, Validation, compare_pairs
+
+FOLDER = DEFAULT_MANIFEST.parent
+MANIFEST = load_manifest()
+
+
+def test_every_group_of_the_brief_has_cases():
+    assert sorted({c.group for c in MANIFEST.cases}) == [f"V{i}" for i in range(1, 9)]
+
+
+@pytest.mark.parametrize("case", MANIFEST.cases, ids=[c.name for c in MANIFEST.cases])
+def test_every_case_scenario_loads_with_its_overrides(case):
+    scenario = load_scenario(scenario_path(DEFAULT_MANIFEST, case), case.overrides)
+    for path, value in case.set.items():
+        if path == "model":
+            assert scenario.model.name == value
+
+
+@pytest.mark.parametrize("path", sorted(FOLDER.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_scenario_file_cites_its_source_and_assumptions(path):
+    if path == DEFAULT_MANIFEST:
+        return
+    header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
+    assert "Source" in header or "source" in header
+    assert "Assumption" in header
+    assert any(c.scenario == path.name for c in MANIFEST.cases), f"{path.name} is used by no case"
+
+
+def _manifest(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "s.yaml").write_text((FOLDER / "v8-weight-sync-h20.yaml").read_text())
+    path = tmp_path / "cases.yaml"
+    path.write_text(text)
+    return path
+
+
+CASE = """cases:
+  - name: a
+    group: V8
+    title: t
+    source: s
+    scenario: s.yaml
+    figures:
+      - {figure: weight_sync_s.per_tensor, published: 0.12}
+      - {figure: weight_sync_s.checkpoint_engine, published: 0.02}
+"""
+
+
+def test_an_unknown_figure_is_reported_with_its_line_and_the_valid_names(tmp_path):
+    path = _manifest(tmp_path, CASE.replace("weight_sync_s.per_tensor", "weight_sync_s.per_tensr"))
+    with pytest.raises(ScenarioError) as err:
+        load_manifest(path)
+    assert err.value.line == 8
+    assert "per_tensor" in err.value.render() and "stage_s" in err.value.render()
+
+
+def test_a_pair_naming_a_missing_case_suggests_the_closest(tmp_path):
+    path = _manifest(tmp_path, CASE + 'pairs:\n  - {name: p, what: w, baseline: "b:weight_sync_s.per_tensor",\n'
+                     '     contender: "a:weight_sync_s.checkpoint_engine"}\n')
+    with pytest.raises(ScenarioError) as err:
+        load_manifest(path)
+    assert err.value.line == 11 and err.value.path == "pairs[0].baseline"
+    assert "no case named 'b'" in err.value.render()
+
+
+def test_a_missing_scenario_file_is_reported(tmp_path):
+    path = _manifest(tmp_path, CASE.replace("scenario: s.yaml", "scenario: nowhere.yaml"))
+    with pytest.raises(ScenarioError) as err:
+        load_manifest(path)
+    assert err.value.path == "cases[0].scenario" and err.value.line == 6
+
+
+def test_a_pair_without_published_figures_needs_a_published_speedup(tmp_path):
+    text = CASE.replace("published: 0.02", "published: null")
+    pair = ('pairs:\n  - {name: p, what: w, baseline: "a:weight_sync_s.per_tensor",\n'
+            '     contender: "a:weight_sync_s.checkpoint_engine"}\n')
+    with pytest.raises(ScenarioError, match="published_speedup"):
+        load_manifest(_manifest(tmp_path, text + pair))
+    assert load_manifest(_manifest(tmp_path, text + pair.replace("}\n", ", published_speedup: 6.0}\n"))).pairs
+
+
+def _row(case, figure, published, simulated, is_time=True):
+    return FigureRow(case=case, group="V0", figure=figure, unit="s", published=published, simulated=simulated,
+                     is_time=is_time)
+
+
+def test_errors_median_and_worst_are_over_times_only():
+    rows = (_row("a", "step_s", 100, 110), _row("b", "step_s", 100, 80), _row("c", "step_s", 10, 10.5),
+            _row("d", "tokens_per_s", 100, 300, is_time=False))
+    validation = Validation(rows=rows, pairs=())
+    assert [r.error_pct for r in rows] == pytest.approx([10, -20, 5, 200])
+    assert validation.median_abs_error_pct == pytest.approx(10)
+    assert validation.worst_abs_error_pct == pytest.approx(20)
+
+
+def test_speedups_winners_and_ties():
+    faster = PairRow("p", "w", "a", "b", published_speedup=2.0, simulated_speedup=1.7)
+    assert faster.winner_correct and faster.ratio_error_pct == pytest.approx(-15)
+    assert not PairRow("p", "w", "a", "b", 2.0, 0.9).winner_correct
+    tie = PairRow("p", "w", "a", "b", 1.0, 0.85)
+    assert tie.published_winner == "tie" and tie.winner_correct
+    assert not PairRow("p", "w", "a", "b", 1.0, 0.7).winner_correct
+
+
+def test_time_pairs_invert_and_throughput_pairs_do_not():
+    manifest = load_manifest()
+    rows = (_row("v1-colocated-32", "step_s", 790.10, 400), _row("v1-async-16-16", "step_s", 294.77, 100),
+            _row("v4-verl-1.5b-256", "tokens_per_s", 78000, 50000, False),
+            _row("v4-areal-1.5b-256", "tokens_per_s", 148000, 200000, False))
+    pairs = {p.name: p for p in compare_pairs(manifest, rows)}
+    assert set(pairs) == {"v1-32-gpus", "v4-1.5b-256"}
+    assert pairs["v1-32-gpus"].published_speedup == pytest.approx(790.10 / 294.77)
+    assert pairs["v1-32-gpus"].simulated_speedup == pytest.approx(4.0)
+    assert pairs["v4-1.5b-256"].simulated_speedup == pytest.approx(4.0)
+
+
+def test_select_by_group_or_name_and_reject_unknown_names():
+    assert {c.group for c in select_cases(MANIFEST, ["V8"])} == {"V8"}
+    assert [c.name for c in select_cases(MANIFEST, ["v1-colocated-32"])] == ["v1-colocated-32"]
+    with pytest.raises(ScenarioError, match="did you mean 'v1-colocated-32'"):
+        select_cases(MANIFEST, ["v1-colocated-23"])
+
+
+def test_parity_plot_places_points_on_a_log_log_grid():
+    rows = (_row("a", "step_s", 1.0, 1.0), _row("b", "step_s", 100.0, 50.0), _row("c", "x", 10.0, 10.0, False),
+            FigureRow("d", "V0", "rollout_tokens_per_s", "tokens/s", None, 5.0, False))
+    root = ET.fromstring(parity_svg(rows))
+    ns = "{http://www.w3.org/2000/svg}"
+    circles = root.findall(f"{ns}circle")
+    assert len(circles) == 2 and len(root.findall(f"{ns}rect")) >= 2
+    (x1, y1), (x2, y2) = [(float(c.get("cx")), float(c.get("cy"))) for c in circles]
+    assert x2 > x1 and y2 < y1  # larger values right and up
+    # On a log axis, 50 sits log10(2) of a decade below 100 on the y axis while x stays at 100.
+    decade = (x2 - x1) / 2
+    assert (y1 - y2) == pytest.approx(decade * (2 - math.log10(2)), rel=1e-3)
+
+
+def test_docs_writer_keeps_the_hand_written_introduction(tmp_path):
+    page = tmp_path / "validation.md"
+    page.write_text(f"# Intro\n\nhand-written\n\n{MARKER}\n\nold table\n")
+    validation = Validation(rows=(_row("v1-colocated-32", "step_s", 790.10, 700),), pairs=())
+    written = write_docs(validation, MANIFEST, page)
+    text = page.read_text()
+    assert written == [page, tmp_path / PARITY_FILE]
+    assert text.startswith("# Intro\n\nhand-written") and "old table" not in text
+    assert "| V0 | v1-colocated-32 | `step_s` | s | 790 | 700 | -11.4% |" in text
+    assert "| `step_s` | s | lower | mean step time over the measured steps |" in text
+    assert f"]({PARITY_FILE})" in text and (tmp_path / PARITY_FILE).read_text().startswith("<svg")
+
+
+def test_weight_sync_cases_run_without_simulating_and_print_json(capsys):
+    assert main(["validate", "--case", "V8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"rows", "pairs", "median_abs_error_pct", "worst_abs_error_pct", "winners_correct",
+            "winners_total"} <= set(out)
+    assert len(out["rows"]) == 6 and out["winners_total"] == 3
+    assert all(r["simulated"] > 0 for r in out["rows"])
+    assert out == run_validation(DEFAULT_MANIFEST, ["V8"]).as_dict()
+
+
+def test_an_unknown_case_exits_2_without_a_traceback(capsys):
+    assert main(["validate", "--case", "V9"]) == 2
+    err = capsys.readouterr().err
+    assert "no validation case or group named 'V9'" in err and "Traceback" not in err
+
+
+def test_a_bad_override_is_reported_at_its_line_in_the_manifest(tmp_path):
+    text = CASE.replace("    scenario: s.yaml\n", "    scenario: s.yaml\n    set: {placement.rollout.gpus: 3}\n")
+    path = _manifest(tmp_path, text)
+    with pytest.raises(ScenarioError) as err:
+        load_manifest(path)
+    assert err.value.file == str(path) and err.value.line == 7
+    assert err.value.path.startswith("cases[0].set.placement.rollout.gpus")
+
+
+def test_case_results_do_not_depend_on_the_number_of_processes():
+    names = ["v3-llama-8b-on-policy", "V8"]
+    assert run_validation(DEFAULT_MANIFEST, names, jobs=2).as_dict() == run_validation(DEFAULT_MANIFEST, names).as_dict()

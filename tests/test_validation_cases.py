@@ -1,0 +1,93 @@
+"""Every validation case runs and yields its figures, and the validation issue's error bounds are asserted over them.
+
+Off-policy cases run one warm-up and one measured step here (`rlsim validate` measures two): their steps after the
+warm-up have the same shape, so the figures move little. The cases run once, in two processes (CI has two cores),
+so the whole module takes about as long as the slowest half of `rlsim validate`.
+"""
+from __future__ import annotations
+
+import math
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
+
+import pytest
+
+from rlsim.validation.cases import DEFAULT_MANIFEST, Case, load_manifest
+from rlsim.validation.run import CaseRun, run_case
+from rlsim.validation.table import MEDIAN_BOUND_PCT, RATIO_BOUND_PCT, WORST_BOUND_PCT, Validation, compare_pairs
+
+MANIFEST = load_manifest()
+SUITE_STEPS = 2
+PROCESSES = 2
+
+
+def _in_suite(case: Case) -> Case:
+    if case.steps is not None and case.steps > SUITE_STEPS:
+        return case.model_copy(update={"steps": SUITE_STEPS})
+    return case
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, CaseRun]:
+    """Every case, run once for the module."""
+    cases = [_in_suite(c) for c in MANIFEST.cases]
+    with ProcessPoolExecutor(max_workers=PROCESSES) as pool:
+        return {run.case: run for run in pool.map(run_case, repeat(DEFAULT_MANIFEST), cases)}
+
+
+@pytest.fixture(scope="module")
+def validation(runs) -> Validation:
+    rows = tuple(row for case in MANIFEST.cases for row in runs[case.name].rows)
+    return Validation(rows=rows, pairs=compare_pairs(MANIFEST, rows))
+
+
+@pytest.mark.parametrize("case", MANIFEST.cases, ids=[c.name for c in MANIFEST.cases])
+def test_case_runs_and_produces_its_figures(case, runs):
+    run = runs[case.name]
+    assert [r.figure for r in run.rows] == [f.figure for f in case.figures]
+    for row in run.rows:
+        assert math.isfinite(row.simulated) and row.simulated > 0, f"{row.figure} = {row.simulated}"
+        if row.unit == "%":
+            assert row.simulated <= 100
+
+
+def test_shares_of_a_step_add_up(validation):
+    for case in {r.case for r in validation.rows if r.unit == "%"}:
+        assert sum(r.simulated for r in validation.rows if r.case == case) == pytest.approx(100)
+
+
+def test_every_published_pair_is_compared(validation):
+    assert [p.name for p in validation.pairs] == [p.name for p in MANIFEST.pairs]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured (rlsim validate): median |error| 69.5%, worst 1348% over 34 step/stage-time figures. Causes: "
+    "V1/V2 (17 figures, -50..-88%, every stage) borrow PolyTrace's verl DAPO lengths (mean ~580 response tokens); "
+    "V1's published update_actor 313.8 s on 32 H20 needs ~3x those trained tokens at rlsim's training cost (sim "
+    "101.7 s), and gen (sim 74 s vs 357 s) needs responses reaching the 28K cap. Async gen, the trainer's wait, is "
+    "~0 vs 21-33 s: the sim trainer is the bottleneck. V3, whose mean lengths are published, is -31..-55% on step "
+    "time at every stage: framework overheads missing from the cost models (issue item 3). Worst: V8 checkpoint "
+    "engine 7B 0.29 s vs 0.02 s, a fixed per-sync cost too large for small models."))
+def test_median_and_worst_error_of_step_and_stage_times(validation):
+    assert validation.median_abs_error_pct <= MEDIAN_BOUND_PCT
+    assert validation.worst_abs_error_pct <= WORST_BOUND_PCT
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured: 13/20 winners right. Wrong: v1-32-gpus and v2-128-gpus (async 0.77x and 0.65x: with the short borrowed "
+    "lengths generation is small and async trains on half the GPUs), v4-1.5b-256 and v4-7b-512 (AReaL's quarter of "
+    "training GPUs is the bottleneck in rlsim), v5-interrupt-1.5b/7b (1.00x: training-bound, so interruption changes "
+    "nothing), v8-qwen2.5-7b (checkpoint engine slower than per-tensor: its fixed cost dominates a 7B model)."))
+def test_every_paired_comparison_picks_the_published_winner(validation):
+    wrong = [p.name for p in validation.pairs if not p.winner_correct]
+    assert not wrong
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured: 8/20 speed-ups within 20%. Off most: v1 (-71%, -44%) and v2 (-63%) from the borrowed lengths; "
+    "v4 at scale (-62%, -33%) and v5 eta 1->2 (-24%) and interruption (-10%, -15% but 1.00x) because AReaL runs are "
+    "training-bound in rlsim; v7-dapo-math +211% (over-provisioning a short-length workload gains far more than "
+    "APRIL's measured 17%); v8 (-89%, -40%, -32%) from the checkpoint engine's and per-tensor path's costs."))
+def test_every_speedup_is_within_the_ratio_bound(validation):
+    outside = {p.name: round(p.ratio_error_pct, 1) for p in validation.pairs if abs(p.ratio_error_pct) > RATIO_BOUND_PCT}
+    assert not outside
