@@ -129,10 +129,12 @@ def test_hybridflow_placement_choice(gpus):
 
 
 # AReaL (Fu et al. 2025, arXiv:2505.24298) runs asynchronous RL with about three quarters of the GPUs generating.
-AREAL_GAP = ("not reproduced: for this workload (median response 2,000 tokens, cap 8,192) the estimate prices the "
-             "training stages at ~1.6x the GPU-seconds of generation (at 128 GPUs: generation 25 s on 48 rollout GPUs, "
-             "log-prob + reference + update 24 s on 80 training GPUs), so the best async split gives 3/8 of the GPUs "
-             "to rollout. AReaL's reasoning runs generate far longer responses, where decoding dominates")
+AREAL_GAP = ("not reproduced: on this workload (median response 2,000 tokens, cap 8,192) the training stages cost "
+             "about as many GPU-seconds as generation, and the refined async split gives 1/2 of the GPUs to rollout "
+             "(64 + 64 at 128 GPUs; 48 + 80 leaves training starved 34%, 80 + 48 is slower). On an AReaL-like "
+             "reasoning workload (scenarios/sweeps/plan-areal-r1-distill-7b.yaml) the plan also picks 1/2: the cost "
+             "model trains ~9.7K-token responses on a quarter of the GPUs more slowly than the rest generate them "
+             "(docs/plan.md, docs/validation.md V4/V5)")
 
 
 @pytest.mark.xfail(strict=True, reason=AREAL_GAP)
