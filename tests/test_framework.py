@@ -22,8 +22,19 @@ def test_defaults_are_the_cited_constants(scenario):
     framework = scenario.framework
     assert framework == Framework()
     overheads = EngineOverheads.for_placement(scenario.placement.rollout, framework)
-    assert overheads == EngineOverheads(ENGINE_STEP_CPU_S, True, KERNEL_LAUNCH_S, KERNEL_GAP_S,
+    assert scenario.placement.rollout.engine == "vllm"  # whose async scheduling is opt-in
+    assert overheads == EngineOverheads(ENGINE_STEP_CPU_S, False, KERNEL_LAUNCH_S, KERNEL_GAP_S,
                                         scenario.placement.rollout.cuda_graphs, CUDA_GRAPH_MAX_TOKENS)
+
+
+def test_overlap_follows_each_engine_default_unless_set(scenario):
+    sglang = rlsim.with_(scenario, {"placement.rollout.engine": "sglang"})
+    assert EngineOverheads.for_placement(sglang.placement.rollout, sglang.framework).overlap_scheduling
+    forced = rlsim.with_(scenario, {"framework.overlap_scheduling": True})
+    assert EngineOverheads.for_placement(forced.placement.rollout, forced.framework).overlap_scheduling
+    vllm_gen = rlsim.simulate(scenario).metrics["stages_s"]["gen"]
+    assert rlsim.simulate(sglang).metrics["stages_s"]["gen"] < vllm_gen
+    assert rlsim.simulate(forced).metrics["stages_s"]["gen"] == rlsim.simulate(sglang).metrics["stages_s"]["gen"]
 
 
 def test_a_blocking_engine_with_a_slower_cpu_generates_more_slowly(scenario):

@@ -11,6 +11,7 @@ from rlsim.cli import main
 from rlsim.errors import ScenarioError
 from rlsim.sweep import expand, load_sweep, point_id
 from rlsim.sweep.expressions import Expression, ExpressionError
+from rlsim.sweep.table import read_csv_rows
 
 ROOT = Path(__file__).parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -146,3 +147,13 @@ def test_expressions():
             Expression.parse(bad)
     with pytest.raises(ExpressionError, match="division by zero"):
         Expression.parse("a / 0").evaluate(lookup)
+
+
+def test_point_ids_stay_text_when_they_read_as_numbers(tmp_path):
+    # Hex ids such as 24e1133996961176 or 0123 parse as numbers; the table must give them back as written.
+    path = tmp_path / "results.csv"
+    path.write_text("point,status,seed,step_s,error\n24e1133996961176,ok,1,5.5,\n0123,failed,2,,boom\n")
+    rows = read_csv_rows(path)
+    assert [r["point"] for r in rows] == ["24e1133996961176", "0123"]
+    assert rows[0]["seed"] == 1 and rows[0]["step_s"] == 5.5 and rows[0]["error"] is None
+    assert rows[1]["step_s"] is None and rows[1]["error"] == "boom"

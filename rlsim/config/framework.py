@@ -25,9 +25,11 @@ KERNEL_GAP_S = 0.6e-6
 # vLLM captures CUDA graphs for batches of 1, 2, 4 and then multiples of 8 tokens up to 512 by default
 # (CompilationConfig cudagraph_capture_sizes / max_cudagraph_capture_size); larger iterations run eagerly.
 CUDA_GRAPH_MAX_TOKENS = 512
-# Overlap is on by default: SGLang's overlap scheduler ("zero-overhead batch scheduler", lmsys.org/blog/2024-12-04-
-# sglang-v0-4) and vLLM's async scheduling (vllm-project/vllm#19970) run the step's CPU work one step ahead, on the CPU,
-# while the GPU computes the current step.
+# Whether an engine prepares the next step on the CPU while the GPU computes this one, by engine, as each ships by
+# default: SGLang's overlap scheduler is on since v0.4 ("zero-overhead batch scheduler", lmsys.org/blog/2024-12-04-
+# sglang-v0-4, --disable-overlap-schedule turns it off); vLLM's async scheduling (vllm-project/vllm#19970) is opt-in
+# (--async-scheduling), so a vLLM engine pays its step's CPU time between GPU steps.
+OVERLAP_BY_ENGINE = {"sglang": True, "vllm": False}
 
 
 class Framework(Frozen):
@@ -36,13 +38,17 @@ class Framework(Frozen):
     engine_step_cpu_s: NonNegativeFloat = Field(
         ENGINE_STEP_CPU_S, description="CPU seconds per engine iteration for scheduling and sampled-token bookkeeping"
     )
-    overlap_scheduling: Flag = Field(
-        True,
+    overlap_scheduling: Flag | None = Field(
+        None,
         description="the engine prepares step n+1 on the CPU while the GPU runs step n (SGLang's overlap scheduler, "
-        "vLLM's async scheduling); false for engines that block on the CPU between steps (vLLM V0)",
+        "vLLM's --async-scheduling); default: as the engine ships (SGLang on, vLLM off)",
     )
     kernel_launch_s: NonNegativeFloat = Field(KERNEL_LAUNCH_S, description="CPU seconds to launch one kernel eagerly")
     kernel_gap_s: NonNegativeFloat = Field(KERNEL_GAP_S, description="GPU idle seconds between consecutive kernels")
     cuda_graph_max_tokens: PositiveInt = Field(
         CUDA_GRAPH_MAX_TOKENS, description="largest iteration (tokens) that replays a captured CUDA graph"
     )
+
+    def overlaps(self, engine: str) -> bool:
+        """Whether an engine of kind `engine` (placement.rollout.engine) overlaps its CPU work with the GPU."""
+        return OVERLAP_BY_ENGINE[engine] if self.overlap_scheduling is None else self.overlap_scheduling

@@ -79,7 +79,7 @@ class EngineOverheads:
         framework = framework or Framework()
         return cls(
             step_cpu_seconds=framework.engine_step_cpu_s,
-            overlap_scheduling=framework.overlap_scheduling,
+            overlap_scheduling=framework.overlaps(placement.engine),
             kernel_launch_seconds=framework.kernel_launch_s,
             kernel_gap_seconds=framework.kernel_gap_s,
             cuda_graphs=placement.cuda_graphs,

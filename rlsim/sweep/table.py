@@ -100,10 +100,15 @@ def parquet_bytes(rows: Sequence[dict], names: Sequence[str]) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+# Columns that are always text: a point id is hex digits and may read as a number ("24e1133996961176" is a float).
+TEXT_COLUMNS = ("point", "status")
+
+
 def read_csv_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a results.csv, with numbers as numbers (for the report and notebooks without pandas)."""
     with path.open(newline="") as handle:
-        return [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+        return [{k: (v if k in TEXT_COLUMNS else _parse_cell(v)) for k, v in row.items()}
+                for row in csv.DictReader(handle)]
 
 
 def _parse_cell(text: str) -> Any:
