@@ -78,7 +78,7 @@ class ScenarioError(ValueError):
         return "\n".join(p.render() for p in self.problems)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)  # not frozen: raising sets __traceback__ on it
 class InfeasibleError(Exception):
     """A configuration is valid but cannot run: something does not fit. Says what, by how much, and what would fit."""
 

@@ -41,6 +41,17 @@ def test_check_reports_a_configuration_that_does_not_fit(tmp_path, capsys):
     assert "would fit with" in out
 
 
+def test_run_refuses_a_configuration_that_does_not_fit(tmp_path, capsys):
+    # Real GPUs would not start it, so neither does the simulation: exit 3, the role, and what would fit.
+    text = (ROOT / "scenarios" / "quickstart.yaml").read_text().replace("model: Qwen2.5-1.5B", "model: Qwen2.5-72B")
+    path = tmp_path / "big.yaml"
+    path.write_text(text)
+    assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 3
+    err = capsys.readouterr().err
+    assert "does not fit in GPU memory" in err and "would fit with" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_schema_is_json_schema_of_the_scenario(capsys, tmp_path):
     assert main(["schema"]) == 0
     schema = json.loads(capsys.readouterr().out)

@@ -13,7 +13,7 @@ from rlsim.config.bound import Bound
 from rlsim.config.schema import RolloutPlacement, Scenario, TrainingPlacement
 from rlsim.costs.collectives import collective_time
 from rlsim.costs.compute import GPURates
-from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
+from rlsim.costs.memory import kv_bytes_per_token_per_gpu, memory_report, require_all, rollout_memory
 from rlsim.costs.rollout import EngineCosts
 from rlsim.costs.training import GroupCollectives, TrainingCosts
 from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost, colocated_switch_for, disaggregated_sync_for, role_gpus
@@ -54,6 +54,9 @@ class Simulation:
 def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     scenario, spec = bound.scenario, bound.model
     placement = scenario.placement
+    # A role that does not fit would not start on real GPUs (vLLM refuses a KV cache shorter than one longest
+    # sequence; training runs out of memory): say which, and what would fit, instead of simulating it.
+    require_all(memory_report(scenario, spec, {name: hw.gpu for name, hw in bound.pools.items()}))
     env = simpy.Environment()
     topology = ClusterTopology.build(bound)
     index = {gpu: i for i, gpu in enumerate(g for pool in topology.pools for g in topology.gpus(pool))}
