@@ -83,7 +83,8 @@ SHAREGPT_MEAN_PROMPT, SHAREGPT_MEAN_OUTPUT = 215, 194
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the model predicts ~5,900 tok/s, 41% above the anchor. Its layer GEMMs at the decode batch of 256 are now "
+    reason="the model predicts ~5,700 tok/s, 36% above the anchor (5,900 with a modern engine's overlapped CPU "
+    "step). Its layer GEMMs at the decode batch of 256 are now "
     "within 6% of vLLM-shaped A100 kernels (microsoft/vidur Llama-3-8B profiles; 15% fast at prefill sizes, where Vidur's "
     "A100 reaches 232 TF against the profile's 271), so the rest lies outside the GEMM model: the full-batch "
     "approximation has no length spread or tail (about -12% with a lognormal spread), and the anchor runs through "
@@ -93,7 +94,9 @@ def test_a100_llama8b_sharegpt_within_25_percent_of_published():
     # max_num_seqs 256 and 8,192 tokens: vLLM V1's defaults on an A100 (same get_batch_defaults; A100s are excluded
     # from the larger defaults, vLLM PR #17885).
     placement = RolloutPlacement(gpus=1, max_num_seqs=256, max_num_batched_tokens=8192)
-    costs = engine("Llama-3.1-8B", gpu=A100)
+    # Neither anchor engine overlapped its CPU step with the GPU (SGLang's overlap scheduler came in v0.4; vLLM 0.6
+    # amortised it over 10 steps instead).
+    costs = engine("Llama-3.1-8B", gpu=A100, overheads=EngineOverheads(overlap_scheduling=False))
     prompt, output = SHAREGPT_MEAN_PROMPT, SHAREGPT_MEAN_OUTPUT
     batch = offline_batch(costs.spec, A100, placement, prompt, output)
     throughput = costs.offline_output_throughput(batch, prompt, output, placement.max_num_batched_tokens)
