@@ -56,6 +56,11 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
     staleness = f" (max staleness {sched.max_staleness})" if sched.mode == "async" else ""
     lines.append(f"schedule   {sched.mode}{staleness}; load balancer {sched.load_balancer}; partial rollout "
                  f"{sched.partial_rollout.mode}; weight sync {sched.weight_sync.method}; {s.run.steps} step(s)")
+    f = s.framework
+    overlap = "overlapped with the GPU" if f.overlaps(s.placement.rollout.engine) else "between GPU steps"
+    graphs = f"CUDA graphs up to {f.cuda_graph_max_tokens} tokens" if s.placement.rollout.cuda_graphs else "no CUDA graphs"
+    lines.append(f"framework  engine CPU {f.engine_step_cpu_s * 1e3:.2g} ms per step, {overlap}; kernel launch "
+                 f"{f.kernel_launch_s * 1e6:.3g} µs, gap {f.kernel_gap_s * 1e6:.2g} µs; {graphs}")
     lines.append("memory per GPU (GiB)")
     for role in memory:
         verdict = "fits" if role.fits else "DOES NOT FIT"
