@@ -12,7 +12,9 @@ from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
 from rlsim.validation.docs import write_docs
 from rlsim.validation.run import CaseRun, run_validation
 
-DEFAULT_DOCS = DEFAULT_MANIFEST.parents[2] / "docs" / "validation.md"
+# The page of a source checkout; an installed rlsim has none and writes a page only where --docs says.
+_CHECKOUT_DOCS = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
+DEFAULT_DOCS = _CHECKOUT_DOCS if _CHECKOUT_DOCS.is_file() else None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print the rows and the summary as JSON")
     parser.add_argument("--cases-file", type=Path, default=DEFAULT_MANIFEST, help="the manifest of cases")
     parser.add_argument("--docs", type=Path, default=DEFAULT_DOCS,
-                        help="the validation page to rewrite (default: docs/validation.md)")
+                        help="the validation page to rewrite (default: docs/validation.md of a source checkout; "
+                        "an installed rlsim writes none unless given)")
     parser.add_argument("--no-docs", action="store_true", help="do not write the validation page")
     parser.add_argument("--jobs", type=int, default=1, help="cases simulated in parallel (results do not change)")
     parser.set_defaults(handler=run)
@@ -35,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     validation = run_validation(args.cases_file, args.cases, max(1, args.jobs), on_case=_progress)
     written = []
-    if not args.cases and not args.no_docs:
+    if not args.cases and not args.no_docs and args.docs is not None:
         written = write_docs(validation, load_manifest(args.cases_file), args.docs)
     if args.json:
         print(json.dumps(validation.as_dict(), indent=2))
