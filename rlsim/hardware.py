@@ -16,10 +16,10 @@ from typing import Annotated, Any, Generic, Literal, NamedTuple, TypeVar
 
 from pydantic import StringConstraints, model_validator
 
-import rlsim
 from rlsim.errors import Problem, ScenarioError, UnknownName
 from rlsim.fields import Flag, Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
 from rlsim.loading import closest, validate_document
+from rlsim.shipped import shipped
 from rlsim.yamlsource import PathKey, YamlDocument, read_yaml
 
 GIB = 2**30
@@ -380,9 +380,7 @@ _MODELS: dict[str, type[GPUProfile] | type[Interconnect]] = {"gpu": GPUProfile, 
 
 def shipped_profiles_dir() -> Path:
     """Where the profiles that come with rlsim live: inside an installed wheel, else at the top of a source checkout."""
-    package = Path(rlsim.__file__).parent
-    wheel = package / "_shipped" / "hardware_profiles"
-    return wheel if wheel.is_dir() else package.parent / "hardware_profiles"
+    return shipped("hardware_profiles", "hardware_profiles")
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ from pathlib import Path
 from rlsim.cli.exitcodes import OK
 from rlsim.errors import Problem, ScenarioError
 from rlsim.plan import plan
+from rlsim.plan.candidates import SCHEDULES
 from rlsim.plan.text import budget_summary, plan_dict, plan_text
 
-SCHEDULE_MODES = ("sync", "one_step_off", "async")
+SCHEDULE_MODES = tuple(dict.fromkeys(schedule.mode for schedule in SCHEDULES))  # the modes the planner enumerates
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

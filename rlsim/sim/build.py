@@ -56,7 +56,8 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     placement = scenario.placement
     # A role that does not fit would not start on real GPUs (vLLM refuses a KV cache shorter than one longest
     # sequence; training runs out of memory): say which, and what would fit, instead of simulating it.
-    require_all(memory_report(scenario, spec, {name: hw.gpu for name, hw in bound.pools.items()}))
+    rollout_fit, training_fit = memory_report(scenario, spec, {name: hw.gpu for name, hw in bound.pools.items()})
+    require_all((rollout_fit, training_fit))
     env = simpy.Environment()
     topology = ClusterTopology.build(bound)
     index = {gpu: i for i, gpu in enumerate(g for pool in topology.pools for g in topology.gpus(pool))}
@@ -69,8 +70,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     engine_layout = placement.rollout
     gpu = bound.gpu(engine_layout.pool)
     rates = GPURates.from_profile(gpu, scenario.model.dtype)
-    kv_tokens = int(rollout_memory(scenario, spec, gpu).kv_cache_bytes
-                    // kv_bytes_per_token_per_gpu(spec, engine_layout.tp))
+    kv_tokens = int(rollout_fit.kv_cache_bytes // kv_bytes_per_token_per_gpu(spec, engine_layout.tp))
     # Engines of one placement are identical: one cost model (and its cached decode profiles) serves them all. Their
     # TP groups have the same shape, so the first engine's communicator prices every engine's collectives.
     first_group = topology.group(rollout[:engine_layout.tp])

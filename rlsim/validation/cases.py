@@ -15,19 +15,12 @@ from rlsim.config import load_scenario
 from rlsim.errors import Problem, ScenarioError
 from rlsim.fields import Frozen, NonNegativeInt, PositiveFloat, PositiveInt
 from rlsim.loading import closest, validate_document
+from rlsim.shipped import shipped
 from rlsim.validation.figures import check_name, kind_of, valid_names
 from rlsim.yamlsource import YamlDocument, dotted, read_yaml
 
-
-def _shipped_manifest() -> Path:
-    """The cases that come with rlsim: inside an installed wheel, else in the source checkout's scenarios/validation."""
-    package = Path(__file__).resolve().parents[1]
-    wheel = package / "_shipped" / "validation" / "cases.yaml"
-    return wheel if wheel.is_file() else package.parent / "scenarios" / "validation" / "cases.yaml"
-
-
-# The manifest shipped with rlsim; `rlsim validate --cases-file FILE` reads another.
-DEFAULT_MANIFEST = _shipped_manifest()
+# The manifest shipped with rlsim (in a wheel or a source checkout); `rlsim validate --cases-file FILE` reads another.
+DEFAULT_MANIFEST = shipped("validation/cases.yaml", "scenarios/validation/cases.yaml")
 CASE_NAME = r"^[a-z0-9][a-z0-9.\-]*$"
 OVERRIDE_PREFIX = "--set "  # how the scenario loader names a problem in an override (rlsim.yamlsource)
 
