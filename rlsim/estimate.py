@@ -113,7 +113,8 @@ def estimate_step(bound: Bound) -> StepEstimate:
     everything = _pack(per_rank, sequence, layout)
     mini_batch = _pack(math.ceil(per_rank / algo.mini_batches), sequence, layout)
     updates = algo.mini_batches * algo.ppo_epochs
-    stages["old_log_prob"] = StageEstimate("old_log_prob", actor.forward_pass(everything).seconds)
+    stages["old_log_prob"] = StageEstimate(
+        "old_log_prob", actor.forward_pass(everything).seconds if algo.recompute_old_log_prob else 0.0)
     stages["ref"] = StageEstimate("ref", actor.forward_pass(everything).seconds if algo.ref_model else 0.0)
     stages["values"] = StageEstimate("values", critic.forward_pass(everything).seconds if algo.critic else 0.0)
     note = f"{updates} optimizer step(s) of {len(mini_batch)} micro-batch(es) per DP rank"

@@ -81,6 +81,9 @@ CASES = [
      "cluster.pools[0].inter_node", "inter_node: infiniband-ndrr", ["unknown"]),
     ("GRPO with one sample per prompt", edit("  samples_per_prompt: 8", "  samples_per_prompt: 1"),
      "algorithm.samples_per_prompt", "samples_per_prompt: 1", ["at least 2"]),
+    ("offloading while generating on GPUs that do not generate",
+     edit("    tp: 1\n    zero_stage", "    tp: 1\n    offload_while_generating: true\n    zero_stage"),
+     "placement.training.offload_while_generating", "offload_while_generating: true", ["colocated"]),
     ("missing trace file", edit("{kind: lognormal, median_tokens: 1000, sigma: 0.8}", "{kind: trace, path: nowhere.jsonl}"),
      "workload.response_tokens.path", "  response_tokens:", ["no such"]),
 ]

@@ -42,6 +42,17 @@ def test_stages_are_verl_names_and_sync_adds_them():
     assert result.stage("ref") > 0
 
 
+def test_rollout_log_probs_skip_the_old_log_prob_pass():
+    path = ROOT / "scenarios" / "quickstart.yaml"
+    text = path.read_text()
+    assert "  name: grpo\n" in text
+    kept = estimate_step(bind(parse_scenario(text)))
+    skipped = estimate_step(bind(parse_scenario(text.replace("  name: grpo\n",
+                                                             "  name: grpo\n  recompute_old_log_prob: false\n"))))
+    assert kept.stage("old_log_prob") > 0 == skipped.stage("old_log_prob")
+    assert skipped.step_s == pytest.approx(kept.step_s - kept.stage("old_log_prob"))
+
+
 def test_off_policy_overlaps_generation_with_training():
     result = estimate_step(bind(load_scenario(ROOT / "scenarios" / "qwen2.5-7b-grpo-32xh100-disaggregated.yaml")))
     produce = result.stage("gen") + result.stage("reward")

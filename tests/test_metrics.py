@@ -41,7 +41,8 @@ def facts(**changes) -> RunFacts:
         scenario="hand-built", gpus=4,
         pools=(PoolFacts("a", "gpu-a", 0, 2, 1e15, 2e12, 2.0), PoolFacts("b", "gpu-b", 2, 2, 2e15, 3e12, 3.0)),
         warmup_steps=0, placement="disaggregated", schedule="sync", policy=POLICY, reward_model=None,
-        ref_model=True, critic=False, ppo_epochs=1, rollout_pool="a", training_pool="b", engines=2, engine_gpus=1,
+        ref_model=True, critic=False, ppo_epochs=1, recompute_old_log_prob=True, rollout_pool="a", training_pool="b",
+        engines=2, engine_gpus=1,
         max_num_seqs=8, kv_capacity_tokens=1000, kv_bytes_per_token=4.0,
         decode_weight_bytes=(1e6,))
     values.update(changes)
@@ -235,6 +236,8 @@ def test_model_flops_count_shared_prompts_once_per_engine_and_three_passes_per_u
         22, lm_head=False)
     assert with_critic["inference_passes"] == pytest.approx(trained + critic)
     assert with_critic["updates"] == pytest.approx(2 * 3 * (trained + critic))
+    rollout_log_probs = model_flops(log, facts(recompute_old_log_prob=False))
+    assert rollout_log_probs["inference_passes"] == pytest.approx(trained)  # the reference pass only
 
 
 def test_mfu_divides_by_peak_times_gpu_seconds_of_each_scope():

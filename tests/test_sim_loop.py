@@ -9,10 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rlsim.config import parse_scenario
+from rlsim.config.bound import bind
 from rlsim.events import LABELS
 from rlsim.metrics import gpu_label_seconds, summary
 from rlsim.sim.run import simulate_log
-from tests.sim_scenarios import bound
+from tests.sim_scenarios import bound, scenario_yaml
 from tests.test_sim_rollout import assert_same_samples
 
 HEAVY = "{kind: lognormal, median_tokens: 600, sigma: 1.3}"
@@ -294,3 +296,14 @@ run: {{steps: 2}}
     assert all(12 <= s.first_gpu < 16 for s in log.spans if s.unit.startswith("rm"))
     assert all(s.first_gpu >= 16 for s in log.spans if s.unit.startswith("dp"))
     assert any(s.stage == "update_critic" for s in log.spans)  # PPO trains its critic
+
+
+def test_rollout_log_probs_remove_the_old_log_prob_stage():
+    text = scenario_yaml(steps=2)
+    assert "dynamic_sampling: false}" in text
+    skipped_text = text.replace("dynamic_sampling: false}", "dynamic_sampling: false, recompute_old_log_prob: false}")
+    kept = summary(simulate_log(bind(parse_scenario(text))).log, 1)
+    skipped = summary(simulate_log(bind(parse_scenario(skipped_text))).log, 1)
+    assert kept["stages_s"]["old_log_prob"] > 0 == skipped["stages_s"]["old_log_prob"]
+    assert skipped["stages_s"]["ref"] == pytest.approx(kept["stages_s"]["ref"])
+    assert skipped["step_time_s"]["mean"] < kept["step_time_s"]["mean"]

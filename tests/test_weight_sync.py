@@ -5,6 +5,7 @@ import pytest
 
 from rlsim.config import parse_scenario
 from rlsim.config.bound import Bound, bind
+from rlsim.costs.memory import resident_training_bytes, rollout_memory, training_memory_of
 from rlsim.costs.weight_sync import (
     SLEEP_WAKE_FLOOR_S,
     colocated_switch_for,
@@ -176,3 +177,24 @@ def test_hybrid_syncs_the_dedicated_rollout_gpus_and_switches_the_shared_ones():
     assert colocated_switch_for(hybrid).reshard_s > 0
     with pytest.raises(ValueError, match="colocated_switch_for"):
         disaggregated_sync_for(colocated("Qwen2.5-7B", "h100-sxm", 2))
+
+
+def test_offload_while_generating_moves_all_training_state_but_not_into_training():
+    resident = colocated("Qwen2.5-7B", "h100-sxm", 2)  # COLOCATED already streams everything from the host
+    swapped = scenario("Qwen2.5-7B", gpu="h100-sxm", nodes=1, rollout_gpus=8, rollout_tp=2, mode="colocated",
+                       training="{backend: fsdp, zero_stage: 3, offload_while_generating: true}")
+    kept = scenario("Qwen2.5-7B", gpu="h100-sxm", nodes=1, rollout_gpus=8, rollout_tp=2, mode="colocated",
+                    training="{backend: fsdp, zero_stage: 3}")
+    # The same bytes cross the host link at each switch as with both streaming flags; none when state stays.
+    assert colocated_switch_for(swapped).offload_s == pytest.approx(colocated_switch_for(resident).offload_s)
+    assert colocated_switch_for(kept).offload_s == 0
+    # Nothing of the training state is left beside the engines, so the KV cache gets it.
+    swapped_rollout = rollout_memory(swapped.scenario, swapped.model, swapped.gpu("main"))
+    kept_rollout = rollout_memory(kept.scenario, kept.model, kept.gpu("main"))
+    state = resident_training_bytes(kept.scenario, kept.model)
+    assert state > 0 and "training state (resident)" not in swapped_rollout.components
+    assert swapped_rollout.kv_cache_bytes - kept_rollout.kv_cache_bytes == pytest.approx(state)
+    # Training itself runs with everything on the GPU: the same time as without the flag.
+    swapped_layout, kept_layout = swapped.scenario.placement.training, kept.scenario.placement.training
+    assert training_memory_of(swapped.model, swapped_layout, 80e9).total_bytes == pytest.approx(
+        training_memory_of(kept.model, kept_layout, 80e9).total_bytes)

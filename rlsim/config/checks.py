@@ -183,6 +183,10 @@ def _check_capacity(scenario: Scenario, check: _Checker) -> None:
     rollout, training = placement.rollout, placement.training
     assert training.gpus is not None and rollout.pool is not None and training.pool is not None
     demand: dict[str, int] = {}
+    if training.offload_while_generating and placement.mode != "colocated":
+        check.fail(("placement", "training", "offload_while_generating"),
+                   "only colocated training moves its state to the host to make room for the engines",
+                   value=True, valid="false, or placement.mode: colocated")
     if placement.mode == "colocated":
         if training.pool != rollout.pool:
             check.fail(("placement", "training", "pool"), "colocated roles share GPUs, so they must be in the same pool",

@@ -91,6 +91,9 @@ class Algorithm(Frozen):
     mini_batches: PositiveInt = Field(1, description="optimizer steps per RL step (train_batch_size / ppo_mini_batch_size)")
     ppo_epochs: PositiveInt = 1
     ref_model: Flag = Field(description="compute reference log-probs for a KL term; default: on except for DAPO")
+    recompute_old_log_prob: Flag = Field(
+        True, description="run the old_log_prob forward pass; false takes the rollout engine's log-probs instead "
+        "(verl's use_rollout_log_probs, the fully-async default)")
     critic: Flag = Field(description="train a value model; default: on for PPO only")
     dynamic_sampling: Flag = Field(
         description="drop groups whose rewards are all equal and generate more until the batch is full (DAPO); "
@@ -150,8 +153,12 @@ class TrainingPlacement(Frozen):
         16384, description="tokens packed per micro-batch per GPU (ppo_max_token_len_per_gpu)"
     )
     activation_recompute: Literal["none", "selective", "full"] = "full"
-    offload_params: Flag = False
-    offload_optimizer: Flag = False
+    offload_params: Flag = Field(False, description="parameters live in host memory and stream in for every use")
+    offload_optimizer: Flag = Field(False, description="Adam state lives in host memory; the optimizer step streams it")
+    offload_while_generating: Flag = Field(
+        False, description="colocated: weights and optimizer state move to host memory while the engines generate and "
+        "back before training (verl's param_offload/optimizer_offload, NeMo-RL's colocated refit, slime's --offload)"
+    )
 
 
 class RewardModelPlacement(Frozen):

@@ -337,6 +337,8 @@ def _dp(layout: TrainingPlacement) -> int:
 def resident_training_bytes(scenario: Scenario, spec: ModelSpec) -> float:
     """Training state left on a GPU while a colocated rollout engine runs (gradients are freed after the update)."""
     layout = scenario.placement.training
+    if layout.offload_while_generating:
+        return 0.0
     state = training_model_state(spec, layout)
     models = 2 if scenario.algorithm.critic else 1
     return models * (state["weights"] + state["optimizer"])
@@ -396,6 +398,8 @@ def rollout_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> Role
     if engine.gpu_memory_utilization < 0.95:
         options.append({"rollout.gpu_memory_utilization": 0.95})
     if "training state (resident)" in memory.components:
+        if placement.mode == "colocated" and not placement.training.offload_while_generating:
+            options.append({"training.offload_while_generating": True})
         if not placement.training.offload_optimizer:
             options.append({"training.offload_optimizer": True})
         if not placement.training.offload_params:

@@ -336,16 +336,18 @@ def colocated_switch_for(
     bound: Bound, topology: ClusterTopology | None = None, *, save_checkpoint: bool = False,
     storage_bytes_per_s: float | None = None,
 ) -> SwitchCost:
-    """`colocated_switch` for a bound scenario: offloads what `placement.training.offload_*` say, and with
-    `save_checkpoint` writes each GPU's weights and optimizer state at `storage_bytes_per_s`."""
+    """`colocated_switch` for a bound scenario: offloads what `placement.training.offload_*` say (everything when
+    `offload_while_generating`), and with `save_checkpoint` writes each GPU's weights and optimizer state at
+    `storage_bytes_per_s`."""
     topology = topology or ClusterTopology.build(bound)
     scenario = bound.scenario
     training = scenario.placement.training
     _, gpus = role_gpus(bound, topology)
     state = training_model_state(bound.model, training.model_copy(update={"offload_params": False,
                                                                            "offload_optimizer": False}))
-    offload = (state["weights"] if training.offload_params else 0.0) + (
-        state["optimizer"] if training.offload_optimizer else 0.0)
+    everything = training.offload_while_generating
+    offload = (state["weights"] if training.offload_params or everything else 0.0) + (
+        state["optimizer"] if training.offload_optimizer or everything else 0.0)
     if save_checkpoint and storage_bytes_per_s is None:
         raise ValueError("save_checkpoint needs storage_bytes_per_s, the write rate one GPU gets from storage")
     checkpoint = state["weights"] + state["optimizer"] if save_checkpoint else 0.0

@@ -19,7 +19,8 @@ def model_flops(log: EventLog, facts: RunFacts) -> dict[str, float]:
 
     generation: every generated response token (trained or dropped) after its prompt, and each group's prompt once
     per engine that held it (prefix sharing); recomputation after a preemption or interruption is not model work.
-    inference_passes: per trained sequence, the old log-prob pass, the reference pass and the critic's values pass
+    inference_passes: per trained sequence, the old log-prob pass (unless the rollout's log-probs are used), the
+    reference pass and the critic's values pass
     (2·N·tokens + attention each, the critic without the output head). updates: 3× the forward FLOPs (forward and
     backward) per PPO epoch, actor and critic. reward_model: one forward pass per trained sequence.
     """
@@ -33,7 +34,7 @@ def model_flops(log: EventLog, facts: RunFacts) -> dict[str, float]:
     tokens = np.array([r.prompt_tokens + r.response_tokens for r in trained(log)], dtype=np.float64)
     actor_forward = policy.forward(tokens)
     critic_forward = policy.forward(tokens, lm_head=False) if facts.critic else 0.0
-    passes = actor_forward * (1 + facts.ref_model) + critic_forward
+    passes = actor_forward * (facts.recompute_old_log_prob + facts.ref_model) + critic_forward
     updates = 3.0 * (actor_forward + critic_forward) * facts.ppo_epochs
     reward = facts.reward_model.forward(tokens, lm_head=False) if facts.reward_model is not None else 0.0
     return {"generation": generation, "inference_passes": passes, "updates": updates, "reward_model": reward}

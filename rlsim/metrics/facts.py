@@ -66,6 +66,7 @@ class RunFacts:
     ref_model: bool
     critic: bool
     ppo_epochs: int
+    recompute_old_log_prob: bool
     rollout_pool: str
     training_pool: str
     engines: int  # rollout engines
@@ -105,6 +106,7 @@ class RunFacts:
             ref_model=algorithm.ref_model,
             critic=algorithm.critic,
             ppo_epochs=algorithm.ppo_epochs,
+            recompute_old_log_prob=algorithm.recompute_old_log_prob,
             rollout_pool=engine.pool or pools[0].name,
             training_pool=placement.training.pool or pools[0].name,
             engines=engine.engines,

@@ -80,10 +80,13 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
     rollout_base = {k: v for k, v in (placement.get("rollout") or {}).items() if k not in ("gpus", "tp", "pool")}
     training_base = {k: v for k, v in (placement.get("training") or {}).items() if k in TRAINING_LAYOUT_KEYS}
     shared_memory = rollout_base.get("gpu_memory_utilization", 0.5)
+    # Moving training state to the host while generating only means something where the roles share GPUs.
+    colocated_only = {k: v for k, v in (placement.get("training") or {}).items() if k == "offload_while_generating"}
 
     def make(mode: str, schedule: Schedule, rollout: int, training: int, tp: int, memory: float) -> Candidate:
+        training_layout = {**training_base, **(colocated_only if mode == "colocated" else {}), "gpus": training}
         layout = {"mode": mode, "rollout": {**rollout_base, "gpus": rollout, "tp": tp, "gpu_memory_utilization": memory},
-                  "training": {**training_base, "gpus": training}}
+                  "training": training_layout}
         return Candidate(mode, schedule, rollout, training, tp, gpus,
                          {"cluster.pools": cluster, "placement": layout, **schedule.overrides()})
 

@@ -246,7 +246,7 @@ class RLLoop:
         if sim.switch is not None:
             yield from self._span_all("reload", sim.switch.reload_s, "weight_sync")
         train_start = env.now
-        work = [("old_log_prob", sim.actor, True, False), ("ref", sim.actor, algo.ref_model, False),
+        work = [("old_log_prob", sim.actor, algo.recompute_old_log_prob, False), ("ref", sim.actor, algo.ref_model, False),
                 ("values", sim.critic, algo.critic, False), ("update_critic", sim.critic, algo.critic, True),
                 ("update_actor", sim.actor, True, True)]
         for name, costs, used, updates in work:
