@@ -64,6 +64,25 @@ def _rollout_tokens_per_s(scenario: Scenario, result: Result | None, __: str) ->
     return sum(s.tokens for s in steps) / generating if generating else 0.0
 
 
+def _generation_tokens_per_s(scenario: Scenario, result: Result | None, __: str) -> float:
+    # AReaL's "generation throughput": response tokens the engines finish per second of the measured window, not
+    # counting the time the staleness bound holds them back, which a generation-bound run never spends. Waiting for the
+    # longest response before a weight update (no interruption) still counts against it.
+    log = _measured(result).log
+    steps = [s for s in log.steps if s.step >= scenario.run.warmup_steps]
+    start, end = steps[0].start, steps[-1].end
+    engine_gpus = {g for span in log.spans if span.label in ("prefill", "decode")
+                   for g in range(span.first_gpu, span.first_gpu + span.gpu_count)}
+    blocked = sum(
+        max(0.0, min(span.end, end) - max(span.start, start))
+        * len(engine_gpus.intersection(range(span.first_gpu, span.first_gpu + span.gpu_count)))
+        for span in log.spans if span.label == "staleness_block"
+    )
+    running = (end - start) - blocked / len(engine_gpus) if engine_gpus else 0.0
+    generated = sum(r.response_tokens for r in log.sequences if start < r.finished <= end)
+    return generated / running if running > 0 else 0.0
+
+
 def _share_pct(_: Scenario, result: Result | None, share: str) -> float:
     stages = _measured(result).metrics["stages_s"]
     total = sum(stages[s] for group in SHARE_STAGES.values() for s in group)
@@ -86,6 +105,9 @@ FIGURE_KINDS: dict[str, FigureKind] = {
                                        "tokens_per_s over every GPU of the cluster"),
     "rollout_tokens_per_s": FigureKind("tokens/s", True, False, (), True, _rollout_tokens_per_s,
                                        "trained tokens per second of the gen stage"),
+    "generation_tokens_per_s": FigureKind("tokens/s", True, False, (), True, _generation_tokens_per_s,
+                                          "response tokens the engines finish per second of the measured window, "
+                                          "not counting time the staleness bound holds them back"),
     "share_pct": FigureKind("%", True, False, tuple(SHARE_STAGES), True, _share_pct,
                             "share of the step's stage seconds: rollout (gen), reward, training (the rest)"),
     "weight_sync_s": FigureKind("s", False, True, WEIGHT_SYNC_METHODS, False, _weight_sync_s,
