@@ -9,11 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from rlsim.api import load_scenario
+from rlsim.api import load_scenario, with_
 from rlsim.cli import main
 from rlsim.errors import ScenarioError
-from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest, scenario_path
+from rlsim.validation.cases import (
+    DEFAULT_MANIFEST,
+    MAX_FILL_STEPS,
+    MEASURED_STEPS,
+    load_manifest,
+    scenario_path,
+    steady_state_warmup,
+)
 from rlsim.validation.docs import MARKER, PARITY_FILE, write_docs
+from rlsim.validation.figures import kind_of
 from rlsim.validation.parity import parity_svg
 from rlsim.validation.run import run_validation, select_cases
 from rlsim.validation.table import FigureRow, PairRow, Validation, compare_pairs
@@ -32,6 +40,28 @@ def test_every_case_scenario_loads_with_its_overrides(case):
     for path, value in case.set.items():
         if path == "model":
             assert scenario.model.name == value
+
+
+@pytest.mark.parametrize("case", MANIFEST.cases, ids=[c.name for c in MANIFEST.cases])
+def test_simulated_cases_are_measured_after_the_pipeline_fills(case):
+    if not any(kind_of(f.figure).needs_run for f in case.figures):
+        return
+    scenario = load_scenario(scenario_path(DEFAULT_MANIFEST, case), case.overrides)
+    warmup = steady_state_warmup(scenario)
+    assert scenario.run.warmup_steps >= warmup
+    assert scenario.run.steps - scenario.run.warmup_steps >= (MEASURED_STEPS if warmup else 1)
+
+
+def test_the_fill_follows_how_far_generation_may_run_ahead():
+    case = next(c for c in MANIFEST.cases if c.name == "v5-staleness-1")
+    scenario = load_scenario(scenario_path(DEFAULT_MANIFEST, case), case.overrides)
+    assert steady_state_warmup(scenario) == 2
+    assert steady_state_warmup(with_(scenario, {"schedule.max_staleness": 3})) == 4
+    assert steady_state_warmup(with_(scenario, {"schedule.max_staleness": 64})) == MAX_FILL_STEPS + 1
+    synchronous = with_(scenario, {"schedule.mode": "sync", "schedule.max_staleness": None,
+                                   "schedule.partial_rollout": {"mode": "off"}, "placement.mode": "colocated",
+                                   "placement.training.gpus": None})
+    assert steady_state_warmup(synchronous) == 0
 
 
 @pytest.mark.parametrize("path", sorted(FOLDER.glob("*.yaml")), ids=lambda p: p.name)
