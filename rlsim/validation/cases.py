@@ -25,7 +25,8 @@ DEFAULT_MANIFEST = shipped("validation/cases.yaml", "scenarios/validation/cases.
 CASE_NAME = r"^[a-z0-9][a-z0-9.\-]*$"
 # A pipeline that may run η policy versions ahead fills for about η steps, and early steps train the short responses
 # that finish first; published figures are long-run means, so cases measure after the fill. The cap bounds the cost of
-# large and unbounded staleness, whose fill is set by how fast training drains the lead rather than by η itself.
+# large and unbounded staleness: generation only builds a lead that long when training is the bottleneck, and then the
+# pace is training's from the first steps.
 MAX_FILL_STEPS = 4
 MEASURED_STEPS = 2
 OVERRIDE_PREFIX = "--set "  # how the scenario loader names a problem in an override (rlsim.yamlsource)
