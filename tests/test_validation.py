@@ -23,7 +23,7 @@ from rlsim.validation.cases import (
 from rlsim.validation.docs import MARKER, PARITY_FILE, write_docs
 from rlsim.validation.figures import kind_of
 from rlsim.validation.parity import parity_svg
-from rlsim.validation.run import run_validation, select_cases
+from rlsim.validation.run import case_scenario, run_validation, select_cases
 from rlsim.validation.table import FigureRow, PairRow, Validation, compare_pairs
 
 FOLDER = DEFAULT_MANIFEST.parent
@@ -46,7 +46,7 @@ def test_every_case_scenario_loads_with_its_overrides(case):
 def test_simulated_cases_are_measured_after_the_pipeline_fills(case):
     if not any(kind_of(f.figure).needs_run for f in case.figures):
         return
-    scenario = load_scenario(scenario_path(DEFAULT_MANIFEST, case), case.overrides)
+    scenario = case_scenario(DEFAULT_MANIFEST, case)
     warmup = steady_state_warmup(scenario)
     assert scenario.run.warmup_steps >= warmup
     assert scenario.run.steps - scenario.run.warmup_steps >= (MEASURED_STEPS if warmup else 1)

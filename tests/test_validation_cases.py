@@ -13,7 +13,7 @@ from itertools import repeat
 import pytest
 
 from rlsim.api import simulate
-from rlsim.validation.cases import DEFAULT_MANIFEST, Case, load_manifest
+from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
 from rlsim.validation.figures import FIGURE_KINDS
 from rlsim.validation.run import CaseRun, run_case
 from rlsim.validation.table import MEDIAN_BOUND_PCT, RATIO_BOUND_PCT, WORST_BOUND_PCT, Validation, compare_pairs
@@ -24,19 +24,12 @@ SUITE_MEASURED = 1
 PROCESSES = 2
 
 
-def _in_suite(case: Case) -> Case:
-    # Keep the warm-up (the pipeline's fill) and measure one step after it.
-    if case.steps is not None and case.warmup_steps is not None and case.steps > case.warmup_steps + SUITE_MEASURED:
-        return case.model_copy(update={"steps": case.warmup_steps + SUITE_MEASURED})
-    return case
-
-
 @pytest.fixture(scope="module")
 def runs() -> dict[str, CaseRun]:
     """Every case, run once for the module."""
-    cases = [_in_suite(c) for c in MANIFEST.cases]
     with ProcessPoolExecutor(max_workers=PROCESSES) as pool:
-        return {run.case: run for run in pool.map(run_case, repeat(DEFAULT_MANIFEST), cases)}
+        runs = pool.map(run_case, repeat(DEFAULT_MANIFEST), MANIFEST.cases, repeat(SUITE_MEASURED))
+        return {run.case: run for run in runs}
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
 
-from rlsim.api import load_scenario, simulate
+from rlsim.api import load_scenario, simulate, with_
+from rlsim.config.schema import Scenario
 from rlsim.errors import Problem, ScenarioError
 from rlsim.loading import closest
-from rlsim.validation.cases import Case, Manifest, load_manifest, scenario_path
+from rlsim.validation.cases import MEASURED_STEPS, Case, Manifest, load_manifest, scenario_path, steady_state_warmup
 from rlsim.validation.figures import kind_of, read_figure
 from rlsim.validation.table import FigureRow, Validation, compare_pairs
 
@@ -24,10 +25,20 @@ class CaseRun:
     host_seconds: float
 
 
-def run_case(manifest_path: str | Path, case: Case) -> CaseRun:
+def case_scenario(manifest_path: str | Path, case: Case, measured_steps: int = MEASURED_STEPS) -> Scenario:
+    """The case's scenario with its overrides. Unless the case sets its own steps, a run whose generation may work
+    ahead of training is lengthened to warm up for `steady_state_warmup` steps, then measure `measured_steps`."""
+    scenario = load_scenario(scenario_path(manifest_path, case), case.overrides)
+    warmup = steady_state_warmup(scenario)
+    if not warmup or case.steps is not None or case.warmup_steps is not None:
+        return scenario
+    return with_(scenario, {"run.steps": warmup + measured_steps, "run.warmup_steps": warmup})
+
+
+def run_case(manifest_path: str | Path, case: Case, measured_steps: int = MEASURED_STEPS) -> CaseRun:
     """Simulate one case (only if one of its figures needs a run) and read its figures."""
     started = time.perf_counter()
-    scenario = load_scenario(scenario_path(manifest_path, case), case.overrides)
+    scenario = case_scenario(manifest_path, case, measured_steps)
     needs_run = any(kind_of(f.figure).needs_run for f in case.figures)
     result = simulate(scenario) if needs_run else None
     rows = tuple(FigureRow(case=case.name, group=case.group, figure=f.figure, unit=kind_of(f.figure).unit,
