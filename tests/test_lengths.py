@@ -6,9 +6,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import TypeAdapter
 from scipy import stats
 
-from rlsim.config.workload import EmpiricalLength, FixedLength, GammaLength, LognormalLength, TraceLength
+from rlsim.config.workload import (
+    EmpiricalLength,
+    FixedLength,
+    GammaLength,
+    LognormalLength,
+    StaticLengthModel,
+    TraceLength,
+)
 from rlsim.workload import length_distribution
 
 
@@ -56,3 +64,24 @@ def test_trace_reads_packed_lengths(tmp_path: Path):
     assert response.clipped_mean(16000) == pytest.approx((10 + 20 + 16000 + 15) / 6)
     assert response.clipped_fraction(16000) == pytest.approx(1 / 6)
     assert prompt.clipped_mean(10_000) == pytest.approx(75)
+
+
+@pytest.mark.parametrize("model", [
+    {"kind": "lognormal", "median_tokens": 600, "sigma": 0.9, "loc_tokens": -20},
+    {"kind": "gamma", "mean_tokens": 800, "shape": 1.5},
+    {"kind": "gaussian_mixture", "components": [{"weight": 1, "mean_tokens": 500, "std_tokens": 100},
+                                                {"weight": 1, "mean_tokens": 2000, "std_tokens": 300}]},
+    {"kind": "lognormal_mixture", "components": [{"weight": 2, "median_tokens": 400, "sigma": 0.5},
+                                                 {"weight": 1, "median_tokens": 3000, "sigma": 0.8}]},
+])
+def test_every_continuous_length_model_scales_its_quantiles(model):
+    adapter = TypeAdapter(StaticLengthModel)
+    base = length_distribution(adapter.validate_python(model))
+    tripled = length_distribution(adapter.validate_python({**model, "scale": 3.0}))
+    u = np.linspace(0.05, 0.95, 7)
+    assert np.allclose(tripled.ppf(u), 3.0 * base.ppf(u), rtol=1e-6)
+
+
+def test_a_fixed_length_scales_to_whole_tokens():
+    model = TypeAdapter(StaticLengthModel).validate_python({"kind": "fixed", "tokens": 101, "scale": 1.5})
+    assert length_distribution(model).ppf([0.5])[0] == 152

@@ -223,3 +223,47 @@ def test_a_bad_override_is_reported_at_its_line_in_the_manifest(tmp_path):
 def test_case_results_do_not_depend_on_the_number_of_processes():
     names = ["v3-llama-8b-on-policy", "V8"]
     assert run_validation(DEFAULT_MANIFEST, names, jobs=2).as_dict() == run_validation(DEFAULT_MANIFEST, names).as_dict()
+
+
+# ---- probing an open assumption: `rlsim validate --set` ------------------------------------------------------------
+
+
+def _case(name: str):
+    return next(c for c in MANIFEST.cases if c.name == name)
+
+
+def test_a_probe_applies_on_top_of_each_cases_own_settings():
+    scenario = case_scenario(DEFAULT_MANIFEST, _case("v1-colocated-128"),
+                             probe={"workload.response_tokens.scale": 2})
+    assert scenario.workload.response_tokens.scale == 2
+    assert scenario.placement.rollout.gpus == 128  # the case's own override still holds
+
+
+def test_a_probe_that_sets_the_steps_replaces_the_fill_rule():
+    async_case = _case("v1-async-16-16")
+    assert case_scenario(DEFAULT_MANIFEST, async_case).run.steps > 1
+    probed = case_scenario(DEFAULT_MANIFEST, async_case, probe={"run.steps": 2, "run.warmup_steps": 1})
+    assert (probed.run.steps, probed.run.warmup_steps) == (2, 1)
+
+
+def test_a_probe_moves_the_figures_reports_itself_and_leaves_the_page_alone(capsys, tmp_path):
+    page = tmp_path / "validation.md"
+    assert main(["validate", "--case", "V8", "--json", "--docs", str(page),
+                 "--set", "schedule.weight_sync.bucket_mib=64"]) == 0
+    probed = json.loads(capsys.readouterr().out)
+    assert probed["probe"] == {"schedule.weight_sync.bucket_mib": 64}
+    assert not page.exists()
+    shipped = run_validation(DEFAULT_MANIFEST, ["V8"]).as_dict()
+    before = {(r["case"], r["figure"]): r["simulated"] for r in shipped["rows"]}
+    after = {(r["case"], r["figure"]): r["simulated"] for r in probed["rows"]}
+    moved = {key for key in before if after[key] != before[key]}
+    # Only the bucketed checkpoint engine has buckets to resize; the per-tensor path sends tensor by tensor.
+    assert moved and all(figure.endswith("checkpoint_engine") for _, figure in moved)
+
+
+def test_a_probe_that_does_not_fit_names_the_cases_it_breaks_and_runs_nothing(capsys):
+    assert main(["validate", "--case", "V8", "--set", "workload.nope=1"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown field 'nope'" in err and "Traceback" not in err
+    assert err.count("unknown field") == 1  # one problem, reported once for every case it breaks
+    assert all(case.name in err for case in MANIFEST.cases if case.group == "V8")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
+from rlsim.cli.run import parse_overrides
 from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
 from rlsim.validation.docs import write_docs
 from rlsim.validation.run import CaseRun, run_validation
@@ -32,17 +33,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "an installed rlsim writes none unless given)")
     parser.add_argument("--no-docs", action="store_true", help="do not write the validation page")
     parser.add_argument("--jobs", type=int, default=1, help="cases simulated in parallel (results do not change)")
+    parser.add_argument("--set", dest="probe", action="append", default=[], metavar="PATH=VALUE",
+                        help="probe an open assumption: override a field of every selected case on top of its own, "
+                        "e.g. --set workload.response_tokens.scale=2 (repeatable; VALUE is YAML); the page is not "
+                        "rewritten")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    validation = run_validation(args.cases_file, args.cases, max(1, args.jobs), on_case=_progress)
+    probe = parse_overrides(args.probe)
+    validation = run_validation(args.cases_file, args.cases, max(1, args.jobs), on_case=_progress, probe=probe)
     written = []
-    if not args.cases and not args.no_docs and args.docs is not None:
+    # The page documents the shipped assumptions, so a probe never rewrites it.
+    if not args.cases and not probe and not args.no_docs and args.docs is not None:
         written = write_docs(validation, load_manifest(args.cases_file), args.docs)
     if args.json:
-        print(json.dumps(validation.as_dict(), indent=2))
+        print(json.dumps({**validation.as_dict(), **({"probe": probe} if probe else {})}, indent=2))
     else:
+        if probe:
+            print("probe: " + ", ".join(f"{path}={value!r}" for path, value in probe.items())
+                  + " on top of each case's own settings")
         print(validation.text())
         host = sum(validation.host_seconds.values())
         print(f"{len(validation.host_seconds)} cases in {host:.0f} s of simulation"

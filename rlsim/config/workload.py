@@ -22,12 +22,17 @@ def _check_weights(weights: list[float] | None, count: int, what: str) -> None:
 
 # ------------------------------------------------------------------------------------------------ length models
 
+# Every length model takes it, so "what if responses were k times longer?" is one override whatever the model
+# (`rlsim run --set workload.response_tokens.scale=2`, `rlsim validate --set ...`).
+LengthScale = Annotated[PositiveFloat, Field(description="multiply every length (what if responses were k times longer?)")]
+
 
 class FixedLength(Frozen):
     """Every sample has the same length."""
 
     kind: Literal["fixed"]
     tokens: PositiveInt
+    scale: LengthScale = 1.0
 
 
 class LognormalLength(Frozen):
@@ -41,6 +46,7 @@ class LognormalLength(Frozen):
     median_tokens: PositiveFloat
     sigma: PositiveFloat = Field(description="standard deviation of ln(length - loc_tokens)")
     loc_tokens: float = Field(0.0, description="where the distribution starts (scipy's loc); may be negative")
+    scale: LengthScale = 1.0
 
     @model_validator(mode="after")
     def _median_above_loc(self) -> LognormalLength:
@@ -55,6 +61,7 @@ class GammaLength(Frozen):
     kind: Literal["gamma"]
     mean_tokens: PositiveFloat
     shape: PositiveFloat
+    scale: LengthScale = 1.0
 
 
 class GaussianComponent(Frozen):
@@ -68,6 +75,7 @@ class GaussianMixtureLength(Frozen):
 
     kind: Literal["gaussian_mixture"]
     components: list[GaussianComponent] = Field(min_length=1)
+    scale: LengthScale = 1.0
 
 
 class LognormalComponent(Frozen):
@@ -81,6 +89,7 @@ class LognormalMixtureLength(Frozen):
 
     kind: Literal["lognormal_mixture"]
     components: list[LognormalComponent] = Field(min_length=1)
+    scale: LengthScale = 1.0
 
 
 class EmpiricalLength(Frozen):
@@ -89,7 +98,7 @@ class EmpiricalLength(Frozen):
     kind: Literal["empirical"]
     tokens: list[PositiveInt] = Field(min_length=1)
     weights: list[PositiveFloat] | None = None
-    scale: PositiveFloat = Field(1.0, description="multiply every length (what if responses were k times longer?)")
+    scale: LengthScale = 1.0
 
     @model_validator(mode="after")
     def _weights_match(self) -> EmpiricalLength:
@@ -104,7 +113,7 @@ class TraceLength(Frozen):
 
     kind: Literal["trace"]
     path: str = Field(min_length=1)
-    scale: PositiveFloat = Field(1.0, description="multiply every length (what if responses were k times longer?)")
+    scale: LengthScale = 1.0
 
 
 StaticLengthModel = Annotated[

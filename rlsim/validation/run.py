@@ -3,9 +3,9 @@ read every published figure's simulated counterpart."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from pathlib import Path
 
@@ -25,20 +25,26 @@ class CaseRun:
     host_seconds: float
 
 
-def case_scenario(manifest_path: str | Path, case: Case, measured_steps: int = MEASURED_STEPS) -> Scenario:
-    """The case's scenario with its overrides. Unless the case sets its own steps, a run whose generation may work
-    ahead of training is lengthened to warm up for `steady_state_warmup` steps, then measure `measured_steps`."""
-    scenario = load_scenario(scenario_path(manifest_path, case), case.overrides)
+def case_scenario(manifest_path: str | Path, case: Case, measured_steps: int = MEASURED_STEPS,
+                  probe: Mapping[str, object] | None = None) -> Scenario:
+    """The case's scenario with its overrides, then the `probe` overrides (`rlsim validate --set`: the same change to
+    every case, to see how an open assumption moves the errors). Unless the case or the probe sets the steps, a run
+    whose generation may work ahead of training is lengthened to warm up for `steady_state_warmup` steps, then
+    measure `measured_steps`."""
+    probe = dict(probe or {})
+    scenario = load_scenario(scenario_path(manifest_path, case), {**case.overrides, **probe})
     warmup = steady_state_warmup(scenario)
-    if not warmup or case.steps is not None or case.warmup_steps is not None:
+    steps_set = case.steps is not None or case.warmup_steps is not None or {"run.steps", "run.warmup_steps"} & set(probe)
+    if not warmup or steps_set:
         return scenario
     return with_(scenario, {"run.steps": warmup + measured_steps, "run.warmup_steps": warmup})
 
 
-def run_case(manifest_path: str | Path, case: Case, measured_steps: int = MEASURED_STEPS) -> CaseRun:
+def run_case(manifest_path: str | Path, case: Case, measured_steps: int = MEASURED_STEPS,
+             probe: Mapping[str, object] | None = None) -> CaseRun:
     """Simulate one case (only if one of its figures needs a run) and read its figures."""
     started = time.perf_counter()
-    scenario = case_scenario(manifest_path, case, measured_steps)
+    scenario = case_scenario(manifest_path, case, measured_steps, probe)
     needs_run = any(kind_of(f.figure).needs_run for f in case.figures)
     result = simulate(scenario) if needs_run else None
     rows = tuple(FigureRow(case=case.name, group=case.group, figure=f.figure, unit=kind_of(f.figure).unit,
@@ -60,23 +66,44 @@ def select_cases(manifest: Manifest, names: list[str] | None) -> list[Case]:
     return [c for c in manifest.cases if c.name in names or c.group in names]
 
 
-def _runs(manifest_path: str | Path, cases: list[Case], jobs: int) -> Iterator[CaseRun]:
+def check_probe(manifest_path: str | Path, cases: list[Case], probe: Mapping[str, object]) -> None:
+    """Resolve every case's scenario with the probe before anything runs, so a probe that does not fit some case
+    fails at once, naming each case it breaks, instead of after minutes of simulation."""
+    # The same problem in several cases is reported once, naming them all (keyed by its text: a value may be a list).
+    broken: dict[str, tuple[Problem, list[str]]] = {}
+    for case in cases:
+        try:
+            case_scenario(manifest_path, case, probe=probe)
+        except ScenarioError as err:
+            for problem in err.problems:
+                broken.setdefault(problem.render(), (problem, []))[1].append(case.name)
+    if broken:
+        raise ScenarioError([replace(p, message=f"{p.message} (validation case{'s' if len(names) > 1 else ''} "
+                                                f"{', '.join(names)})") for p, names in broken.values()])
+
+
+def _runs(manifest_path: str | Path, cases: list[Case], jobs: int, probe: Mapping[str, object]) -> Iterator[CaseRun]:
     if jobs > 1 and len(cases) > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            yield from pool.map(run_case, repeat(manifest_path), cases)
+            yield from pool.map(run_case, repeat(manifest_path), cases, repeat(MEASURED_STEPS), repeat(probe))
     else:
         for case in cases:
-            yield run_case(manifest_path, case)
+            yield run_case(manifest_path, case, probe=probe)
 
 
 def run_validation(manifest_path: str | Path, names: list[str] | None = None, jobs: int = 1,
-                   on_case: Callable[[CaseRun], None] | None = None) -> Validation:
+                   on_case: Callable[[CaseRun], None] | None = None,
+                   probe: Mapping[str, object] | None = None) -> Validation:
     """Run the selected cases (in `jobs` processes; results do not depend on it) and compare their figures;
-    `on_case` hears of each case as it completes, in manifest order."""
+    `on_case` hears of each case as it completes, in manifest order. `probe`: overrides applied to every case on top
+    of its own (see `case_scenario`), checked against every case before any runs."""
     manifest = load_manifest(manifest_path)
     cases = select_cases(manifest, names)
+    probe = dict(probe or {})
+    if probe:
+        check_probe(manifest_path, cases, probe)
     runs = []
-    for run in _runs(manifest_path, cases, jobs):
+    for run in _runs(manifest_path, cases, jobs, probe):
         runs.append(run)
         if on_case is not None:
             on_case(run)

@@ -227,22 +227,23 @@ def length_distribution(model: StaticLengthModel, field: str = "output") -> Leng
 
 @register_length_model("fixed")
 def _fixed(model: FixedLength, field: str) -> LengthDistribution:
-    return FiniteLengths.of("fixed", [model.tokens])
+    return FiniteLengths.of("fixed", _scaled([model.tokens], model.scale))
 
 
 @register_length_model("lognormal")
 def _lognormal(model: LognormalLength, field: str) -> LengthDistribution:
     from scipy import stats  # scipy.stats takes a second to import; only continuous models need it
 
-    return ScipyLengths("lognormal", stats.lognorm(s=model.sigma, loc=model.loc_tokens,
-                                                  scale=model.median_tokens - model.loc_tokens))
+    k = model.scale
+    return ScipyLengths("lognormal", stats.lognorm(s=model.sigma, loc=k * model.loc_tokens,
+                                                  scale=k * (model.median_tokens - model.loc_tokens)))
 
 
 @register_length_model("gamma")
 def _gamma(model: GammaLength, field: str) -> LengthDistribution:
     from scipy import stats
 
-    return ScipyLengths("gamma", stats.gamma(a=model.shape, scale=model.mean_tokens / model.shape))
+    return ScipyLengths("gamma", stats.gamma(a=model.shape, scale=model.scale * model.mean_tokens / model.shape))
 
 
 @register_length_model("gaussian_mixture")
@@ -250,7 +251,8 @@ def _gaussian_mixture(model: GaussianMixtureLength, field: str) -> LengthDistrib
     from scipy import stats
 
     return MixtureLengths.of("gaussian_mixture", [c.weight for c in model.components],
-                             [ScipyLengths("normal", stats.norm(c.mean_tokens, c.std_tokens)) for c in model.components])
+                             [ScipyLengths("normal", stats.norm(model.scale * c.mean_tokens, model.scale * c.std_tokens))
+                              for c in model.components])
 
 
 @register_length_model("lognormal_mixture")
@@ -258,7 +260,7 @@ def _lognormal_mixture(model: LognormalMixtureLength, field: str) -> LengthDistr
     from scipy import stats
 
     return MixtureLengths.of("lognormal_mixture", [c.weight for c in model.components],
-                             [ScipyLengths("lognormal", stats.lognorm(s=c.sigma, scale=c.median_tokens))
+                             [ScipyLengths("lognormal", stats.lognorm(s=c.sigma, scale=model.scale * c.median_tokens))
                               for c in model.components])
 
 
