@@ -537,7 +537,10 @@ class RolloutEngine:
     def _decode_exact(self) -> Generator[simpy.Event, object, None]:
         start = self.env.now
         self._in_flight = (self._decode_label, start)
-        yield self.env.timeout(self.costs.decode_iteration_seconds(self._decoding, self._context))
+        # One iteration of the closed form (the iteration time to rounding, from the batch's cached profile) rather
+        # than re-pricing its kernels: after a preemption the fast mode steps here once per iteration, tens of
+        # thousands of times in a long-tail step.
+        yield self.env.timeout(self.costs.decode_k_iterations_seconds(self._decoding, self._context, 1))
         self._in_flight = None
         self._advance(1, decode=True)
         self._record(start, self._decode_label)
