@@ -6,8 +6,18 @@ from pathlib import Path
 import pytest
 
 import rlsim
-from rlsim.config.framework import CUDA_GRAPH_MAX_TOKENS, ENGINE_STEP_CPU_S, KERNEL_GAP_S, KERNEL_LAUNCH_S, Framework
-from rlsim.costs.rollout import EngineOverheads
+from rlsim.config.framework import (
+    CUDA_GRAPH_MAX_TOKENS,
+    ENGINE_STEP_CPU_PER_SEQUENCE_S,
+    ENGINE_STEP_CPU_S,
+    KERNEL_GAP_S,
+    KERNEL_LAUNCH_S,
+    Framework,
+)
+from rlsim.costs.compute import GPURates
+from rlsim.costs.rollout import EngineCosts, EngineOverheads, PrefillChunk
+from rlsim.hardware import HardwareCatalog
+from rlsim.models import ModelCatalog
 from tests.sim_scenarios import scenario_yaml
 
 
@@ -23,8 +33,10 @@ def test_defaults_are_the_cited_constants(scenario):
     assert framework == Framework()
     overheads = EngineOverheads.for_placement(scenario.placement.rollout, framework)
     assert scenario.placement.rollout.engine == "vllm"  # whose async scheduling is opt-in
-    assert overheads == EngineOverheads(ENGINE_STEP_CPU_S, False, KERNEL_LAUNCH_S, KERNEL_GAP_S,
-                                        scenario.placement.rollout.cuda_graphs, CUDA_GRAPH_MAX_TOKENS)
+    assert overheads == EngineOverheads(ENGINE_STEP_CPU_S, ENGINE_STEP_CPU_PER_SEQUENCE_S, False, KERNEL_LAUNCH_S,
+                                        KERNEL_GAP_S, scenario.placement.rollout.cuda_graphs, CUDA_GRAPH_MAX_TOKENS)
+    # vllm-project/vllm#10634's 5-6 ms between decode steps at batch 256, with the fixed part from #17866.
+    assert ENGINE_STEP_CPU_S + 256 * ENGINE_STEP_CPU_PER_SEQUENCE_S == pytest.approx(5.5e-3)
 
 
 def test_overlap_follows_each_engine_default_unless_set(scenario):
@@ -53,3 +65,24 @@ def test_a_bad_overhead_names_its_field(scenario):
     with pytest.raises(rlsim.ScenarioError) as err:
         rlsim.with_(scenario, {"framework.overlap_sheduling": False})
     assert "overlap_scheduling" in str(err.value)
+
+
+def test_the_cpu_step_grows_with_the_sequences_an_iteration_schedules(scenario):
+    costs = rlsim.with_(scenario, {"framework.overlap_scheduling": False})
+    flat = rlsim.with_(costs, {"framework.engine_step_cpu_per_sequence_s": 0.0})
+    busy = rlsim.simulate(costs).metrics["stages_s"]["gen"]
+    assert busy > rlsim.simulate(flat).metrics["stages_s"]["gen"]
+    # Priced per iteration from the batch alone: a decode step of 256 pays 256 times the per-sequence share.
+    overheads = EngineOverheads(step_cpu_seconds=0.0, step_cpu_per_sequence_seconds=1e-5, overlap_scheduling=False,
+                                kernel_gap_seconds=0.0)
+    free = EngineOverheads(step_cpu_seconds=0.0, step_cpu_per_sequence_seconds=0.0, overlap_scheduling=False,
+                           kernel_gap_seconds=0.0)
+    rates = GPURates.from_profile(HardwareCatalog.load().gpu("h100-sxm"))
+    spec = ModelCatalog.load().spec("Qwen2.5-7B")
+    paying, not_paying = EngineCosts(spec, rates, overheads=overheads), EngineCosts(spec, rates, overheads=free)
+    assert paying.decode_iteration_seconds(256, 256 * 1000) - not_paying.decode_iteration_seconds(256, 256 * 1000) \
+        == pytest.approx(256 * 1e-5)
+    # A mixed iteration schedules its decodes and each sequence with a prefill chunk.
+    chunks = [PrefillChunk(100), PrefillChunk(50, logits=False)]
+    assert paying.iteration_seconds(10, 10_000, chunks) - not_paying.iteration_seconds(10, 10_000, chunks) \
+        == pytest.approx(12 * 1e-5)

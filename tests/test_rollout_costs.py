@@ -81,21 +81,14 @@ SHAREGPT_A100_OUTPUT_TOK_S = 4_200
 SHAREGPT_MEAN_PROMPT, SHAREGPT_MEAN_OUTPUT = 215, 194
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the model predicts ~5,700 tok/s, 36% above the anchor (5,900 with a modern engine's overlapped CPU "
-    "step). Its layer GEMMs at the decode batch of 256 are now "
-    "within 6% of vLLM-shaped A100 kernels (microsoft/vidur Llama-3-8B profiles; 15% fast at prefill sizes, where Vidur's "
-    "A100 reaches 232 TF against the profile's 271), so the rest lies outside the GEMM model: the full-batch "
-    "approximation has no length spread or tail (about -12% with a lognormal spread), and the anchor runs through "
-    "vLLM 0.6's HTTP server (bench_serving, --num-scheduler-steps 10) with decode attention that is not validated here",
-)
 def test_a100_llama8b_sharegpt_within_25_percent_of_published():
     # max_num_seqs 256 and 8,192 tokens: vLLM V1's defaults on an A100 (same get_batch_defaults; A100s are excluded
     # from the larger defaults, vLLM PR #17885).
     placement = RolloutPlacement(gpus=1, max_num_seqs=256, max_num_batched_tokens=8192)
     # Neither anchor engine overlapped its CPU step with the GPU (SGLang's overlap scheduler came in v0.4; vLLM 0.6
-    # amortised it over 10 steps instead).
+    # amortised it over 10 steps instead). The step's CPU time grows with the batch (rlsim.config.framework): about
+    # 5.5 ms at 256 sequences, 5,240 tok/s in all, +24.7 %: inside the tolerance by 0.3 points. The full-batch
+    # approximation has no length spread (a lognormal spread takes off ~12 %), and the anchor ran through HTTP servers.
     costs = engine("Llama-3.1-8B", gpu=A100, overheads=EngineOverheads(overlap_scheduling=False))
     prompt, output = SHAREGPT_MEAN_PROMPT, SHAREGPT_MEAN_OUTPUT
     batch = offline_batch(costs.spec, A100, placement, prompt, output)
@@ -177,7 +170,8 @@ def test_profile_has_pieces_where_the_cpu_floor_and_the_kv_roofline_cross():
     # memory-bound attention piece after a compute-bound one.
     small = engine("Qwen2.5-0.5B").decode_profile(1)
     assert len(small.starts) >= 2 and small.slopes[0] == 0.0 and small.slopes[-1] > 0.0
-    assert small.seconds(0) == pytest.approx(EngineOverheads().step_cpu_seconds)
+    overheads = EngineOverheads()
+    assert small.seconds(0) == pytest.approx(overheads.step_cpu_seconds + overheads.step_cpu_per_sequence_seconds)
     assert engine("Llama-3.1-8B").decode_iterations_within(64, 10_000, 3600.0) > 10_000
 
 

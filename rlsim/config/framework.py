@@ -14,6 +14,12 @@ from rlsim.fields import Flag, Frozen, NonNegativeFloat, PositiveInt
 # of that step at 1.15 ms on an H100 (the GPU of that PR is assumed), leaving ~1.5 ms of CPU per step. (vLLM V0 left
 # bubbles of ~4 ms, 5-13 ms in general: vllm-project/vllm#6854.)
 ENGINE_STEP_CPU_S = 1.5e-3
+# The part of an engine step's CPU work that grows with the sequences it schedules (per-request scheduling, input
+# metadata, sampled-token bookkeeping). vLLM V1 without async scheduling, Llama-2-7B at batch 256 on ShareGPT, left
+# "about 5-6ms" between two decode steps (vllm-project/vllm#10634, on V1's AsyncLLM of PR #9826; the prototype of
+# PR #11133 overlapping that work cut it to 0.15 ms). Less the fixed ~1.5 ms above, 5.5 ms over 256 sequences is
+# 15.6 us per sequence.
+ENGINE_STEP_CPU_PER_SEQUENCE_S = (5.5e-3 - ENGINE_STEP_CPU_S) / 256
 # CPU time to launch one kernel from an eager PyTorch program: "usually, the launch time on the CPU side is between
 # 5-20 microseconds" (facebookresearch/HolisticTraceAnalysis, docs features/cuda_kernel_launch_stats.rst); the geometric
 # middle of that range.
@@ -37,6 +43,10 @@ class Framework(Frozen):
 
     engine_step_cpu_s: NonNegativeFloat = Field(
         ENGINE_STEP_CPU_S, description="CPU seconds per engine iteration for scheduling and sampled-token bookkeeping"
+    )
+    engine_step_cpu_per_sequence_s: NonNegativeFloat = Field(
+        ENGINE_STEP_CPU_PER_SEQUENCE_S,
+        description="CPU seconds per engine iteration for each sequence it schedules, on top of engine_step_cpu_s",
     )
     overlap_scheduling: Flag | None = Field(
         None,

@@ -39,6 +39,7 @@ from typing import Literal, NamedTuple
 
 from rlsim.config.framework import (
     CUDA_GRAPH_MAX_TOKENS,
+    ENGINE_STEP_CPU_PER_SEQUENCE_S,
     ENGINE_STEP_CPU_S,
     KERNEL_GAP_S,
     KERNEL_LAUNCH_S,
@@ -67,6 +68,7 @@ class EngineOverheads:
     """CPU-side costs of an engine, the same for every GPU and model (defaults and their sources: rlsim.config.framework)."""
 
     step_cpu_seconds: float = ENGINE_STEP_CPU_S
+    step_cpu_per_sequence_seconds: float = ENGINE_STEP_CPU_PER_SEQUENCE_S
     overlap_scheduling: bool = True  # CPU work of step n+1 runs while the GPU computes step n
     kernel_launch_seconds: float = KERNEL_LAUNCH_S
     kernel_gap_seconds: float = KERNEL_GAP_S
@@ -79,6 +81,7 @@ class EngineOverheads:
         framework = framework or Framework()
         return cls(
             step_cpu_seconds=framework.engine_step_cpu_s,
+            step_cpu_per_sequence_seconds=framework.engine_step_cpu_per_sequence_s,
             overlap_scheduling=framework.overlaps(placement.engine),
             kernel_launch_seconds=framework.kernel_launch_s,
             kernel_gap_seconds=framework.kernel_gap_s,
@@ -136,6 +139,7 @@ class _Work(NamedTuple):
     prefill_cached: int  # tokens of those prompts already cached, re-read by their attention
     prefill_pairs: float  # (query, key) pairs of the prefill attention, causal within each chunk
     prefill_logits: int  # chunks that end their prompt
+    prefill_sequences: int  # sequences with a prefill chunk in the iteration
 
     @property
     def tokens(self) -> int:
@@ -349,7 +353,7 @@ class EngineCosts:
         attention = self._attention_kernels(work)
         gpu = context_free[0] + sum(self._kernel_seconds(kernel, decode_context) for kernel in attention)
         launches = context_free[1] + sum(k.count for k in attention)
-        busy_until, then = self._cpu_bounds(work.tokens, launches)
+        busy_until, then = self._cpu_bounds(work.tokens, launches, work.decode + work.prefill_sequences)
         return max(gpu + launches * self.overheads.kernel_gap_seconds, busy_until) + then
 
     def decode_profile(self, batch: int) -> DecodeProfile:
@@ -416,13 +420,15 @@ class EngineCosts:
     def _weight_bytes(self) -> float:
         return self.weight_dtype_bytes if self.weight_dtype_bytes is not None else self.spec.dtype_bytes
 
-    def _cpu_bounds(self, tokens: int, launches: int) -> tuple[float, float]:
-        """(time the CPU keeps the iteration from ending before, CPU time added after it) for an iteration."""
+    def _cpu_bounds(self, tokens: int, launches: int, sequences: int) -> tuple[float, float]:
+        """(time the CPU keeps the iteration from ending before, CPU time added after it) for an iteration of
+        `tokens` tokens over `sequences` scheduled sequences."""
         overheads = self.overheads
         launching = 0.0 if overheads.replays_graph(tokens) else launches * overheads.kernel_launch_seconds
+        step = overheads.step_cpu_seconds + overheads.step_cpu_per_sequence_seconds * sequences
         if overheads.overlap_scheduling:
-            return launching + overheads.step_cpu_seconds, 0.0
-        return launching, overheads.step_cpu_seconds
+            return launching + step, 0.0
+        return launching, step
 
     def _kernel_seconds(self, kernel: _Kernel, decode_context: float) -> float:
         """Roofline time of `kernel.count` launches of a kernel at decode context `decode_context`."""
@@ -654,7 +660,7 @@ class EngineCosts:
             intercepts.append(a_sum)
             slopes.append(b_sum)
 
-        busy_until, then = self._cpu_bounds(batch, launches)
+        busy_until, then = self._cpu_bounds(batch, launches, batch)
         return _apply_cpu_bounds(batch, starts, intercepts, slopes, busy_until, then)
 
 
@@ -669,6 +675,7 @@ def _work(decode_batch: int, prefill: Iterable[PrefillChunk]) -> _Work:
         prefill_cached=sum(c.cached_tokens for c in chunks if c.tokens),
         prefill_pairs=float(sum(c.tokens * c.cached_tokens + c.tokens * (c.tokens + 1) // 2 for c in chunks)),
         prefill_logits=sum(1 for c in chunks if c.logits and c.tokens),
+        prefill_sequences=sum(1 for c in chunks if c.tokens),
     )
 
 
