@@ -51,6 +51,19 @@ def test_micro_batches_hold_every_sequence_within_capacity(lengths, capacity):
     bins = pack_micro_batches(lengths, capacity)
     assert sorted(x for b in bins for x in b) == sorted(lengths)
     assert all(sum(b) <= capacity or len(b) == 1 for b in bins)
+    assert bins == first_fit_decreasing(lengths, capacity)
+
+
+def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
+    """The textbook first fit, scanning every bin: what pack_micro_batches must reproduce exactly."""
+    bins: list[list[int]] = []
+    for length in sorted(lengths, reverse=True):
+        fit = next((b for b in bins if sum(b) + length <= capacity), None)
+        if fit is None:
+            bins.append([length])
+        else:
+            fit.append(length)
+    return bins
 
 
 def test_recorder_labels_every_gpu_second_once():

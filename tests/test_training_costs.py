@@ -2,6 +2,8 @@
 (causal attention per sequence, backward = 2× forward GEMMs, recompute, FSDP overlap, MoE, optimizer)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -288,6 +290,11 @@ def test_training_time_adds_and_labels():
     total = a + b
     assert total.total == pytest.approx(4.05)
     assert total.labels()["train_backward"] == 2.5
+    # Every field is added and totalled (the arithmetic is spelled out field by field for speed).
+    names = [f.name for f in dataclasses.fields(TrainingTime)]
+    distinct = TrainingTime(*(2.0 ** i for i in range(len(names))))
+    assert distinct.total == sum(2.0 ** i for i in range(len(names)))
+    assert [getattr(distinct + distinct, n) for n in names] == [2 * getattr(distinct, n) for n in names]
 
 
 def test_a_layout_without_its_collectives_is_refused():

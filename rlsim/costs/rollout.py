@@ -454,9 +454,16 @@ class EngineCosts:
         return work.decode + work.prefill + work.prefill_cached if self.spec.architecture.mla is not None else 0
 
     def _attention_kernels(self, work: _Work) -> list[_Kernel]:
-        kv_per_layer = kv_bytes_per_token_per_gpu(self.spec, self.tp) / self.spec.architecture.num_hidden_layers
-        return [self._attention_kernel(work, kv_per_layer, self.spec.layer_count(kind))
-                for kind in ("dense", "moe") if self.spec.layer_count(kind)]
+        return [self._attention_kernel(work, self._kv_per_layer, layers) for layers in self._attention_layers]
+
+    @cached_property
+    def _kv_per_layer(self) -> float:
+        return kv_bytes_per_token_per_gpu(self.spec, self.tp) / self.spec.architecture.num_hidden_layers
+
+    @cached_property
+    def _attention_layers(self) -> tuple[int, ...]:
+        """Layers of each kind that has any (dense, then MoE): one attention kernel each per iteration."""
+        return tuple(self.spec.layer_count(kind) for kind in ("dense", "moe") if self.spec.layer_count(kind))
 
     def _context_free_kernels(
         self, tokens: int, logit_rows: int, latent_rows: int

@@ -41,7 +41,7 @@ compute kernels that share the GPU with overlapped NCCL kernels.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Literal
 
@@ -191,12 +191,17 @@ class TrainingTime:
     optimizer: float = 0.0
     barrier: float = 0.0  # waiting for other pipeline stages to finish their own update
 
+    # Spelled out field by field: the trainer adds and totals these hundreds of thousands of times per run.
     @property
     def total(self) -> float:
-        return sum(getattr(self, f.name) for f in fields(self))
+        return (self.forward + self.backward + self.recompute + self.exposed_collective + self.pipeline_bubble
+                + self.optimizer + self.barrier)
 
     def __add__(self, other: TrainingTime) -> TrainingTime:
-        return TrainingTime(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+        return TrainingTime(self.forward + other.forward, self.backward + other.backward,
+                            self.recompute + other.recompute, self.exposed_collective + other.exposed_collective,
+                            self.pipeline_bubble + other.pipeline_bubble, self.optimizer + other.optimizer,
+                            self.barrier + other.barrier)
 
     def labels(self, forward_label: str = "train_forward") -> dict[str, float]:
         """GPU-seconds by simulator label; recompute runs inside the backward pass. Log-prob passes use "logprob"."""
@@ -244,11 +249,23 @@ class LayerTime:
                          self.elementwise + other.elementwise, self.collective + other.collective)
 
 
-def _sum_by_kind(kinds: Sequence[LayerKind], times: dict[LayerKind, LayerTime]) -> LayerTime:
-    """Σ over layers of their times, as count × time per kind (the same result, without a sum per layer)."""
+@dataclass(frozen=True)
+class _BackwardOverlap:
+    """What a chunk's backward exposes around its layers' compute, by layout: the first gather (hidden behind the
+    head), each layer's overlapping communication with that layer's kind (layers last to first), and what runs
+    after the last layer (its reduce, the root unit's, the offloaded gradients' copy to host)."""
+
+    first_gather: float
+    comms: tuple[tuple[float, LayerKind], ...]
+    after: float
+
+
+def _sum_by_kind(counts: dict[LayerKind, int], times: dict[LayerKind, LayerTime]) -> LayerTime:
+    """Σ over layers of their times, as count × time per kind (the same result, without a sum per layer); `counts`
+    in a fixed order, so the floating-point sum is the same in every process."""
     total = LayerTime()
-    for kind in set(kinds):
-        count, t = kinds.count(kind), times[kind]
+    for kind, count in counts.items():
+        t = times[kind]
         total = total + LayerTime(t.gemm * count, t.attention * count, t.elementwise * count, t.collective * count)
     return total
 
@@ -339,8 +356,11 @@ class TrainingCosts:
     def _attention_flops(self, sequence_lengths: Sequence[int]) -> float:
         """Forward attention FLOPs of one layer on this GPU: causal per sequence, heads split by TP, tokens by CP."""
         pairs = sum(n * (n + 1) / 2 for n in sequence_lengths)
-        per_layer = self.spec.attention_flops_per_context_token / self.spec.architecture.num_hidden_layers
-        return per_layer * pairs / (self.layout.tp * self.layout.cp)
+        return self._attention_flops_per_pair * pairs / (self.layout.tp * self.layout.cp)
+
+    @cached_property
+    def _attention_flops_per_pair(self) -> float:
+        return self.spec.attention_flops_per_context_token / self.spec.architecture.num_hidden_layers
 
     def _widths(self) -> tuple[int, int, int, int]:
         """Query, key, value and attention-output widths of a layer (all heads)."""
@@ -446,7 +466,14 @@ class TrainingCosts:
         return self.rates.compute_seconds(flops / forward_eff)
 
     def _elementwise_bytes(self, kind: LayerKind) -> dict[str, float]:
-        """Forward bytes per token of each memory-bound op of one layer, before the TP split."""
+        """Forward bytes per token of each memory-bound op of one layer, before the TP split (worked out once per kind:
+        every layer of every micro-batch asks)."""
+        cache = self.__dict__.setdefault("_elementwise_bytes_cache", {})
+        if kind not in cache:
+            cache[kind] = self._elementwise_bytes_of(kind)
+        return cache[kind]
+
+    def _elementwise_bytes_of(self, kind: LayerKind) -> dict[str, float]:
         arch = self.spec.architecture
         per = ELEMENTWISE_BYTES[self._implementation]
         h = arch.hidden_size
@@ -546,6 +573,16 @@ class TrainingCosts:
             cache[chunk] = counts
         return cache[chunk]
 
+    def _kind_counts(self, chunk: int) -> dict[LayerKind, int]:
+        """Layers of each kind in a chunk, kinds in order of first appearance."""
+        cache = self.__dict__.setdefault("_kind_counts_cache", {})
+        if chunk not in cache:
+            counts: dict[LayerKind, int] = {}
+            for kind in self.chunk_layers(chunk):
+                counts[kind] = counts.get(kind, 0) + 1
+            cache[chunk] = counts
+        return cache[chunk]
+
     def chunk_layers(self, chunk: int) -> tuple[LayerKind, ...]:
         """Layer kinds of model chunk `chunk` (stage chunk % pp); layers split as evenly as possible, earlier chunks larger."""
         kinds = self.spec.layer_kinds
@@ -615,14 +652,14 @@ class TrainingCosts:
                        layers: dict[LayerKind, LayerTime]) -> TrainingTime:
         """One forward op of a pipeline chunk: its layers, the head on the last chunk, FSDP gathers, the send onward."""
         kinds = self.chunk_layers(chunk)
-        total = _sum_by_kind(kinds, layers)
+        total = _sum_by_kind(self._kind_counts(chunk), layers)
         last = chunk == self._chunks - 1
         if last:
             total = total + self.head_time(sequence_lengths, backward=False)
         exposed = total.collective
         if self.layout.zero_stage >= 3:
             # Root unit and first layer gathered up front; each later gather hides behind the previous layer.
-            gather_of = {kind: self._gather(*self._unit_params(kind)) for kind in set(kinds)}
+            gather_of = {kind: self._gather(*self._unit_params(kind)) for kind in self._kind_counts(chunk)}
             root = self._root_params(chunk)
             exposed += (self._gather(root, 0.0) if root else 0.0) + gather_of[kinds[0]]
             # Each gather hides behind the previous layer's compute; pairs of layer kinds repeat, so count them.
@@ -636,37 +673,52 @@ class TrainingCosts:
     def _chunk_backward(self, chunk: int, sequence_lengths: Sequence[int], layers: dict[LayerKind, LayerTime],
                         recomputed: dict[LayerKind, LayerTime], *, reduce_gradients: bool) -> TrainingTime:
         """One backward op of a pipeline chunk: recompute, gradients, FSDP gathers and gradient reduction, send back."""
-        kinds = self.chunk_layers(chunk)
+        counts = self._kind_counts(chunk)
         last = chunk == self._chunks - 1
         head = self.head_time(sequence_lengths, backward=True) if last else LayerTime()
-        backward = _sum_by_kind(kinds, layers) + head
-        recompute = _sum_by_kind(kinds, recomputed)
+        backward = _sum_by_kind(counts, layers) + head
+        recompute = _sum_by_kind(counts, recomputed)
         exposed = backward.collective + recompute.collective
-        order = tuple(reversed(kinds))
-        windows = [layers[kind].compute + recomputed[kind].compute for kind in order]
+        plan = self._backward_overlap(chunk, reduce_gradients)
+        # Layers run last to first. The first gather hides behind the head's backward (if this chunk has it); while
+        # layer i computes, the next layer's gather and the previous layer's reduce-scatter run.
+        exposed += max(0.0, plan.first_gather - head.compute)
+        window = {kind: layers[kind].compute + recomputed[kind].compute for kind in counts}
+        for comm, kind in plan.comms:
+            exposed += max(0.0, comm - window[kind])
+        exposed += plan.after
+        if chunk > 0:
+            exposed += self._send(sequence_lengths)
+        return TrainingTime(backward=backward.compute, recompute=recompute.compute, exposed_collective=exposed)
+
+    def _backward_overlap(self, chunk: int, reduce_gradients: bool) -> _BackwardOverlap:
+        """The communication a chunk's backward overlaps with its layers: a function of the layout alone, so it is
+        worked out once per chunk (the trainer prices tens of thousands of micro-batches)."""
+        cache = self.__dict__.setdefault("_backward_overlap_cache", {})
+        key = (chunk, reduce_gradients)
+        if key in cache:
+            return cache[key]
+        order = tuple(reversed(self.chunk_layers(chunk)))
         # One gather and one reduce per layer kind: every layer of a kind moves the same bytes.
         gather_of = {kind: self._gather(*self._unit_params(kind)) if self.layout.zero_stage >= 3 else 0.0
-                     for kind in set(kinds)}
-        reduce_of = {kind: self._reduce(*self._unit_params(kind)) if reduce_gradients else 0.0 for kind in set(kinds)}
+                     for kind in self._kind_counts(chunk)}
+        reduce_of = {kind: self._reduce(*self._unit_params(kind)) if reduce_gradients else 0.0
+                     for kind in self._kind_counts(chunk)}
         gathers = [gather_of[kind] for kind in order]
         reduces = [reduce_of[kind] for kind in order]
         root_reduce = self._reduce(self._root_params(chunk), 0.0) if reduce_gradients else 0.0
-        # Layers run last to first. The first gather hides behind the head's backward (if this chunk has it); while
-        # layer i computes, the next layer's gather and the previous layer's reduce-scatter run.
-        exposed += max(0.0, gathers[0] - head.compute)
-        for i, window in enumerate(windows):
-            comm = (gathers[i + 1] if i + 1 < len(windows) else 0.0) + (reduces[i - 1] if i > 0 else 0.0)
-            exposed += max(0.0, comm - window)
-        exposed += reduces[-1] + root_reduce
+        # While layer i computes, the next layer's gather and the previous layer's reduce-scatter run.
+        comms = tuple(((gathers[i + 1] if i + 1 < len(order) else 0.0) + (reduces[i - 1] if i > 0 else 0.0), kind)
+                      for i, kind in enumerate(order))
+        after = reduces[-1] + root_reduce
         if self.layout.offload_params and reduce_gradients:
             # The gradient shards go to host memory, where the offloaded weights live.
             assert self.collectives.host is not None
             dense, expert = self._params_of([chunk])
-            exposed += self.collectives.host(GRAD_REDUCE_BYTES * (dense / self._dense_shards
-                                                                  + expert / self._expert_dp_degree))
-        if chunk > 0:
-            exposed += self._send(sequence_lengths)
-        return TrainingTime(backward=backward.compute, recompute=recompute.compute, exposed_collective=exposed)
+            after += self.collectives.host(GRAD_REDUCE_BYTES * (dense / self._dense_shards
+                                                                + expert / self._expert_dp_degree))
+        cache[key] = _BackwardOverlap(gathers[0], comms, after)
+        return cache[key]
 
     def _send(self, sequence_lengths: Sequence[int]) -> float:
         """Point-to-point transfer of a micro-batch's activations (or their gradients) to the neighbouring stage."""

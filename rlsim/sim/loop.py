@@ -20,6 +20,7 @@ Idle time is labelled through recorder contexts: rollout GPUs waiting for their 
 from __future__ import annotations
 
 import math
+from bisect import insort
 from collections.abc import Generator
 
 import simpy
@@ -57,7 +58,7 @@ class RLLoop:
         self._informative: dict[int, bool] = {}  # group -> whether dynamic sampling keeps it
         # (when, group) of groups whose samples all finished (and, off-policy, were scored). Taken in that order, ties by
         # group id, so that simultaneous completions never depend on the order SimPy happens to process them in.
-        self._complete: list[tuple[float, int]] = []
+        self._complete: list[tuple[int, int]] = []  # (completion instant in tie windows, group id)
         self._complete_changed = self.env.event()
         self._version_changed = self.env.event()
         self._dropped_groups = 0  # groups dropped by the staleness bound or dynamic sampling; the producer replaces them
@@ -390,15 +391,16 @@ class RLLoop:
             self._dropped_groups += 1  # off-policy: the producer admits a replacement
             self._notify_version()
         else:
-            self._complete.append((self.env.now, group))
+            # Kept in the order `_take` serves: completion instant (to the tie window), then group id.
+            insort(self._complete, (round(self.env.now / TIE_WINDOW_S), group))
         event, self._complete_changed = self._complete_changed, self.env.event()
         event.succeed()
 
     def _take(self, count: int) -> list[int]:
         """The `count` earliest-completed groups (simultaneous ones by group id), removed from the complete set."""
-        self._complete.sort(key=lambda item: (round(item[0] / TIE_WINDOW_S), item[1]))
-        taken, self._complete = self._complete[:count], self._complete[count:]
-        return [group for _, group in taken]
+        taken = [group for _, group in self._complete[:count]]
+        del self._complete[:count]
+        return taken
 
     def _settle(self) -> Generator:
         """Let every completion of this instant arrive before deciding which groups to take."""
