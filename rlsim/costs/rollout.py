@@ -540,8 +540,10 @@ class EngineCosts:
             entry[3] += weights
         return [(name, i, o, m, w) for name, (i, o, m, w) in fused.items()]
 
-    def _attention_kernel(self, work: _Work, kv_per_layer: float, layers: int) -> _Kernel:
-        """Fused attention of one layer on one GPU: KV reads of every key attended, FLOPs per (query, key) pair."""
+    @cached_property
+    def _attention_widths(self) -> tuple[float, float, float]:
+        """(FLOPs per (query, key) pair in the expanded form, in the absorbed form, query/output bytes per token over
+        ACTIVATION_BYTES) of one layer's attention on one GPU: fixed for the engine, asked at every iteration."""
         arch, spec = self.spec.architecture, self.spec
         heads = arch.num_attention_heads / self.tp
         mla = arch.mla
@@ -554,6 +556,11 @@ class EngineCosts:
         else:
             absorbed = expanded
             query_width = heads * 2 * arch.attention_head_dim
+        return expanded, absorbed, query_width
+
+    def _attention_kernel(self, work: _Work, kv_per_layer: float, layers: int) -> _Kernel:
+        """Fused attention of one layer on one GPU: KV reads of every key attended, FLOPs per (query, key) pair."""
+        expanded, absorbed, query_width = self._attention_widths
         decode_keys = work.decode  # plus the context c: each sequence also attends to the token it decodes
         flops = absorbed * decode_keys + expanded * work.prefill_pairs
         keys_read = decode_keys + work.prefill + work.prefill_cached
