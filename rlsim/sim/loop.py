@@ -56,9 +56,10 @@ class RLLoop:
         self._members: dict[int, list[Rollout]] = {}  # group -> its rollouts
         self._left: dict[int, int] = {}  # group -> samples still generating
         self._informative: dict[int, bool] = {}  # group -> whether dynamic sampling keeps it
-        # (when, group) of groups whose samples all finished (and, off-policy, were scored). Taken in that order, ties by
-        # group id, so that simultaneous completions never depend on the order SimPy happens to process them in.
-        self._complete: list[tuple[int, int]] = []  # (completion instant in tie windows, group id)
+        # (completion instant in tie windows, group) of groups whose samples all finished (and, off-policy, were
+        # scored), kept sorted: taken in that order, so that simultaneous completions never depend on the order SimPy
+        # happens to process them in.
+        self._complete: list[tuple[int, int]] = []
         self._complete_changed = self.env.event()
         self._version_changed = self.env.event()
         self._dropped_groups = 0  # groups dropped by the staleness bound or dynamic sampling; the producer replaces them
