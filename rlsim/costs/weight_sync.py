@@ -16,7 +16,10 @@ engine in three terms, reported separately because they scale differently:
   `nccl_broadcast` (bucketed, GPU-resident broadcast from one
   training GPU to the rollout GPUs, as slime does) and `rdma_p2p` (each rollout GPU receives only its own shard by
   point-to-point RDMA, all engines at once, over the max-flow of the training-to-rollout links).
-* *load* — each engine copies its TP shard into its weights, one `load_weights` call per tensor.
+* *load* — each engine copies its TP shard into its weights, by `load_weights` calls: one per tensor (`per_tensor`) or
+  one per bucket. Every call first walks the engine's whole model (`load_call_seconds`). Tensor by tensor, a call
+  runs on the engine's host while the trainer exports and sends the next tensor (NCCL calls return to the host as soon
+  as they are queued), so only the part of each call longer than that tensor's export and send is added.
 
 The terms add up: verl runs them one after another (its `overlap_broadcast_and_consume` is off by default).
 
@@ -41,7 +44,7 @@ from rlsim.costs.collectives import COPY_LINK_EFFICIENCY, HOST_LINK_EFFICIENCY, 
 from rlsim.costs.memory import training_model_state
 from rlsim.hardware import GPUProfile
 from rlsim.models import ModelSpec
-from rlsim.topology import GPU, ClusterTopology
+from rlsim.topology import GPU, ClusterTopology, CommGroup
 
 MIB = 2**20
 
@@ -51,6 +54,14 @@ MIB = 2**20
 # is 159 us per tensor. Charged per tensor in each phase that works tensor by tensor (the measurement covers the
 # transfer; the export does the same per-tensor work). The NCCL latency of each call is added on top by collective_time.
 PER_TENSOR_OVERHEAD_S = 159e-6
+# Host time of one `load_weights` call into the engine's model before it loads anything: vLLM's and SGLang's model
+# classes rebuild `dict(self.named_parameters())` over the whole model on every call, and MoE models also rebuild their
+# expert mapping (one entry per expert and checkpoint projection); read in vLLM's and SGLang's models/qwen3_moe.py.
+# calibration/loader_calls.py times both on module trees laid out like the engines' models. On a 2-core AMD EPYC VM
+# (Python 3.11, PyTorch 2.13), the median of 5 runs was 1.7 us per parameter tensor walked (1.6-2.0 us over the runs)
+# and 0.15 us per mapping entry.
+LOAD_CALL_PER_PARAMETER_S = 1.7e-6
+EXPERT_MAPPING_PER_ENTRY_S = 0.15e-6
 # vLLM/SGLang weight loading per tensor: SGLang PR #24030 (sgl-project/sglang) measured "Load weights" at 26.7 ms for a
 # whole Qwen3-30B-A3B update (18,867 tensors, H200, TP=4 EP=4): 1.4 us per tensor.
 LOAD_PER_TENSOR_S = 1.4e-6
@@ -132,6 +143,40 @@ def tensor_count(spec: ModelSpec) -> int:
     return sum(c.count for c in _tensor_classes(spec))
 
 
+# Checkpoint projections an engine stores fused in one parameter (vLLM's and SGLang's stacked_params_mapping).
+_FUSED_PROJECTIONS = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+                      "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}
+
+
+def engine_parameter_count(spec: ModelSpec) -> int:
+    """Parameter tensors in an inference engine's copy of the model: the checkpoint's, with q/k/v (weights and biases
+    apart) and gate/up fused into one tensor each, and the routed experts stacked into two (w13 for gate and up, w2
+    for down)."""
+    count = 0
+    for kind in ("dense", "moe"):
+        layers = spec.layer_count(kind)
+        if not layers:
+            continue
+        names = set()
+        for w in spec.layer_weights(kind):
+            parts = w.name.split(".")
+            if w.copies > 1:
+                names.add("experts.w2" if "down_proj" in parts else "experts.w13")
+            else:
+                names.add(".".join(_FUSED_PROJECTIONS.get(part, part) for part in parts))
+        count += layers * len(names)
+    arch = spec.architecture
+    return count + (1 if arch.tie_word_embeddings else 2) + 1  # embedding, output head, final norm
+
+
+def load_call_seconds(spec: ModelSpec) -> float:
+    """Host seconds one `load_weights` call spends before loading: the walk over the engine's parameters, and for an
+    MoE model the rebuild of its expert mapping."""
+    moe = spec.architecture.moe
+    entries = 3 * moe.num_experts if moe is not None else 0
+    return engine_parameter_count(spec) * LOAD_CALL_PER_PARAMETER_S + entries * EXPERT_MAPPING_PER_ENTRY_S
+
+
 def engine_shard_bytes(spec: ModelSpec, rollout: RolloutPlacement) -> float:
     """Weight bytes one rollout GPU holds: dense weights split over the engine's TP, routed experts over its EP."""
     expert = spec.routed_expert_params * spec.dtype_bytes
@@ -165,31 +210,55 @@ class _Groups:
         return cls(tp=tuple(gpus[:tp]), ep=ep, pp=tuple(gpus[::per_stage][:pp]), zero=zero)
 
 
+_Call = tuple[Op, float, str, int]  # (collective, bytes per call, group name, number of calls)
+
+
+def _export_calls(c: _Tensors, comms: dict[str, CommGroup], to_one_rank: bool) -> list[_Call]:
+    """The collectives that unshard the tensors of class `c`."""
+    calls: list[_Call] = []
+    if comms["zero"].size > 1:
+        calls.append(("all_gather", c.nbytes, "zero", c.count))
+    if c.shard == "tp" and comms["tp"].size > 1:
+        calls.append(("all_gather", c.nbytes, "tp", c.count))
+    ep = comms["ep"].size
+    if c.shard == "ep" and ep > 1:
+        # One all-gather brings the same local expert from every EP rank: ep experts per call.
+        calls.append(("all_gather", c.nbytes * ep, "ep", math.ceil(c.count / ep)))
+    if to_one_rank and comms["pp"].size > 1:
+        split = comms["tp"].size if c.shard == "tp" else 1
+        calls.append(("broadcast", c.nbytes / split, "pp", c.count))
+    return calls
+
+
+def _export_comms(groups: _Groups, topology: ClusterTopology) -> dict[str, CommGroup]:
+    return {name: topology.group(getattr(groups, name)) for name in ("tp", "ep", "pp", "zero")}
+
+
+def _per_tensor_export_seconds(spec: ModelSpec, groups: _Groups, topology: ClusterTopology, *,
+                               to_one_rank: bool) -> list[float]:
+    """Seconds to unshard one tensor of each class of `_tensor_classes(spec)`, tensor by tensor."""
+    comms = _export_comms(groups, topology)
+    return [
+        PER_TENSOR_OVERHEAD_S + sum(
+            count * collective_time(op, nbytes, comms[name]).seconds for op, nbytes, name, count in
+            _export_calls(c, comms, to_one_rank)) / c.count
+        for c in _tensor_classes(spec)
+    ]
+
+
 def _gather_seconds(
     spec: ModelSpec, groups: _Groups, topology: ClusterTopology, *, per_tensor: bool, bucket_bytes: float,
     to_one_rank: bool,
 ) -> float:
     """Time to unshard every tensor; `to_one_rank` adds the PP broadcast that lets a single rank send everything."""
-    comms = {name: topology.group(getattr(groups, name)) for name in ("tp", "ep", "pp", "zero")}
-    calls: list[tuple[Op, float, str, int]] = []  # (collective, bytes per call, group name, number of calls)
-    for c in _tensor_classes(spec):
-        if comms["zero"].size > 1:
-            calls.append(("all_gather", c.nbytes, "zero", c.count))
-        if c.shard == "tp" and comms["tp"].size > 1:
-            calls.append(("all_gather", c.nbytes, "tp", c.count))
-        ep = comms["ep"].size
-        if c.shard == "ep" and ep > 1:
-            # One all-gather brings the same local expert from every EP rank: ep experts per call.
-            calls.append(("all_gather", c.nbytes * ep, "ep", math.ceil(c.count / ep)))
-        if to_one_rank and comms["pp"].size > 1:
-            split = comms["tp"].size if c.shard == "tp" else 1
-            calls.append(("broadcast", c.nbytes / split, "pp", c.count))
     if per_tensor:
-        seconds = sum(count * collective_time(op, nbytes, comms[name]).seconds for op, nbytes, name, count in calls)
-        return seconds + tensor_count(spec) * PER_TENSOR_OVERHEAD_S
+        seconds = _per_tensor_export_seconds(spec, groups, topology, to_one_rank=to_one_rank)
+        return sum(c.count * s for c, s in zip(_tensor_classes(spec), seconds, strict=True))
+    comms = _export_comms(groups, topology)
     volume: dict[tuple[Op, str], float] = {}
-    for op, nbytes, name, count in calls:
-        volume[op, name] = volume.get((op, name), 0.0) + nbytes * count
+    for c in _tensor_classes(spec):
+        for op, nbytes, name, count in _export_calls(c, comms, to_one_rank):
+            volume[op, name] = volume.get((op, name), 0.0) + nbytes * count
     seconds = 0.0
     for (op, name), total in volume.items():
         buckets = max(1, math.ceil(total / bucket_bytes))
@@ -223,12 +292,17 @@ def disaggregated_sync(
                              to_one_rank=per_tensor_export)
     tensors = tensor_count(spec)
     everyone = topology.group([*training_gpus, *rollout_gpus])
+    gpu = topology.hardware(rollout_gpus[0].pool).gpu
     buckets = 0
     if method == "per_tensor":
-        transfer = sum(
-            c.count * (collective_time("broadcast", c.nbytes, everyone).seconds + PER_TENSOR_OVERHEAD_S)
-            for c in _tensor_classes(spec)
-        )
+        classes = _tensor_classes(spec)
+        sends = [collective_time("broadcast", c.nbytes, everyone).seconds + PER_TENSOR_OVERHEAD_S for c in classes]
+        transfer = sum(c.count * send for c, send in zip(classes, sends, strict=True))
+        # Each tensor's load_weights call overlaps the export and send of the next tensor; what is longer shows.
+        exports = _per_tensor_export_seconds(spec, groups, topology, to_one_rank=True)
+        call = load_call_seconds(spec)
+        load_calls = sum(c.count * max(0.0, call - export - send)
+                         for c, export, send in zip(classes, exports, sends, strict=True))
     elif method == "checkpoint_engine":
         host = _host_bytes_per_s(topology, training_gpus[0])
         share = total / len(training_gpus)
@@ -250,7 +324,9 @@ def disaggregated_sync(
         transfer = buckets * fabric.latency_s + max(shard * len(rollout_gpus) / fabric.bytes_per_s, shard / one.bytes_per_s)
     else:
         raise ValueError(f"unknown weight sync method {method!r}")
-    load = _load_seconds(spec, rollout, topology.hardware(rollout_gpus[0].pool).gpu)
+    if method != "per_tensor":
+        load_calls = buckets * load_call_seconds(spec)  # the engines load each bucket with one call
+    load = _load_seconds(spec, rollout, gpu) + load_calls
     return WeightSyncCost(method, gather, transfer, load, tensors, buckets)
 
 
@@ -296,7 +372,7 @@ def colocated_switch(
     gather = _gather_seconds(spec, groups, topology, per_tensor=per_tensor_export, bucket_bytes=sync.bucket_mib * MIB,
                              to_one_rank=False)
     hardware = topology.hardware(gpus[0].pool)
-    reshard = gather + _load_seconds(spec, rollout, hardware.gpu)
+    reshard = gather + _load_seconds(spec, rollout, hardware.gpu) + load_call_seconds(spec)  # one call, every tensor
     host = _host_bytes_per_s(topology, gpus[0])
     offload = offload_bytes_per_gpu / host
     wake = SLEEP_WAKE_FLOOR_S + engine_shard_bytes(spec, rollout) / host
