@@ -31,7 +31,7 @@ workload:
   reward: {{kind: rule, cpu_seconds_per_sample: 0.01, workers: 16}}
 placement:
   mode: {mode}
-  rollout: {{gpus: {rollout_gpus}, tp: {rollout_tp}}}
+  rollout: {{gpus: {rollout_gpus}, tp: {rollout_tp}, engine: {engine}}}
   training: {training}
 schedule:
   mode: {schedule}
@@ -41,11 +41,12 @@ schedule:
 
 @cache
 def scenario(model: str, *, gpu: str = "h20", nodes: int, rollout_gpus: int, rollout_tp: int, training: str,
-             method: str = "nccl_broadcast", mode: str = "disaggregated", bucket_mib: int = 4096) -> Bound:
+             method: str = "nccl_broadcast", mode: str = "disaggregated", bucket_mib: int = 4096,
+             engine: str = "vllm") -> Bound:
     schedule = "sync" if mode == "colocated" else "one_step_off"
     text = DISAGGREGATED.format(gpu=gpu, nodes=nodes, model=model, mode=mode, rollout_gpus=rollout_gpus,
                                 rollout_tp=rollout_tp, training=training, schedule=schedule, method=method,
-                                bucket_mib=bucket_mib)
+                                bucket_mib=bucket_mib, engine=engine)
     return bind(parse_scenario(text))
 
 
@@ -133,6 +134,19 @@ def test_tensor_by_tensor_loads_show_only_beyond_the_next_tensors_export_and_sen
         assert cost.load_s < copy_only.load_s + calls  # overlapped calls never cost more than the calls themselves
     # The MoE models' per-tensor calls (0.8-1.5 ms) outlast export and send (0.3-1.1 ms per tensor): they show.
     assert v8_cost("Qwen3-30B-A3B", "per_tensor").load_s > 10 * v8_cost("Qwen3-30B-A3B", "nccl_broadcast").load_s
+
+
+def test_sglang_engines_load_the_broadcast_tensors_a_bucket_at_a_time():
+    # verl's per-tensor path broadcasts tensor by tensor to both engines, but loads SGLang's in buckets
+    # (_sync_sglang_weights) and vLLM's tensor by tensor (_sync_vllm_weights).
+    layout = V8_LAYOUTS["Qwen3-30B-A3B"]
+    model = scenario("Qwen3-30B-A3B", **layout).model
+    vllm = v8_cost("Qwen3-30B-A3B", "per_tensor")
+    sglang = disaggregated_sync_for(scenario("Qwen3-30B-A3B", method="per_tensor", engine="sglang", **layout))
+    assert (sglang.gather_s, sglang.transfer_s) == (vllm.gather_s, vllm.transfer_s)
+    copy = v8_cost("Qwen3-30B-A3B", "nccl_broadcast").load_s - 15 * load_call_seconds(model)  # 15 buckets of 4 GiB
+    assert sglang.load_s == pytest.approx(copy + 15 * load_call_seconds(model))
+    assert vllm.load_s > 100 * (sglang.load_s - copy)
 
 
 def test_bucketed_methods_beat_tensor_by_tensor():

@@ -16,10 +16,11 @@ engine in three terms, reported separately because they scale differently:
   `nccl_broadcast` (bucketed, GPU-resident broadcast from one
   training GPU to the rollout GPUs, as slime does) and `rdma_p2p` (each rollout GPU receives only its own shard by
   point-to-point RDMA, all engines at once, over the max-flow of the training-to-rollout links).
-* *load* — each engine copies its TP shard into its weights, by `load_weights` calls: one per tensor (`per_tensor`) or
-  one per bucket. Every call first walks the engine's whole model (`load_call_seconds`). Tensor by tensor, a call
-  runs on the engine's host while the trainer exports and sends the next tensor (NCCL calls return to the host as soon
-  as they are queued), so only the part of each call longer than that tensor's export and send is added.
+* *load* — each engine copies its TP shard into its weights, by `load_weights` calls: one per tensor (`per_tensor` to
+  vLLM engines) or one per bucket. Every call first walks the engine's whole model (`load_call_seconds`). Tensor by
+  tensor, a call runs on the engine's host while the trainer exports and sends the next tensor (NCCL calls return to
+  the host as soon as they are queued), so only the part of each call longer than that tensor's export and send is
+  added.
 
 The terms add up: verl runs them one after another (its `overlap_broadcast_and_consume` is off by default).
 
@@ -298,11 +299,17 @@ def disaggregated_sync(
         classes = _tensor_classes(spec)
         sends = [collective_time("broadcast", c.nbytes, everyone).seconds + PER_TENSOR_OVERHEAD_S for c in classes]
         transfer = sum(c.count * send for c, send in zip(classes, sends, strict=True))
-        # Each tensor's load_weights call overlaps the export and send of the next tensor; what is longer shows.
-        exports = _per_tensor_export_seconds(spec, groups, topology, to_one_rank=True)
         call = load_call_seconds(spec)
-        load_calls = sum(c.count * max(0.0, call - export - send)
-                         for c, export, send in zip(classes, exports, sends, strict=True))
+        if rollout.engine == "vllm":
+            # verl loads each tensor with its own call (_sync_vllm_weights), which overlaps the export and send of
+            # the next tensor; what is longer shows.
+            exports = _per_tensor_export_seconds(spec, groups, topology, to_one_rank=True)
+            load_calls = sum(c.count * max(0.0, call - export - send)
+                             for c, export, send in zip(classes, exports, sends, strict=True))
+        else:
+            # For SGLang verl collects the broadcast tensors and loads a bucket at a time, synchronously
+            # (_sync_sglang_weights).
+            load_calls = max(1, math.ceil(total / bucket)) * call
     elif method == "checkpoint_engine":
         host = _host_bytes_per_s(topology, training_gpus[0])
         share = total / len(training_gpus)
