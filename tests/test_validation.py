@@ -212,7 +212,7 @@ def test_an_unknown_case_exits_2_without_a_traceback(capsys):
 
 
 def test_a_bad_override_is_reported_at_its_line_in_the_manifest(tmp_path):
-    text = CASE.replace("    scenario: s.yaml\n", "    scenario: s.yaml\n    set: {placement.rollout.gpus: 3}\n")
+    text = CASE.replace("    scenario: s.yaml\n", "    scenario: s.yaml\n    set: {placement.rollout.gpus: 0}\n")
     path = _manifest(tmp_path, text)
     with pytest.raises(ScenarioError) as err:
         load_manifest(path)
