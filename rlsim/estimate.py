@@ -82,12 +82,14 @@ class _Lengths:
 def _lengths(scenario: Scenario) -> _Lengths:
     algo = scenario.algorithm
     marginals = workload_marginals(scenario)
-    cap = algo.max_response_tokens
+    prompt = marginals.prompt.clipped_mean(algo.max_prompt_tokens)
+    # A model length shorter than prompt + max_response_tokens cuts responses earlier; the mean prompt stands for all.
+    cap = max(1, min(algo.max_response_tokens, algo.model_len - round(prompt)))
     trained = algo.prompts_per_step * marginals.samples_per_prompt
     generated = trained / marginals.kept_fraction if algo.dynamic_sampling else trained
     # The expected maximum of N draws sits near the 1 − 1/(N+1) quantile.
     longest = marginals.response.quantile(1 - 1 / (generated + 1), cap)
-    return _Lengths(marginals.prompt.clipped_mean(algo.max_prompt_tokens), marginals.response.clipped_mean(cap), longest,
+    return _Lengths(prompt, marginals.response.clipped_mean(cap), longest,
                     marginals.response.clipped_fraction(cap), trained, generated, marginals.appended_tokens,
                     marginals.tool_seconds)
 

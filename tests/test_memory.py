@@ -174,6 +174,17 @@ def test_rollout_hints_are_checked_too(tmp_path):
 # ---------------------------------------------------------------------------------------------------- offload, KV
 
 
+def test_the_longest_sequence_an_engine_must_hold_is_the_model_length(tmp_path):
+    scenario = scenario_from_quickstart(tmp_path)
+    algorithm = scenario.algorithm
+    shorter = algorithm.max_prompt_tokens + algorithm.max_response_tokens // 2
+    limited = scenario.model_copy(update={"algorithm": algorithm.model_copy(update={"max_sequence_tokens": shorter})})
+    bound = bind(scenario)
+    full = rollout_memory(scenario, bound.model, bound.gpu("main")).components["KV cache, one longest sequence"]
+    cut = rollout_memory(limited, bound.model, bound.gpu("main")).components["KV cache, one longest sequence"]
+    assert cut / full == pytest.approx(shorter / (algorithm.max_prompt_tokens + algorithm.max_response_tokens))
+
+
 def test_offload_reduces_resident_and_training_memory(tmp_path):
     scenario = scenario_from_quickstart(tmp_path, ("model: Qwen2.5-1.5B", "model: Qwen2.5-7B"))
     spec = bind(scenario).model

@@ -140,6 +140,39 @@ def sampler_for(**kwargs) -> GroupSampler:
     return GroupSampler(scenario.workload, scenario.algorithm, np.random.default_rng(0), np.random.default_rng(1))
 
 
+def test_a_model_length_cuts_each_response_by_its_own_prompt():
+    """NeMo-RL and vLLM stop a response when prompt + response reaches the model length, so a long prompt leaves less
+    room; without max_sequence_tokens only max_response_tokens binds."""
+    text = scenario_yaml(prompt="{kind: lognormal, median_tokens: 300, sigma: 0.8}",
+                         response="{kind: lognormal, median_tokens: 1200, sigma: 0.4}", max_response=2048)
+    capped = text.replace("max_response_tokens: 2048", "max_response_tokens: 2048, max_sequence_tokens: 1500")
+
+    def pairs(yaml_text):
+        scenario = parse_scenario(yaml_text)
+        sampler = GroupSampler(scenario.workload, scenario.algorithm, np.random.default_rng(0), np.random.default_rng(1))
+        groups = sampler.draw(500, 0)
+        return [(g.prompt_tokens, r, t) for g in groups for r, t in zip(g.response_tokens, g.truncated, strict=True)]
+
+    free, cut = pairs(text), pairs(capped)
+    assert max(p + r for p, r, _ in free) > 1500
+    assert max(p + r for p, r, _ in cut) == 1500
+    assert all(t == (p + r == 1500) for p, r, t in cut if p + 2048 > 1500)
+    # The same draws: only the samples past the model length change, and they stop exactly at it.
+    for (p, r, _), (_, r_cut, _) in zip(free, cut, strict=True):
+        assert r_cut == min(r, 1500 - p)
+    assert parse_scenario(capped).algorithm.model_len == 1500 and parse_scenario(text).algorithm.model_len == 1024 + 2048
+
+
+def test_a_model_length_no_longer_than_the_prompt_cap_is_an_error_at_its_line():
+    text = scenario_yaml().replace("max_response_tokens: 2048",
+                                   "max_response_tokens: 2048,\n            max_sequence_tokens: 1024")
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(text, file="bad.yaml")
+    problem = next(p for p in caught.value.problems if p.path == "algorithm.max_sequence_tokens")
+    assert "> 1024" in problem.render() and problem.file == "bad.yaml"
+    assert problem.line == text[:text.index("max_sequence_tokens")].count("\n") + 1
+
+
 def test_linear_drift_moves_the_median_between_keyframes():
     sampler = sampler_for(response="{kind: drift, points: [{step: 0, model: {kind: lognormal, median_tokens: 100, "
                                    "sigma: 0.5}}, {step: 10, model: {kind: lognormal, median_tokens: 300, sigma: 0.5}}]}",

@@ -46,7 +46,8 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
     extras = ", ".join(name for name, on in (("reference model", a.ref_model), ("critic", a.critic)) if on) or "no ref, no critic"
     lines.append(f"algorithm  {a.name}: {a.prompts_per_step} prompts × {a.samples_per_prompt} samples = "
                  f"{a.samples_per_step} sequences/step in {a.mini_batches} mini-batch(es); {extras}; "
-                 f"prompt ≤ {a.max_prompt_tokens}, response ≤ {a.max_response_tokens} tokens")
+                 f"prompt ≤ {a.max_prompt_tokens}, response ≤ {a.max_response_tokens} tokens"
+                 + (f", prompt + response ≤ {a.model_len}" if a.max_sequence_tokens is not None else ""))
     r, t = s.placement.rollout, s.placement.training
     lines.append(f"placement  {s.placement.mode}: rollout {r.gpus} GPUs on {r.pool} = {r.engines} {r.engine} engines × "
                  f"tp{r.tp}{f' ep{r.ep}' if r.ep > 1 else ''}; training {t.gpus} GPUs on {t.pool} = "

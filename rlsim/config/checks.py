@@ -278,6 +278,10 @@ def _check_algorithm(scenario: Scenario, check: _Checker) -> None:
     if algo.prompts_per_step % algo.mini_batches:
         check.fail(("algorithm", "mini_batches"), f"{algo.prompts_per_step} prompts per step do not split into "
                    f"{algo.mini_batches} equal mini-batches", value=algo.mini_batches, valid=_divisors(algo.prompts_per_step))
+    if algo.max_sequence_tokens is not None and algo.max_sequence_tokens <= algo.max_prompt_tokens:
+        check.fail(("algorithm", "max_sequence_tokens"), f"a prompt of max_prompt_tokens ({algo.max_prompt_tokens}) "
+                   "would leave no room to generate", value=algo.max_sequence_tokens,
+                   valid=f"> {algo.max_prompt_tokens}")
     if algo.name in ("grpo", "dapo") and algo.samples_per_prompt < 2:
         check.fail(("algorithm", "samples_per_prompt"), f"{algo.name.upper()} compares samples within a group, "
                    "so it needs at least 2 per prompt", value=algo.samples_per_prompt, valid="≥ 2")

@@ -100,6 +100,10 @@ class Algorithm(Frozen):
         "default: on for DAPO only")
     max_prompt_tokens: PositiveInt
     max_response_tokens: PositiveInt
+    max_sequence_tokens: PositiveInt | None = Field(
+        None, description="longest prompt + response the engine holds (vLLM max_model_len, NeMo-RL "
+        "max_total_sequence_length): a response also stops when it reaches this, so a long prompt leaves less room; "
+        "default max_prompt_tokens + max_response_tokens")
 
     @model_validator(mode="before")
     @classmethod
@@ -116,6 +120,12 @@ class Algorithm(Frozen):
     @property
     def samples_per_step(self) -> int:
         return self.prompts_per_step * self.samples_per_prompt
+
+    @property
+    def model_len(self) -> int:
+        """The longest sequence (prompt + response) a rollout can reach."""
+        both = self.max_prompt_tokens + self.max_response_tokens
+        return both if self.max_sequence_tokens is None else min(both, self.max_sequence_tokens)
 
 
 class RolloutPlacement(Frozen):

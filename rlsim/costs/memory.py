@@ -283,7 +283,7 @@ def training_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> Rol
         memory = training_memory_of(spec, candidate, gpu.memory_bytes, critic=critic)
         return memory.total_bytes if memory.fits else None
 
-    longest = scenario.algorithm.max_prompt_tokens + scenario.algorithm.max_response_tokens
+    longest = scenario.algorithm.model_len
     hints = _verified_hints("placement.training", _training_options(spec, layout, longest), fits)
     return RoleMemory(memory.role, memory.pool, memory.capacity_bytes, memory.components, notes=memory.notes,
                       hints=hints)
@@ -370,7 +370,7 @@ def _rollout_memory_of(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> 
             notes.append("colocated: training state that is not offloaded stays on the GPU while it generates")
     budget = engine.gpu_memory_utilization * gpu.memory_bytes
     kv_cache = budget - sum(components.values())
-    max_len = scenario.algorithm.max_prompt_tokens + scenario.algorithm.max_response_tokens
+    max_len = scenario.algorithm.model_len
     longest = kv_bytes_per_token_per_gpu(spec, engine.tp) * max_len
     components["KV cache, one longest sequence"] = longest
     if kv_cache >= longest:

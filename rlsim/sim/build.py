@@ -180,8 +180,8 @@ def judge_scenario(scenario: Scenario) -> Scenario:
     layout = RolloutPlacement(pool=placement.reward_model.pool, gpus=placement.reward_model.gpus,
                               tp=placement.reward_model.tp, max_num_seqs=judge.max_num_seqs)
     algorithm = scenario.algorithm.model_copy(update={
-        "max_prompt_tokens": scenario.algorithm.max_prompt_tokens + scenario.algorithm.max_response_tokens
-        + judge.instruction_tokens,
+        "max_prompt_tokens": scenario.algorithm.model_len + judge.instruction_tokens,
+        "max_sequence_tokens": None,
         "max_response_tokens": judge_max_verdict(scenario)})
     return scenario.model_copy(update={
         "algorithm": algorithm,

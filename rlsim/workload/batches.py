@@ -5,8 +5,9 @@ GRPO groups are correlated — a hard prompt gets long answers from all its samp
 copula with a per-prompt difficulty d ~ N(0, 1): sample j of prompt i has the normal score z = √ρ·dᵢ + √(1 − ρ)·εᵢⱼ and
 the length Q(Φ(z)), Q the response model's quantile function at the current policy version (so drift applies and the
 marginal is exactly the model's). The prompt length's score, and the prompt's success rate, are correlated with d.
-Replay hands out the recorded groups instead. Responses are clipped at max_response_tokens and marked truncated when
-they reach it. Randomness comes only from the Generators passed in, so a seed fixes every batch.
+Replay hands out the recorded groups instead. Responses are clipped at max_response_tokens, or earlier where prompt +
+response would pass max_sequence_tokens (the engine's model length), and marked truncated when they reach the cap.
+Randomness comes only from the Generators passed in, so a seed fixes every batch.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class GroupSampler:
     def __init__(self, workload: Workload, algo: Algorithm, rng: np.random.Generator, filter_rng: np.random.Generator):
         self._cap = algo.max_response_tokens
         self._max_prompt = algo.max_prompt_tokens
-        self._model_len = algo.max_prompt_tokens + algo.max_response_tokens
+        self._model_len = algo.model_len
         self._rng = rng
         self._filter_rng = filter_rng
         self._decide = filter_policy(workload.informative_model)
@@ -68,14 +69,19 @@ class GroupSampler:
 
     # ------------------------------------------------------------------------------------------- replay
 
+    def _response_cap(self, prompt: int) -> int:
+        """Most tokens a response to this prompt may have: max_response_tokens, less where the model length binds."""
+        return max(1, min(self._cap, self._model_len - prompt))
+
     def _replayed(self, count: int) -> list[tuple]:
         assert self._replay is not None
         cap = self._cap
         drafts = []
         for group in self._replay.take(count):
             if group.trajectories is None:
-                drafts.append((group.prompt_tokens, tuple(min(r, cap) for r in group.responses),
-                               tuple(r >= cap for r in group.responses), None, None))
+                own = self._response_cap(group.prompt_tokens)
+                drafts.append((group.prompt_tokens, tuple(min(r, own) for r in group.responses),
+                               tuple(r >= own for r in group.responses), None, None))
             else:
                 drafts.append((group.prompt_tokens, group.responses,
                                tuple(any(t.tokens >= cap for t in tr.turns) for tr in group.trajectories),
@@ -128,11 +134,11 @@ class GroupSampler:
         return self._drafts(prompts, lengths, samples, success)
 
     def _drafts(self, prompts, lengths, samples, success) -> list[tuple]:
-        cap = self._cap
         bounds = np.concatenate([[0], np.cumsum(samples)])
         drafts = []
         for i in range(len(prompts)):
             row = lengths[bounds[i]:bounds[i + 1]]
+            cap = self._response_cap(int(prompts[i]))
             drafts.append((int(prompts[i]), tuple(int(min(r, cap)) for r in row), tuple(bool(r > cap) for r in row),
                            None, None if success is None else float(success[i])))
         return drafts
