@@ -29,8 +29,8 @@ from rlsim.topology import ClusterTopology
 from rlsim.workload.marginals import workload_marginals
 
 # Stage names as verl logs them (timing_s/...), in the order a synchronous step runs them.
-STAGES = ("gen", "reward", "old_log_prob", "ref", "values", "update_actor", "update_critic", "weight_sync")
-TRAINING_STAGES = ("old_log_prob", "ref", "values", "update_actor", "update_critic")
+STAGES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_actor", "update_critic", "weight_sync")
+TRAINING_STAGES = ("old_log_prob", "ref", "values", "adv", "update_actor", "update_critic")
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,7 @@ def estimate_step(bound: Bound) -> StepEstimate:
         "old_log_prob", actor.forward_pass(everything).seconds if algo.recompute_old_log_prob else 0.0)
     stages["ref"] = StageEstimate("ref", actor.forward_pass(everything).seconds if algo.ref_model else 0.0)
     stages["values"] = StageEstimate("values", critic.forward_pass(everything).seconds if algo.critic else 0.0)
+    stages["adv"] = StageEstimate("adv", scenario.framework.trainer_step_overhead_s, "the driver's Python work")
     note = f"{updates} optimizer step(s) of {len(mini_batch)} micro-batch(es) per DP rank"
     stages["update_actor"] = StageEstimate("update_actor", updates * actor.update(mini_batch).seconds, note)
     stages["update_critic"] = StageEstimate(

@@ -17,7 +17,7 @@ IDLE_LABELS = ("tail", "starved", "barrier", "staleness_block", "pipeline_bubble
 LABELS = BUSY_LABELS + COMMUNICATION_LABELS + MEMORY_LABELS + IDLE_LABELS
 
 # Stage names as verl logs them (timing_s/...).
-STAGES = ("gen", "reward", "old_log_prob", "ref", "values", "update_actor", "update_critic", "weight_sync", "wait")
+STAGES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_actor", "update_critic", "weight_sync", "wait")
 
 
 @dataclass(frozen=True, slots=True)

@@ -307,3 +307,32 @@ def test_rollout_log_probs_remove_the_old_log_prob_stage():
     assert kept["stages_s"]["old_log_prob"] > 0 == skipped["stages_s"]["old_log_prob"]
     assert skipped["stages_s"]["ref"] == pytest.approx(kept["stages_s"]["ref"])
     assert skipped["step_time_s"]["mean"] < kept["step_time_s"]["mean"]
+
+
+def test_the_drivers_per_step_python_work_is_the_adv_stage_and_the_training_gpus_wait_for_it():
+    from rlsim.config.framework import TRAINER_STEP_OVERHEAD_S
+
+    text = scenario_yaml(steps=3, placement="") + "framework: {trainer_step_overhead_s: OVERHEAD}\n"
+    with_driver = simulate_log(bind(parse_scenario(text.replace("OVERHEAD", "2.5")))).log
+    without = simulate_log(bind(parse_scenario(text.replace("OVERHEAD", "0")))).log
+    default = simulate_log(bind(parse_scenario(scenario_yaml(steps=3)))).log
+    assert all(s.stages["adv"] == pytest.approx(2.5) for s in with_driver.steps)
+    assert all(s.stages["adv"] == 0 for s in without.steps)
+    assert all(s.stages["adv"] == pytest.approx(TRAINER_STEP_OVERHEAD_S) for s in default.steps)
+    # A synchronous step waits for it whole; the training GPUs (here every GPU) are starved for it.
+    for a, b in zip(with_driver.steps, without.steps, strict=True):
+        assert (a.end - a.start) - (b.end - b.start) == pytest.approx(2.5, rel=1e-6)
+    waited = sum(s.seconds * s.gpu_count for s in with_driver.spans if s.stage == "adv")
+    assert {s.label for s in with_driver.spans if s.stage == "adv"} == {"starved"}
+    assert waited == pytest.approx(2.5 * 3 * 8)
+
+
+def test_a_streaming_step_pays_the_driver_once_in_shares():
+    base = dict(mode="disaggregated", rollout_gpus=4, training_gpus=4, schedule="async", staleness=2,
+                mini_batches=4, prompts=16, samples=4, steps=2, streaming=True)
+    log, _ = run(**base)
+    from rlsim.config.framework import TRAINER_STEP_OVERHEAD_S
+
+    assert all(s.stages["adv"] == pytest.approx(TRAINER_STEP_OVERHEAD_S) for s in log.steps)
+    # Only the 4 training GPUs wait; the engines keep generating.
+    assert {(s.first_gpu, s.gpu_count) for s in log.spans if s.stage == "adv"} == {(4, 4)}

@@ -1,5 +1,5 @@
-"""Framework overheads: the CPU-side costs that real RL stacks (vLLM/SGLang engines driven from Python) have and a
-first-principles GPU model lacks. They are named scenario fields (`framework:`) so a user can model another engine
+"""Framework overheads: the CPU-side costs that real RL stacks (vLLM/SGLang engines and a trainer driven from Python)
+have and a first-principles GPU model lacks. They are named scenario fields (`framework:`) so a user can model another engine
 version, but one set of defaults serves every scenario and every validation case; each default carries its source.
 """
 from __future__ import annotations
@@ -28,6 +28,11 @@ KERNEL_LAUNCH_S = 10e-6
 # replays a chain of empty kernels (ahrefs/ocannl#488: graph replay ≈ 15 µs fixed + 0.58 µs per node, vs 6.4 µs per
 # individual launch).
 KERNEL_GAP_S = 0.6e-6
+# Python work of the RL driver in every step outside its timed stages: advantages (verl's timing_s/adv) and the batch
+# bookkeeping between stages (the rest of timing_s/step). verl-project/verl#7412 logs a GRPO step of 1163.957 s whose
+# stages sum to 1163.565 s, adv 0.037 s among them: 0.037 s + 0.355 s unaccounted for. (Other public verl step logs show
+# 0.03-1.5 s; the overhead hardly grows with the batch.)
+TRAINER_STEP_OVERHEAD_S = 0.037 + 0.355
 # vLLM captures CUDA graphs for batches of 1, 2, 4 and then multiples of 8 tokens up to 512 by default
 # (CompilationConfig cudagraph_capture_sizes / max_cudagraph_capture_size); larger iterations run eagerly.
 CUDA_GRAPH_MAX_TOKENS = 512
@@ -39,7 +44,8 @@ OVERLAP_BY_ENGINE = {"sglang": True, "vllm": False}
 
 
 class Framework(Frozen):
-    """CPU-side costs of the serving engines, with defaults from public measurements (see the module's sources)."""
+    """CPU-side costs of the serving engines and the RL driver, with defaults from public measurements (see the module's
+    sources)."""
 
     engine_step_cpu_s: NonNegativeFloat = Field(
         ENGINE_STEP_CPU_S, description="CPU seconds per engine iteration for scheduling and sampled-token bookkeeping"
@@ -57,6 +63,11 @@ class Framework(Frozen):
     kernel_gap_s: NonNegativeFloat = Field(KERNEL_GAP_S, description="GPU idle seconds between consecutive kernels")
     cuda_graph_max_tokens: PositiveInt = Field(
         CUDA_GRAPH_MAX_TOKENS, description="largest iteration (tokens) that replays a captured CUDA graph"
+    )
+    trainer_step_overhead_s: NonNegativeFloat = Field(
+        TRAINER_STEP_OVERHEAD_S,
+        description="seconds of Python work per RL step on the driver outside the timed stages (advantages, batch "
+        "bookkeeping); the training GPUs wait for it, reported as verl's adv stage",
     )
 
     def overlaps(self, engine: str) -> bool:

@@ -25,8 +25,8 @@ MAX_TIMELINE_ROWS = 48
 MAX_SPANS_PER_ROW = 400
 TIMELINE_BINS = 400
 MAX_ENGINE_LINES = 16  # more engines than this are drawn as a band (min, median, max) instead of a line each
-STAGE_COLORS = dict(zip(STAGES, ("#3182bd", "#17becf", "#74c476", "#a1d99b", "#fdae6b", "#006d2c", "#e6550d",
-                                 "#9467bd", "#bdbdbd"), strict=True))
+STAGE_COLORS = dict(zip(STAGES, ("#3182bd", "#17becf", "#74c476", "#a1d99b", "#fdae6b", "#8c6d31", "#006d2c",
+                                 "#e6550d", "#9467bd", "#bdbdbd"), strict=True))
 # The legend sits at the bottom of the figure, below the x-axis title, whatever the figure's height.
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=100),
               legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom"))

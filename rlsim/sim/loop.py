@@ -252,6 +252,8 @@ class RLLoop:
                 ("values", sim.critic, algo.critic, False), ("update_critic", sim.critic, algo.critic, True),
                 ("update_actor", sim.actor, True, True)]
         for name, costs, used, updates in work:
+            if name == "update_critic":
+                yield from self._advantages(stages, share=mini_batches / algo.mini_batches)
             began = env.now
             if used and updates:
                 yield from sim.trainer.update(name, costs, lengths, mini_batches, algo.ppo_epochs)
@@ -261,6 +263,18 @@ class RLLoop:
         self._rollout_only_context(train_start, env.now, "staleness_block")
         for engine in shared:
             engine.resume(self.version)  # same weights; a publish that follows pauses them again to load new ones
+
+    def _advantages(self, stages: dict[str, float], share: float) -> Generator:
+        """The driver's Python work between the forward passes and the updates (verl's adv stage, with the step's other
+        bookkeeping): `share` of a step's worth when a step trains in several pieces. The training GPUs wait."""
+        seconds = self.scenario.framework.trainer_step_overhead_s * share
+        if seconds <= 0:
+            return
+        start = self.env.now
+        yield self.env.timeout(seconds)
+        first, count = self._training_range()
+        self.recorder.context(first, count, start, self.env.now, "starved", "adv")
+        stages["adv"] = stages.get("adv", 0.0) + seconds
 
     def _publish(self, stages: dict[str, float]) -> Generator:
         """A new policy version: move its weights to the engines."""
