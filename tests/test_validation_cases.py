@@ -66,8 +66,8 @@ def test_every_published_pair_is_compared(validation):
     "workload.response_tokens.scale=3: colocated update_actor -6%, async 16+16 +111%). Async gen, the trainer's "
     "wait, is ~0 vs 21-33 s: the sim trainer is the bottleneck. V3, whose mean lengths are published and whose "
     "recipes are read setting by setting, is -16..-42% on step time with the CPU step charged per scheduled "
-    "sequence (vllm#10634) and its lengths read as generated tokens. Worst: V8 checkpoint engine 7B 0.28 s vs 0.02 s, which is below the 34 ms that 15.2 GB "
-    "to four GPUs takes at H20's NVLink rate."))
+    "sequence (vllm#10634) and its lengths read as generated tokens. Worst: V8 checkpoint engine 7B 0.28 s vs "
+    "0.02 s, which is below the 34 ms that 15.2 GB to four GPUs takes at H20's NVLink rate."))
 def test_median_and_worst_error_of_step_and_stage_times(validation):
     assert validation.median_abs_error_pct <= MEDIAN_BOUND_PCT
     assert validation.worst_abs_error_pct <= WORST_BOUND_PCT
