@@ -31,7 +31,8 @@ sm_count from its datasheet. The constants below are the same for every GPU, dty
 `calibration:` block (written by `rlsim calibrate fit`, docs/calibration.md) replaces them with its fitted curves:
 the GEMM curve of the dtype sets gemm_flops (a dtype without a curve keeps the measured-BF16 rate), the HBM curve sets
 hbm_bytes_per_s and the half-efficiency size, the prefill-attention curve the attention rate, and the decode-attention
-curve the rate at which fused attention reads the KV cache. GEMM_FILL_S stays
+curve the rate at which fused attention reads the KV cache (without one: DECODE_ATTENTION_FIXED_S plus the KV bytes at
+DECODE_ATTENTION_STREAM_FRACTION of the stream rate, measured on vLLM's decode kernel). GEMM_FILL_S stays
 the same for every GPU: the rollout engine's closed-form decode prices it as this constant, and its exact mode must
 agree, so the fit holds the fill at GEMM_FILL_S and fits the rate.
 
@@ -73,6 +74,14 @@ DEFAULT_HBM_EFFICIENCY = 0.87
 # at 73% of A100 peak (Dao, arXiv 2307.08691, §4.1: "up to 230 TFLOPs/s"), FlashAttention-3 at 740 TFLOP/s BF16 on
 # H100, 75% of peak (arXiv 2407.08608). One fraction for every GPU; never above the GPU's own GEMM rate.
 ATTENTION_PEAK_FRACTION = 0.73
+# Fused decode attention over a paged KV cache reads it more slowly than a plain copy streams, and pays a fixed cost per
+# call (split-KV partials and their combine). Fitted to Vidur's profile of vLLM's FlashAttention decode on an A100
+# (microsoft/vidur e2d00e9, data/profiling/a100/attention.csv: all 10,240 decode points, batch 1-128, 32-4,032 cached
+# tokens, 8 KV heads of 128 over TP 2): t = 13.4 µs + KV bytes / 1,561 GB/s, mean absolute error 11 %. That rate is
+# 0.93 of the A100 profile's measured stream rate (1.68 TB/s), where the plain HBM curve was 23 % fast in the median.
+# Used on every GPU whose profile has no calibrated decode-attention curve.
+DECODE_ATTENTION_FIXED_S = 13.4e-6
+DECODE_ATTENTION_STREAM_FRACTION = 1561 / 1680
 
 
 @dataclass(frozen=True)
@@ -90,7 +99,8 @@ class GPURates:
     sm_count: int | None = None
     memory_half_bytes: float = MEMORY_HALF_BYTES
     fused_attention_flops: float | None = None  # a calibrated prefill-attention rate; None: ATTENTION_PEAK_FRACTION
-    # A calibrated decode-attention KV read rate and its fixed cost in bytes; None: the HBM curve above.
+    # The decode-attention KV read rate and its fixed cost in bytes (from_profile: the profile's calibrated curve, else
+    # the DECODE_ATTENTION_* defaults); None: the HBM curve above.
     decode_attention_bytes_per_s: float | None = None
     decode_attention_half_bytes: float = 0.0
 
@@ -103,7 +113,13 @@ class GPURates:
         stream = gpu.measured.hbm_stream_bytes_per_s or gpu.hbm_bytes_per_s * DEFAULT_HBM_EFFICIENCY
         sm_count = gpu.sm_count.value if gpu.sm_count is not None else None
         rates = cls(gpu.name, peak, peak * gemm_efficiency, stream, gpu.memory_bytes, sm_count)
-        return rates if gpu.calibration is None else rates._calibrated(gpu.calibration, dtype.strip().lower())
+        if gpu.calibration is not None:
+            rates = rates._calibrated(gpu.calibration, dtype.strip().lower())
+        if rates.decode_attention_bytes_per_s is None:
+            decode = rates.hbm_bytes_per_s * DECODE_ATTENTION_STREAM_FRACTION
+            rates = replace(rates, decode_attention_bytes_per_s=decode,
+                            decode_attention_half_bytes=DECODE_ATTENTION_FIXED_S * decode)
+        return rates
 
     def _calibrated(self, calibration: GPUCalibration, dtype: str) -> GPURates:
         """These rates with the profile's fitted curves in place of the defaults (see the module doc)."""
@@ -143,7 +159,7 @@ class GPURates:
 
     @property
     def attention_bytes_per_s(self) -> float:
-        """Rate at which a fused attention kernel streams the KV cache: the calibrated decode-attention rate, else HBM's."""
+        """Rate at which a fused attention kernel streams the KV cache: the decode-attention rate, else HBM's."""
         return self.decode_attention_bytes_per_s or self.hbm_bytes_per_s
 
     def attention_memory_seconds(self, nbytes: float) -> float:
