@@ -248,17 +248,17 @@ class RLLoop:
         if sim.switch is not None:
             yield from self._span_all("reload", sim.switch.reload_s, "weight_sync")
         train_start = env.now
-        work = [("old_log_prob", sim.actor, algo.recompute_old_log_prob, False), ("ref", sim.actor, algo.ref_model, False),
-                ("values", sim.critic, algo.critic, False), ("update_critic", sim.critic, algo.critic, True),
-                ("update_actor", sim.actor, True, True)]
-        for name, costs, used, updates in work:
-            if name == "update_critic":
-                yield from self._advantages(stages, share=mini_batches / algo.mini_batches)
+        for name, costs, used in (("old_log_prob", sim.actor, algo.recompute_old_log_prob),
+                                  ("ref", sim.actor, algo.ref_model), ("values", sim.critic, algo.critic)):
             began = env.now
-            if used and updates:
-                yield from sim.trainer.update(name, costs, lengths, mini_batches, algo.ppo_epochs)
-            elif used:
+            if used:
                 yield from sim.trainer.forward_pass(name, costs, lengths)
+            stages[name] = stages.get(name, 0.0) + env.now - began
+        yield from self._advantages(stages, share=mini_batches / algo.mini_batches)
+        for name, costs, used in (("update_critic", sim.critic, algo.critic), ("update_actor", sim.actor, True)):
+            began = env.now
+            if used:
+                yield from sim.trainer.update(name, costs, lengths, mini_batches, algo.ppo_epochs)
             stages[name] = stages.get(name, 0.0) + env.now - began
         self._rollout_only_context(train_start, env.now, "staleness_block")
         for engine in shared:
