@@ -50,6 +50,15 @@ def test_show_reads_scenarios_and_fitted_workloads(tmp_path, capsys):
                  "--html", str(tmp_path / "b.html")]) == 0
 
 
+def test_show_names_a_model_length_and_draws_under_it(tmp_path, capsys):
+    scenario = ROOT / "scenarios" / "validation" / "v3-nemo-rl-grpo-on-policy-h100.yaml"
+    assert main(["workload", "show", str(scenario), "--groups", "300", "--html", str(tmp_path / "v3.html")]) == 0
+    out = capsys.readouterr().out
+    assert "responses capped at 4096, prompt + response at 4096" in out
+    response_max = float(next(line for line in out.splitlines() if line.startswith("response")).split()[5])
+    assert response_max <= 4096 - 1  # every prompt has at least one token, so no response reaches 4,096
+
+
 def test_bad_input_exits_2_naming_the_field(tmp_path, capsys):
     spec = tmp_path / "model.yaml"
     spec.write_text("kind: lognormal\nmedian_tokens: 1000\nsigma: -1.0\n")

@@ -110,8 +110,11 @@ def run_show(args: argparse.Namespace) -> int:
     stats = {"prompt": Summary.of(prompts), "response": Summary.of(responses)}
     stats["response"] = Summary(**{**stats["response"].as_dict(), "truncated": float(truncated.mean())})
     turns = [t for g in groups for t in (g.turns or ())]
+    limits = [f"responses capped at {cap}"] if cap < 1 << 30 else []
+    if algorithm.max_sequence_tokens is not None:
+        limits.append(f"prompt + response at {algorithm.model_len}")
     print(f"{title}: {len(groups)} groups, {len(responses)} samples drawn at step {args.step}"
-          + (f" (responses capped at {cap})" if cap < 1 << 30 else ""))
+          + (f" ({', '.join(limits)})" if limits else ""))
     print(_table(stats))
     if turns:
         tool_s = [u.tool_s for t in turns for u in t[:-1]]
