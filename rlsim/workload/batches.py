@@ -67,11 +67,11 @@ class GroupSampler:
             self._next_group += 1
         return groups
 
-    # ------------------------------------------------------------------------------------------- replay
-
     def _response_cap(self, prompt: int) -> int:
         """Most tokens a response to this prompt may have: max_response_tokens, less where the model length binds."""
         return max(1, min(self._cap, self._model_len - prompt))
+
+    # ------------------------------------------------------------------------------------------- replay
 
     def _replayed(self, count: int) -> list[tuple]:
         assert self._replay is not None
