@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -113,6 +114,29 @@ def test_moe_inactive_parameters_are_the_unrouted_experts(catalog):
         expert = 3 * arch.hidden_size * moe.moe_intermediate_size
         unrouted = spec.layer_count("moe") * (moe.num_experts - moe.num_experts_per_tok) * expert
         assert spec.total_params - spec.active_params == unrouted, name
+
+
+def test_experts_touched_by_a_batch_follow_even_routing(catalog):
+    moe = catalog.spec("Qwen3-30B-A3B").architecture.moe  # 128 experts, top-8
+    assert moe.experts_touched(0) == 0
+    assert moe.experts_touched(1) == pytest.approx(8)  # one token: its own top-k
+    # Ten tokens route 80 times but, drawing 8 of 128 each, meet about 61 distinct experts, not 80.
+    assert moe.experts_touched(10) == pytest.approx(128 * (1 - (120 / 128) ** 10))
+    assert 60 < moe.experts_touched(10) < 62
+    assert moe.experts_touched(256) == pytest.approx(128, rel=1e-6)
+    counts = [moe.experts_touched(t) for t in range(0, 300, 7)]
+    assert counts == sorted(counts) and all(c <= 128 for c in counts)
+
+
+def test_experts_touched_match_a_sampled_router(catalog):
+    # The closed form against routing drawn at random: 2,000 batches of 10 tokens, each picking 8 of 128 experts.
+    rng = np.random.default_rng(0)
+    moe = catalog.spec("Qwen3-30B-A3B").architecture.moe
+    distinct = [
+        len({int(e) for _ in range(10) for e in rng.choice(moe.num_experts, moe.num_experts_per_tok, replace=False)})
+        for _ in range(2000)
+    ]
+    assert np.mean(distinct) == pytest.approx(moe.experts_touched(10), rel=0.01)
 
 
 def test_deepseek_v3_layout(catalog):

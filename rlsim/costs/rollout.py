@@ -10,8 +10,8 @@ SGLang split them:
   the MLA latent cache replicated on every GPU; two all-reduces of the hidden states per layer;
 * routed experts over `ep` groups, each expert's matrices over the remaining tp/ep GPUs; a layer with `ep > 1`
   dispatches and combines its tokens with two all-to-alls instead of its second all-reduce;
-* an iteration reads each weight matrix once whatever the batch (an MoE layer only the experts its tokens touch,
-  at most min(E, tokens·top_k)), and the KV cache of every sequence once;
+* an iteration reads each weight matrix once whatever the batch (an MoE layer only the experts its tokens touch:
+  `MoE.experts_touched`, E·(1 − (1 − top_k/E)^tokens) under even routing), and the KV cache of every sequence once;
 * the output head runs only for rows whose logits are needed: every decoding sequence, and a prefill chunk only when
   it ends its prompt; the sampler then passes over those logits.
 
@@ -531,7 +531,7 @@ class EngineCosts:
                     in_features /= slices
                 else:
                     out_features /= slices
-                touched = min(shape.count, tokens * shape.active)  # experts any token routes to, at most
+                touched = arch.moe.experts_touched(tokens)
                 weights = in_features * out_features * touched / ep
                 rows = tokens * shape.active / ep  # (token, expert) assignments this GPU's experts serve
             group = _FUSED.get(shape.name, shape.name)

@@ -7,8 +7,8 @@ What a micro-batch costs, layer by layer (one GPU; T = the micro-batch's tokens 
 * **GEMMs** through `GPURates.gemm_seconds` with M = T and the weight split by TP (column-parallel Q/K/V, gate and up
   split N, row-parallel o_proj and down split K). The backward pass runs two GEMMs per forward GEMM (input gradient
   and weight gradient) with the same FLOPs. Routed experts are one grouped GEMM per projection over the tokens routed to
-  this GPU's experts (T·top-k assignments spread over E/ep experts, assuming balanced routing); experts touched =
-  min(E/ep, assignments).
+  this GPU's experts (T·top-k assignments spread over E/ep experts, assuming balanced routing); the expert weights
+  read are those of the experts touched (`MoE.experts_touched`).
 * **Attention** (FlashAttention, causal, per packed sequence): FLOPs quadratic in each sequence's own length, split by
   tp·cp, at a fraction of the GEMM rate measured for the kernel the backend uses (`ATTENTION_EFFICIENCY`).
 * **Elementwise work** (RMSNorm, RoPE, SwiGLU, residual adds, MoE permutation, log-softmax over the vocabulary) is
@@ -416,7 +416,7 @@ class TrainingCosts:
             assert moe is not None
             # Sequence parallelism: the MoE block sees this GPU's share of the tokens.
             assignments = tokens / self.layout.tp * moe.num_experts_per_tok
-            touched = min(moe.num_experts / self.layout.ep, assignments)
+            touched = moe.experts_touched(tokens / self.layout.tp) / self.layout.ep
             for k, n in experts:
                 flops = 2.0 * assignments * k * n
                 nbytes = ACTIVATION_BYTES * (assignments * k + touched * k * n + assignments * n)

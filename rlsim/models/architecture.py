@@ -25,6 +25,15 @@ class MoE(Frozen):
             )
         return self
 
+    def experts_touched(self, tokens: float) -> float:
+        """Routed experts of a layer that `tokens` tokens route to at least once, in expectation: each token picks
+        top-k of E experts, so an expert escapes one token with probability 1 - k/E and all of them with
+        (1 - k/E)^tokens. This assumes routing spread evenly and independently over the experts; real routers favour
+        some experts, which touches fewer. Below E/k tokens the plain bound tokens·k overstates it by up to a third,
+        which is the decode batch range of an engine's long tail."""
+        experts, top_k = self.num_experts, self.num_experts_per_tok
+        return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
 
 class MLA(Frozen):
     """Multi-head latent attention (DeepSeek-V2/V3): K and V are compressed into a shared latent that the KV cache stores."""
