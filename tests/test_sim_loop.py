@@ -58,6 +58,23 @@ def test_staleness_zero_to_one_gains_much_and_two_saturates():
     assert throughput[4] < 1.15 * throughput[2]
 
 
+def test_in_flight_weight_updates_neither_wait_for_the_tail_nor_recompute():
+    """A weight update that drains waits for every running response; one that interrupts re-prefills them; one that
+    lands in flight (NeMo-RL, PipelineRL) does neither: the fastest of the three when the tail is long."""
+    base = dict(gpus=8, prompts=64, samples=8, response=HEAVY, max_response=8192, steps=6, max_num_seqs=32,
+                mode="disaggregated", rollout_gpus=6, training_gpus=2, schedule="async", staleness=2)
+    runs = {partial: run(partial=partial, **base) for partial in ("off", "interrupt", "in_flight")}
+    step = {partial: m["step_time_s"]["mean"] for partial, (_, m) in runs.items()}
+    readmitted = {partial: sum(r.readmissions for r in log.sequences) for partial, (log, _) in runs.items()}
+    drain = {partial: sum(s.stages["wait"] for s in log.steps) for partial, (log, _) in runs.items()}
+    assert step["in_flight"] < step["off"]
+    assert step["in_flight"] <= step["interrupt"]
+    assert readmitted["in_flight"] < readmitted["interrupt"]
+    # The wait for the engines to stop is the step's `wait`: a drain's is the whole tail, an update in flight's one
+    # iteration.
+    assert drain["in_flight"] < 0.01 * drain["off"]
+
+
 def test_april_raises_rollout_throughput_on_a_long_tail():
     def rollout_throughput(log) -> float:
         steps = [s for s in log.steps if s.step >= 1]
@@ -137,7 +154,7 @@ def small_scenario(draw):
             kwargs["staleness"] = draw(st.integers(min_value=0, max_value=3))
             if draw(st.booleans()):
                 kwargs.update(streaming=True, mini_batches=2, every_updates=draw(st.sampled_from([1, 2])))
-        kwargs["partial"] = draw(st.sampled_from(["off", "interrupt"]))
+        kwargs["partial"] = draw(st.sampled_from(["off", "interrupt", "in_flight"]))
     if kwargs["mode"] == "disaggregated":
         kwargs.update(rollout_gpus=4, training_gpus=4)
     elif kwargs["mode"] == "hybrid":
@@ -224,13 +241,15 @@ def assert_fast_matches_exact(kwargs: dict) -> None:
     assert_same_samples(fast.engine_samples, exact.engine_samples)
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", range(25))
 def test_fast_and_exact_modes_agree(seed):
     schedules = [dict(schedule="sync", mode="colocated"),
                  dict(schedule="async", mode="disaggregated", rollout_gpus=4, training_gpus=4, staleness=1,
                       partial="interrupt"),
                  dict(schedule="one_step_off", mode="disaggregated", rollout_gpus=4, training_gpus=4),
-                 dict(schedule="sync", mode="colocated", partial="april", over_provision=2.0)]
+                 dict(schedule="sync", mode="colocated", partial="april", over_provision=2.0),
+                 dict(schedule="async", mode="disaggregated", rollout_gpus=4, training_gpus=4, staleness=1,
+                      partial="in_flight")]
     kwargs = dict(seed=seed, prompts=8, samples=4, steps=2, max_response=1024, max_num_seqs=4,
                   response="{kind: lognormal, median_tokens: 150, sigma: 1.2}", **schedules[seed % len(schedules)])
     assert_fast_matches_exact(kwargs)
@@ -241,7 +260,9 @@ def test_fast_and_exact_modes_agree_on_multi_turn_workloads(seed):
     _, workload = WORKLOAD_VARIANTS["multiturn"]
     schedule = [dict(schedule="sync", mode="colocated"),
                 dict(schedule="async", mode="disaggregated", rollout_gpus=4, training_gpus=4, staleness=1,
-                     partial="interrupt")][seed % 2]
+                     partial="interrupt"),
+                dict(schedule="async", mode="disaggregated", rollout_gpus=4, training_gpus=4, staleness=1,
+                     partial="in_flight")][seed % 3]
     kwargs = dict(seed=seed, prompts=8, samples=4, steps=2, max_response=1024, max_num_seqs=4, response=None,
                   workload=workload + f"\ntool_wait: {['hold', 'release'][seed // 2 % 2]}", **schedule)
     assert_fast_matches_exact(kwargs)

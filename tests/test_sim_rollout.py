@@ -20,8 +20,10 @@ from rlsim.events import EngineSample
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog
 from rlsim.sim.recorder import Recorder
-from rlsim.sim.rollout import RolloutEngine
+from rlsim.sim.rollout import PauseMode, RolloutEngine
 from rlsim.sim.sequence import Rollout
+
+PAUSE_MODES: tuple[PauseMode, ...] = ("drain", "interrupt", "hold")
 
 
 class FixedCosts:
@@ -213,7 +215,7 @@ def test_an_interrupt_returns_sequences_with_their_tokens_and_they_recompute_aft
 
     def controller():
         yield env.timeout(3.5)
-        yield engine.pause(drain=False)
+        yield engine.pause("interrupt")
         paused_at.append(env.now)
         yield env.timeout(10)
         engine.resume(version=1)
@@ -231,6 +233,58 @@ def test_an_interrupt_returns_sequences_with_their_tokens_and_they_recompute_aft
 
 
 @pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_a_hold_stops_at_the_iteration_boundary_and_continues_with_the_kv_cache_kept(mode):
+    env, log = simpy.Environment(), []
+    costs = FixedCosts()
+    (engine,), recorder = engines_on(env, 1, costs, log=log, mode=mode)
+    r = rollout(0, 20, 10)
+    engine.submit(r)
+    paused_at = []
+
+    def controller():
+        yield env.timeout(3.5)
+        yield engine.pause("hold")
+        paused_at.append(env.now)
+        assert engine.paused and engine.interruptions == 0
+        yield env.timeout(10)
+        engine.resume(version=1)
+
+    env.process(controller())
+    env.run()
+    # As the interrupt above, it stops when the iteration in flight ends (4.2, 4 tokens generated), but nothing is
+    # recomputed: the other 6 tokens decode after the 10 s pause, under version 1, with no second prefill.
+    assert paused_at == [pytest.approx(4.2)]
+    assert len(costs.prefills) == 1
+    assert log[-1] == ("finished", 0, 0, pytest.approx(20.2))
+    assert (r.generated, r.version_started, engine.interruptions, r.admissions) == (10, 0, 0, 1)
+    busy = [(round(s.start, 9), round(s.end, 9), s.version) for s in recorder.freeze(21, 0).spans
+            if s.label in ("prefill", "decode")]
+    assert busy == [(0.0, 1.2, 0), (1.2, 4.2, 0), (14.2, 20.2, 1)]
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_a_hold_requested_during_a_drain_stops_at_once(mode):
+    env = simpy.Environment()
+    (engine,), _ = engines_on(env, 1, FixedCosts(), mode=mode)
+    engine.submit(rollout(0, 10, 50))
+    stopped = []
+
+    def controller():
+        yield env.timeout(2.5)
+        drained = engine.pause("drain")
+        yield env.timeout(1)
+        yield engine.pause("hold")
+        stopped.append(env.now)
+        assert drained.triggered
+        engine.resume(version=1)
+
+    env.process(controller())
+    env.run()
+    # The drain would wait for 50 tokens; the hold stops when the iteration in flight at 3.5 ends (at 4.1).
+    assert stopped == [pytest.approx(4.1)]
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
 def test_a_drain_finishes_running_sequences_and_admits_nothing_until_resume(mode):
     env, log = simpy.Environment(), []
     (engine,), _ = engines_on(env, 1, FixedCosts(), seqs=1, log=log, mode=mode)
@@ -240,7 +294,7 @@ def test_a_drain_finishes_running_sequences_and_admits_nothing_until_resume(mode
 
     def controller():
         yield env.timeout(2.5)
-        yield engine.pause(drain=True)
+        yield engine.pause("drain")
         assert env.now == pytest.approx(5.1) and engine.paused and engine.queued == 1
         yield env.timeout(1)
         engine.resume(version=3)
@@ -293,7 +347,7 @@ class Scenario:
     seqs: int
     batched: int
     sharing: bool
-    pauses: list[tuple[float, bool, float]] = field(default_factory=list)  # (time, drain, seconds paused)
+    pauses: list[tuple[float, str, float]] = field(default_factory=list)  # (time, how, seconds paused)
 
 
 @dataclass
@@ -330,9 +384,9 @@ def simulate(scenario: Scenario, mode: str, costs=None, scale: int = 1) -> Outco
 
     def weight_updates():
         version = 0
-        for at, drain, seconds in scenario.pauses:
+        for at, how, seconds in scenario.pauses:
             yield env.timeout(max(0.0, at - env.now))
-            yield simpy.AllOf(env, [e.pause(drain) for e in engines])
+            yield simpy.AllOf(env, [e.pause(how) for e in engines])
             yield env.timeout(seconds)
             version += 1
             for e in engines:
@@ -367,7 +421,7 @@ def random_scenario(seed: int) -> Scenario:
     largest = max(p + t for _, p, t, _, _ in rollouts)
     # From a cache too small for two long sequences (heavy preemption) to one that never fills.
     kv = int(largest * rng.choice([1.0, 1.2, 2.0, 100.0]))
-    pauses = [(float(rng.uniform(0.05, 1.5)), bool(rng.random() < 0.5), float(rng.uniform(0.0, 0.2)))
+    pauses = [(float(rng.uniform(0.05, 1.5)), str(rng.choice(PAUSE_MODES)), float(rng.uniform(0.0, 0.2)))
               for _ in range(int(rng.integers(0, 3)))]
     pauses.sort()
     return Scenario(engines, rollouts, kv, int(rng.integers(2, 12)), int(rng.choice([16, 64, 256, 2048])),
@@ -413,8 +467,8 @@ def test_the_random_scenarios_exercise_preemption_pauses_and_arrivals():
     """Guard the test above against scenarios too easy to tell the modes apart."""
     scenarios = [random_scenario(seed) for seed in range(24)]
     assert sum(simulate(s, "fast").preemptions > 0 for s in scenarios) >= 5
-    assert sum(any(not drain for _, drain, _ in s.pauses) for s in scenarios) >= 5
-    assert sum(any(drain for _, drain, _ in s.pauses) for s in scenarios) >= 5
+    for how in PAUSE_MODES:
+        assert sum(any(mode == how for _, mode, _ in s.pauses) for s in scenarios) >= 4, how
     assert all(any(at > 0 for *_, at in s.rollouts) for s in scenarios[:10])
 
 

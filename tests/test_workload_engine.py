@@ -119,7 +119,7 @@ def test_an_interrupt_during_a_held_tool_call_frees_the_slot_and_the_trajectory_
 
     def weight_update():
         yield env.timeout(4.0)  # A's tool call runs from 3.1 to 7.1
-        yield engine.pause(drain=False)
+        yield engine.pause("interrupt")
         assert engine.kv_used_tokens == 0 and engine.running == 0
         yield env.timeout(1.0)
         engine.resume(1)

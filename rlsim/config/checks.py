@@ -312,9 +312,9 @@ def _check_schedule(original: Scenario, scenario: Scenario, check: _Checker) -> 
     if partial.mode != "april" and partial.over_provision != 1.0:
         check.fail(("schedule", "partial_rollout", "over_provision"), "used only by partial_rollout.mode april",
                    value=partial.over_provision)
-    if partial.mode == "interrupt" and schedule.mode == "sync":
-        check.fail(("schedule", "partial_rollout", "mode"), "interrupting generation at a weight update needs "
-                   "generation in flight during training (schedule.mode one_step_off or async)", value="interrupt",
+    if partial.mode in ("interrupt", "in_flight") and schedule.mode == "sync":
+        check.fail(("schedule", "partial_rollout", "mode"), "updating weights under generation in flight needs "
+                   "generation to overlap training (schedule.mode one_step_off or async)", value=partial.mode,
                    valid="off, april")
     if schedule.streaming and schedule.mode == "sync":
         check.fail(("schedule", "streaming"), "streaming trains while generation continues, which sync forbids",

@@ -188,10 +188,12 @@ class Placement(Frozen):
 
 
 class PartialRollout(Frozen):
-    mode: Literal["off", "april", "interrupt"] = Field(
+    mode: Literal["off", "april", "interrupt", "in_flight"] = Field(
         "off",
         description="april: over-provision prompts, stop at the target count, carry unfinished sequences over; "
-        "interrupt: stop in-flight sequences at a weight update and recompute their KV cache (AReaL)",
+        "interrupt: stop in-flight sequences at a weight update and recompute their KV cache (AReaL); "
+        "in_flight: load new weights between two engine iterations, in-flight sequences keep their KV cache and "
+        "continue (NeMo-RL in_flight_weight_updates, PipelineRL); off: engines drain before a weight update",
     )
     over_provision: float = Field(1.0, ge=1.0, description="prompts launched per prompt needed (april)")
 

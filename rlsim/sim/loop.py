@@ -6,8 +6,9 @@ one_step_off  generation of batch k+1 overlaps training on batch k: a producer m
               version b − 1; weights move at batch boundaries (engines drain first).
 async         the producer keeps engines busy, admitting a group while fewer than (version + η + 1)·batch groups have
               been admitted (AReaL's rule); the trainer takes complete groups in the order they complete, dropping any
-              that would exceed staleness η (policy "staleness_bound"). Weight updates drain the engines, or interrupt
-              in-flight sequences and recompute their KV cache (partial_rollout: interrupt).
+              that would exceed staleness η (policy "staleness_bound"). Weight updates drain the engines, interrupt
+              in-flight sequences and recompute their KV cache (partial_rollout: interrupt), or land between two
+              engine iterations with in-flight sequences and their KV cache kept (partial_rollout: in_flight).
 
 Groups come from the workload's sampler, drawn for the policy version that generates them (lengths may drift); a
 group of a multi-turn workload is a set of trajectories whose tool calls the engines run. Whether a group is
@@ -28,7 +29,7 @@ import simpy
 from rlsim.events import STAGES, SequenceRecord, StepRecord
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.build import Simulation, judge_max_verdict
-from rlsim.sim.rollout import MultiTurnRollout
+from rlsim.sim.rollout import MultiTurnRollout, PauseMode
 from rlsim.sim.sequence import Rollout
 from rlsim.workload.batches import PromptGroup
 from rlsim.workload.filters import expected_kept_fraction
@@ -37,6 +38,10 @@ from rlsim.workload.lengths import length_schedule
 # Completions closer together than this count as simultaneous. Fast mode sums iteration times in closed form and exact
 # mode one by one, so the same instant can differ by ~1e-15 s between them; decisions must not depend on that.
 TIE_WINDOW_S = 1e-9
+
+# How the engines stop for a weight update, by schedule.partial_rollout.mode.
+_WEIGHT_UPDATE_PAUSE: dict[str, PauseMode] = {"off": "drain", "april": "drain", "interrupt": "interrupt",
+                                               "in_flight": "hold"}
 
 
 class RLLoop:
@@ -122,7 +127,7 @@ class RLLoop:
                 yield self._complete_changed
                 yield from self._settle()
             # APRIL: the target is met; stop the stragglers and carry them into the next step.
-            yield simpy.AllOf(env, [engine.pause(drain=False) for engine in sim.engines])
+            yield simpy.AllOf(env, [engine.pause("interrupt") for engine in sim.engines])
         else:
             # The whole generation batch finishes; if dynamic sampling left it short, another batch tops it up.
             while self._in_flight() or len(self._complete) < target:
@@ -244,7 +249,7 @@ class RLLoop:
             # Hybrid: engines on GPUs that also train stop while training runs (their sequences are recomputed later).
             shared = [e for e in sim.engines if _overlap((e.first_gpu, e.gpu_count), self._training_range())]
             if shared:
-                yield simpy.AllOf(env, [engine.pause(drain=False) for engine in shared])
+                yield simpy.AllOf(env, [engine.pause("interrupt") for engine in shared])
         if sim.switch is not None:
             yield from self._span_all("reload", sim.switch.reload_s, "weight_sync")
         train_start = env.now
@@ -294,12 +299,12 @@ class RLLoop:
                                       tokens=sum(self._trained_tokens(r) for r in samples)))
 
     def _update_weights(self) -> Generator:
-        """Stop the engines (drain, or interrupt in-flight sequences), move the weights, resume. Returns the seconds
+        """Stop the engines (drain, interrupt or hold in-flight sequences), move the weights, resume. Returns the seconds
         spent waiting for the engines to stop, which verl reports apart from the transfer."""
         sim, env = self.sim, self.env
-        interrupt = self.schedule.partial_rollout.mode == "interrupt"
+        how = _WEIGHT_UPDATE_PAUSE[self.schedule.partial_rollout.mode]
         began = env.now
-        yield simpy.AllOf(env, [engine.pause(drain=not interrupt) for engine in sim.engines])
+        yield simpy.AllOf(env, [engine.pause(how) for engine in sim.engines])
         waited = env.now - began
         self._training_context(began, env.now, "barrier", "weight_sync")
         if sim.switch is not None:

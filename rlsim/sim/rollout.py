@@ -5,9 +5,10 @@ prefilled get a chunk of their context out of a token budget (`max_num_batched_t
 (chunked prefill; the last chunk samples the sequence's first token). Between two iterations, at a *boundary*, the
 engine
 
-1. honours a pause: drain (stop admitting, let the running sequences finish) or interrupt (send every running
+1. honours a pause: drain (stop admitting, let the running sequences finish), interrupt (send every running
    sequence back to the front of the queue with the tokens it generated, its KV cache dropped and recomputed when it
-   is readmitted: AReaL's interruptible generation);
+   is readmitted: AReaL's interruptible generation) or hold (stop with the running sequences and their KV cache kept,
+   to continue under the new weights: NeMo-RL's and PipelineRL's in-flight weight updates);
 2. makes room in the KV cache for the tokens the next iteration writes, by preempting the most recently admitted
    sequence until they fit (vLLM's recompute preemption: the sequence returns to the front of the queue and
    re-prefills its prompt and generated tokens when readmitted);
@@ -72,6 +73,9 @@ class IterationCosts(Protocol):
 
     def decode_iterations_within(self, batch: int, total_context: float, seconds: float) -> int: ...
 
+
+PauseMode = Literal["drain", "interrupt", "hold"]
+_PAUSE_URGENCY: dict[str, int] = {"drain": 0, "hold": 1, "interrupt": 2}  # how soon each stops the running sequences
 
 Probe = Callable[[str, Rollout], None]
 """Observes an engine without changing it: called with "admitted", "prefilled" (first token sampled), "preempted",
@@ -208,7 +212,7 @@ class RolloutEngine:
 
         self.version = 0  # policy version of the weights it holds
         self.preemptions = 0  # sequences preempted because the KV cache was full
-        self.interruptions = 0  # sequences sent back to the queue by pause(drain=False)
+        self.interruptions = 0  # sequences sent back to the queue by pause("interrupt")
         self.tool_calls = 0  # turns that ended in tool calls
         self.cached_prefill_tokens = 0  # context tokens admissions found in the KV cache instead of prefilling
         self._kv_used = 0  # booked: as of the last batch-changing event
@@ -237,7 +241,7 @@ class RolloutEngine:
         self._generated_total = 0  # tokens they generated (booked)
 
         self._pause: simpy.Event | None = None  # requested pause, fired once paused
-        self._drain = True
+        self._pause_mode: PauseMode = "drain"
         self._resume: simpy.Event | None = None  # set while paused
         self._idle: simpy.Event | None = None  # set while waiting for work
         self._interruptible = False  # sleeping through a decode stretch that a wake-up may cut short
@@ -313,17 +317,19 @@ class RolloutEngine:
             self._sample()
         return taken
 
-    def pause(self, drain: bool) -> simpy.Event:
-        """Stop at the next iteration boundary: drain (finish the running sequences, admitting none) or interrupt
-        (send them back to the front of the queue, to be recomputed). The event fires once the engine is paused."""
+    def pause(self, how: PauseMode) -> simpy.Event:
+        """Stop admitting and pause: `drain` once the running sequences finish; `interrupt` at the next iteration
+        boundary, sending them back to the front of the queue to be recomputed; `hold` at the next iteration
+        boundary, keeping them and their KV cache to continue after resume (in-flight weight updates). The event
+        fires once the engine is paused. A pause that stops sooner overrides one under way."""
         if self._resume is not None:
             return self.env.event().succeed()
         if self._pause is None:
             self._pause = self.env.event()
-            self._drain = drain
-        elif not drain:
-            self._drain = False  # an interrupt overrides a drain under way
-        if not drain or self._idle is not None:
+            self._pause_mode = how
+        elif _PAUSE_URGENCY[how] > _PAUSE_URGENCY[self._pause_mode]:
+            self._pause_mode = how
+        if how != "drain" or self._idle is not None:
             self._wake()
         return self._pause
 
@@ -361,7 +367,7 @@ class RolloutEngine:
     def _run(self) -> Generator[simpy.Event, object, None]:
         while True:
             preempted = self._make_room()
-            if self._pause is not None and not self._running:
+            if self._pause is not None and (not self._running or self._pause_mode == "hold"):
                 self._sample()
                 yield from self._paused()
                 self._changed = True  # resumed
@@ -402,7 +408,7 @@ class RolloutEngine:
         empties the engine; otherwise preempt the latest admitted sequences until the next iteration's tokens fit in
         the KV cache. Whether anything was preempted."""
         self._resume_held()
-        if self._pause is not None and not self._drain and self._running:
+        if self._pause is not None and self._pause_mode == "interrupt" and self._running:
             for slot in reversed(list(self._running.values())):
                 self._evict(slot)
                 self.interruptions += 1
@@ -560,8 +566,10 @@ class RolloutEngine:
         except simpy.Interrupt:
             elapsed = self.env.now - start
             done = min(costs.decode_iterations_within(batch, context, elapsed), k)
-            if done < k and costs.decode_k_iterations_seconds(batch, context, done) < elapsed:
-                # Woken mid-iteration: the iteration in flight completes before anything changes.
+            if done < k and (elapsed == 0 or costs.decode_k_iterations_seconds(batch, context, done) < elapsed):
+                # Woken mid-iteration: the iteration in flight completes before anything changes. Woken at the
+                # instant the stretch began (a submit right after a resume), the first iteration is in flight, as in
+                # the exact mode, which has launched it.
                 done += 1
                 end = seconds if done == k else costs.decode_k_iterations_seconds(batch, context, done)
                 yield self.env.timeout(max(0.0, start + end - self.env.now))
