@@ -204,8 +204,9 @@ def test_without_sharing_every_sample_prefills_and_holds_its_prompt():
     assert costs.prefills[0] == (PrefillChunk(100, 0),) * 3
 
 
-@pytest.mark.parametrize("mode", ["fast", "exact"])
-def test_an_interrupt_returns_sequences_with_their_tokens_and_they_recompute_after_resume(mode):
+def pause_one_sequence(mode: str, how: PauseMode):
+    """One sequence (20-token prompt, 10 tokens) paused with `how` at 3.5 s for 10 s, then resumed with version 1:
+    (the sequence, the engine, its costs, the probe's log, when the pause took hold, the prefill and decode spans)."""
     env, log = simpy.Environment(), []
     costs = FixedCosts()
     (engine,), recorder = engines_on(env, 1, costs, log=log, mode=mode)
@@ -215,50 +216,39 @@ def test_an_interrupt_returns_sequences_with_their_tokens_and_they_recompute_aft
 
     def controller():
         yield env.timeout(3.5)
-        yield engine.pause("interrupt")
+        yield engine.pause(how)
         paused_at.append(env.now)
+        assert engine.paused
         yield env.timeout(10)
         engine.resume(version=1)
 
     env.process(controller())
     env.run()
+    busy = [(round(s.start, 9), round(s.end, 9), s.version) for s in recorder.freeze(21, 0).spans
+            if s.label in ("prefill", "decode")]
+    return r, engine, costs, log, paused_at, busy
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_an_interrupt_returns_sequences_with_their_tokens_and_they_recompute_after_resume(mode):
+    r, engine, costs, log, paused_at, busy = pause_one_sequence(mode, "interrupt")
     # Prefill ends at 1.2; the iteration in flight at 3.5 completes at 4.2 with 4 tokens generated.
     assert paused_at == [pytest.approx(4.2)]
     assert costs.prefills[-1] == (PrefillChunk(24, 0),)  # 20 prompt + 4 generated, recomputed
     assert log[-2:] == [("prefilled", 0, 0, 15.44), ("finished", 0, 0, 20.44)]
     assert (r.generated, r.version_started, engine.interruptions, r.preemptions) == (10, 0, 1, 0)
-    busy = [(round(s.start, 9), round(s.end, 9), s.version) for s in recorder.freeze(21, 0).spans
-            if s.label in ("prefill", "decode")]
     assert busy == ([(0.0, 1.2, 0), (1.2, 4.2, 0), (14.2, 15.44, 1), (15.44, 20.44, 1)])
 
 
 @pytest.mark.parametrize("mode", ["fast", "exact"])
 def test_a_hold_stops_at_the_iteration_boundary_and_continues_with_the_kv_cache_kept(mode):
-    env, log = simpy.Environment(), []
-    costs = FixedCosts()
-    (engine,), recorder = engines_on(env, 1, costs, log=log, mode=mode)
-    r = rollout(0, 20, 10)
-    engine.submit(r)
-    paused_at = []
-
-    def controller():
-        yield env.timeout(3.5)
-        yield engine.pause("hold")
-        paused_at.append(env.now)
-        assert engine.paused and engine.interruptions == 0
-        yield env.timeout(10)
-        engine.resume(version=1)
-
-    env.process(controller())
-    env.run()
+    r, engine, costs, log, paused_at, busy = pause_one_sequence(mode, "hold")
     # As the interrupt above, it stops when the iteration in flight ends (4.2, 4 tokens generated), but nothing is
     # recomputed: the other 6 tokens decode after the 10 s pause, under version 1, with no second prefill.
     assert paused_at == [pytest.approx(4.2)]
     assert len(costs.prefills) == 1
     assert log[-1] == ("finished", 0, 0, pytest.approx(20.2))
     assert (r.generated, r.version_started, engine.interruptions, r.admissions) == (10, 0, 0, 1)
-    busy = [(round(s.start, 9), round(s.end, 9), s.version) for s in recorder.freeze(21, 0).spans
-            if s.label in ("prefill", "decode")]
     assert busy == [(0.0, 1.2, 0), (1.2, 4.2, 0), (14.2, 20.2, 1)]
 
 
