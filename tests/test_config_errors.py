@@ -137,3 +137,17 @@ def test_cli_exits_2_without_traceback(write, capsys, text, path):
     assert first_line.startswith(f"error: {file}:")
     if path:
         assert path in captured.err
+
+
+def test_an_engine_spans_whole_scale_up_domains_or_fits_in_one():
+    from rlsim.api import simulate
+    from tests.sim_scenarios import bound
+
+    # R1-Distill-Qwen-1.5B: 12 heads, 2 KV heads, so tp 12 passes the head checks and meets the domain check alone.
+    with pytest.raises(ScenarioError, match="span whole ones") as error:
+        bound(model="R1-Distill-Qwen-1.5B", gpus=24, nodes=3, tp=12)
+    assert "placement.rollout.tp" in str(error.value) and "a multiple of 8" in str(error.value)
+    # TP16 over two 8-GPU nodes, as NeMo-RL runs vLLM for Qwen3-235B: two engines, each on 16 GPUs.
+    result = simulate(bound(model="Llama-3.1-8B", gpus=32, nodes=4, tp=16, prompts=8, samples=8, steps=1).scenario)
+    decoding = {(s.first_gpu, s.gpu_count) for s in result.log.spans if s.label == "decode"}
+    assert decoding == {(0, 16), (16, 16)}

@@ -249,9 +249,11 @@ def _check_parallelism(scenario: Scenario, spec: ModelSpec, hardware: HardwareCa
     pool = scenario.cluster.pool(rollout.pool or "")
     gpu = hardware.gpu(pool.gpu)
     domain = gpu.scale_up.domain_gpus.value if gpu.scale_up else pool.gpus_per_node
-    if rollout.tp > domain:
-        check.fail(ro + ("tp",), f"an engine's tp group must fit in one scale-up domain of {domain} GPUs",
-                   value=rollout.tp, valid=f"≤ {domain}")
+    if rollout.tp > domain and rollout.tp % domain:
+        # vLLM runs tensor parallelism across nodes (NeMo-RL's Qwen3-235B and DeepSeek-V3 recipes: TP16, TP32), its
+        # all-reduces then crossing the scale-out network; an engine is whole scale-up domains or fits in one.
+        check.fail(ro + ("tp",), f"an engine's tp group must fit in one scale-up domain of {domain} GPUs or span "
+                   "whole ones", value=rollout.tp, valid=f"≤ {domain}, or a multiple of {domain}")
 
     for path, ep, limit_name, limit in ((ro + ("ep",), rollout.ep, "engine GPUs (tp)", rollout.tp),
                                          (tr + ("ep",), training.ep, "tp·cp·dp", training.tp * training.cp * (training.dp or 1))):
