@@ -58,14 +58,14 @@ def test_every_published_pair_is_compared(validation):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "measured (rlsim validate): median |error| 66.3%, worst 1275% over 36 step/stage-time figures. Causes: "
+    "measured (rlsim validate): median |error| 64.5%, worst 1275% over 39 step/stage-time figures. Causes: "
     "V1/V2 (23 figures, -24..-100%, so they set the median) borrow PolyTrace's verl DAPO lengths (mean ~580 response "
     "tokens), while each source run's lengths moved on their own course over its 400 steps; "
     "V1's published update_actor 313.8 s on 32 H20 needs ~3x those trained tokens at rlsim's training cost, and gen "
     "needs responses reaching the 28K cap, but no single length fits both of V1's modes (rlsim validate --set "
     "workload.response_tokens.scale=3: colocated update_actor -6%, async 16+16 +111%). Async gen, the trainer's "
     "wait, is ~0 vs 21-33 s: the sim trainer is the bottleneck. V3, whose mean lengths are published and whose "
-    "recipes are read setting by setting, is -14..-41% on step time over seven rows (two from NeMo-RL's v0.6 table, "
+    "recipes are read setting by setting, is -14..-41% on step time over ten rows (five from NeMo-RL's v0.6 table, "
     "the off-policy rows with weights updated in flight) with the CPU step charged per scheduled "
     "sequence (vllm#10634) and its lengths read as generated tokens. Worst: V8 checkpoint engine 7B 0.28 s vs "
     "0.02 s, which is below the 34 ms that 15.2 GB to four GPUs takes at H20's NVLink rate."))
@@ -75,7 +75,7 @@ def test_median_and_worst_error_of_step_and_stage_times(validation):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "measured: 16/21 winners right. Wrong: v5-staleness-1-2, v5-staleness-2-unbounded and "
+    "measured: 18/23 winners right. Wrong: v5-staleness-1-2, v5-staleness-2-unbounded and "
     "v5-interrupt-1.5b/7b (1.00x each: AReaL's quarter of training GPUs is the bottleneck in rlsim, "
     "so neither more staleness nor interruption speeds up the steady state), v8-qwen2.5-7b (checkpoint engine slower "
     "than per-tensor: its fixed costs dominate a 7B model)."))
@@ -85,7 +85,7 @@ def test_every_paired_comparison_picks_the_published_winner(validation):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "measured: 14/21 speed-ups within 20%. Off: v1-32-gpus (-56%) and v2 (-43%, async 1.01x against 1.76x) from "
+    "measured: 16/23 speed-ups within 20%. Off: v1-32-gpus (-56%) and v2 (-43%, async 1.01x against 1.76x) from "
     "the borrowed lengths; v4-7b-512 +26% (1.86x against 1.48x); v5 eta 1->2 (-25%) because AReaL runs are "
     "training-bound in rlsim; v7-dapo-math +234% (over-provisioning a short-length workload gains far more than "
     "APRIL's measured 17%), v7-deepmath -22%; v8-qwen2.5-7b -88% (the 7B checkpoint engine priced 0.28 s against "
