@@ -65,8 +65,8 @@ def test_every_published_pair_is_compared(validation):
     "needs responses reaching the 28K cap, but no single length fits both of V1's modes (rlsim validate --set "
     "workload.response_tokens.scale=3: colocated update_actor -6%, async 16+16 +111%). Async gen, the trainer's "
     "wait, is ~0 vs 21-33 s: the sim trainer is the bottleneck. V3, whose mean lengths are published and whose "
-    "recipes are read setting by setting, is -14..-41% on step time over ten rows (five from NeMo-RL's v0.6 table, "
-    "the off-policy rows with weights updated in flight) with the CPU step charged per scheduled "
+    "recipes are read setting by setting, is -14..-41% on step time over ten rows (five from NeMo-RL's v0.6 table; "
+    "off-policy rows update weights in flight) with the CPU step charged per scheduled "
     "sequence (vllm#10634) and its lengths read as generated tokens. Worst: V8 checkpoint engine 7B 0.28 s vs "
     "0.02 s, which is below the 34 ms that 15.2 GB to four GPUs takes at H20's NVLink rate."))
 def test_median_and_worst_error_of_step_and_stage_times(validation):
