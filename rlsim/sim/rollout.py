@@ -75,7 +75,7 @@ class IterationCosts(Protocol):
 
 
 PauseMode = Literal["drain", "interrupt", "hold"]
-_PAUSE_URGENCY: dict[str, int] = {"drain": 0, "hold": 1, "interrupt": 2}  # how soon each stops the running sequences
+_PAUSE_URGENCY: dict[PauseMode, int] = {"drain": 0, "hold": 1, "interrupt": 2}  # how soon each stops the running sequences
 
 Probe = Callable[[str, Rollout], None]
 """Observes an engine without changing it: called with "admitted", "prefilled" (first token sampled), "preempted",
