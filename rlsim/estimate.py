@@ -25,11 +25,13 @@ from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
 from rlsim.costs.rollout import EngineCosts
 from rlsim.costs.training import GroupCollectives, TrainingCosts
 from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for, role_gpus
+from rlsim.events import STAGES as EVENT_STAGES
 from rlsim.topology import ClusterTopology
 from rlsim.workload.marginals import workload_marginals
 
-# Stage names as verl logs them (timing_s/...), in the order a synchronous step runs them.
-STAGES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_actor", "update_critic", "weight_sync")
+# The simulator's stages (verl's names, in the order a synchronous step runs them) but `wait`, the trainer's wait for
+# engines to stop, which an estimate without engines cannot see.
+STAGES = tuple(stage for stage in EVENT_STAGES if stage != "wait")
 TRAINING_STAGES = ("old_log_prob", "ref", "values", "adv", "update_actor", "update_critic")
 
 

@@ -5,10 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from rlsim.api import simulate
 from rlsim.cli import main
 from rlsim.config import load_scenario
 from rlsim.errors import ScenarioError
 from tests.scenario_text import VALID
+from tests.sim_scenarios import bound
 
 
 def edit(old: str, new: str) -> str:
@@ -140,9 +142,6 @@ def test_cli_exits_2_without_traceback(write, capsys, text, path):
 
 
 def test_an_engine_spans_whole_scale_up_domains_or_fits_in_one():
-    from rlsim.api import simulate
-    from tests.sim_scenarios import bound
-
     # R1-Distill-Qwen-1.5B: 12 heads, 2 KV heads, so tp 12 passes the head checks and meets the domain check alone.
     with pytest.raises(ScenarioError, match="span whole ones") as error:
         bound(model="R1-Distill-Qwen-1.5B", gpus=24, nodes=3, tp=12)
