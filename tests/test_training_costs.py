@@ -216,6 +216,21 @@ def test_context_parallelism_splits_the_work_and_pays_ulysses_all_to_alls():
     assert split.collective == pytest.approx(ring(4)("all_to_all", qkv) + ring(4)("all_to_all", out))
 
 
+def test_megatron_ring_attention_passes_blocks_to_the_next_rank_at_the_slowest_hop():
+    """A CP ring of 4 on real nodes: with TP4 it spans two nodes (ranks 0, 4 | 8, 12), so two of its hops leave the
+    node and every step of the ring waits for them; with TP2 it stays inside one."""
+    layout = TrainingPlacement(gpus=16, tp=4, cp=4, dp=1, backend="megatron", zero_stage=1, activation_recompute="none")
+    spread = GroupCollectives.on_cluster(h100_cluster(2), h100_cluster(2).gpus("main"), layout)
+    inside_layout = TrainingPlacement(gpus=8, tp=2, cp=4, dp=1, backend="megatron", zero_stage=1,
+                                      activation_recompute="none")
+    inside = GroupCollectives.on_cluster(h100_cluster(1), h100_cluster(1).gpus("main"), inside_layout)
+    block = 64 * 2**20
+    assert spread.cp("send_recv", block) > 3 * inside.cp("send_recv", block)  # IB against NVLink
+    spec = MODELS.spec("Llama-3.1-8B")
+    layer = TrainingCosts(spec, RATES, layout, spread).layer_forward("dense", [16384])
+    assert layer.attention > 0 and layer.collective >= 0
+
+
 def test_fsdp_gathers_hide_behind_compute_unless_the_network_is_slow():
     layout = TrainingPlacement(gpus=8, dp=8, backend="fsdp", zero_stage=3, activation_recompute="full")
     spec = MODELS.spec("Qwen2.5-7B")

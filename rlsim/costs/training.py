@@ -150,7 +150,7 @@ class GroupCollectives:
             dp=on([layout.tp * j for j in range(layout.cp * dp)]),
             expert_dp=on([layout.ep * j for j in range(stage // layout.ep)]),
             tp=on(range(layout.tp)),
-            cp=on([layout.tp * j for j in range(layout.cp)]),
+            cp=_ring(topology, [gpus[layout.tp * j] for j in range(layout.cp)]) if layout.cp > 1 else None,
             ep=on(range(layout.ep)),
             pp=_pipeline(topology, [gpus[stage * s] for s in range(layout.pp)]) if layout.pp > 1 else None,
             host=lambda nbytes: link.latency_s + nbytes / host_rate,
@@ -165,6 +165,14 @@ def _priced(group: CommGroup) -> Collective:
         return collective_time(op, nbytes, group).seconds
 
     return seconds
+
+
+def _ring(topology: ClusterTopology, ring: Sequence[GPU]) -> Collective:
+    """Collectives over the whole group; send_recv to the next rank of the ring, at the slowest hop's price (the ring
+    advances in lock-step, so a hop that leaves the node sets every step's time)."""
+    whole = _priced(topology.group(ring))
+    hops = [_priced(topology.group([a, b])) for a, b in zip(ring, [*ring[1:], ring[0]], strict=True)]
+    return lambda op, nbytes: max(hop(op, nbytes) for hop in hops) if op == "send_recv" else whole(op, nbytes)
 
 
 def _pipeline(topology: ClusterTopology, firsts: Sequence[GPU]) -> Collective:
