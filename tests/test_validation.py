@@ -21,7 +21,7 @@ from rlsim.validation.cases import (
     steady_state_warmup,
 )
 from rlsim.validation.docs import MARKER, PARITY_FILE, write_docs
-from rlsim.validation.figures import kind_of
+from rlsim.validation.figures import check_name, kind_of, read_figure
 from rlsim.validation.parity import parity_svg
 from rlsim.validation.run import case_scenario, run_validation, select_cases
 from rlsim.validation.table import FigureRow, PairRow, Validation, compare_pairs
@@ -99,6 +99,18 @@ def test_an_unknown_figure_is_reported_with_its_line_and_the_valid_names(tmp_pat
         load_manifest(path)
     assert err.value.line == 8
     assert "per_tensor" in err.value.render() and "stage_s" in err.value.render()
+
+
+def test_a_stage_figure_adds_up_the_stages_it_joins():
+    class Run:  # the one field a stage figure reads
+        metrics = {"stages_s": {"old_log_prob": 5.0, "ref": 4.0, "gen": 40.0}}
+
+    assert check_name("stage_s.old_log_prob+ref") is None
+    assert read_figure("stage_s.old_log_prob+ref", None, Run()) == 9.0
+    assert read_figure("stage_s.gen", None, Run()) == 40.0
+    assert "joined by +" in check_name("stage_s.old_log_prob+refs")
+    assert check_name("stage_s.ref+ref") is not None  # a stage counted twice is a typo, not a figure
+    assert check_name("share_pct.rollout+reward") is not None  # only stage times add up
 
 
 def test_a_pair_naming_a_missing_case_suggests_the_closest(tmp_path):

@@ -1,7 +1,9 @@
 """The figures a validation case can be compared on, each read from a simulated run or priced by a cost model.
 
 A figure name is `kind` or `kind.argument`: `step_s`, `stage_s.update_actor`, `share_pct.rollout`,
-`weight_sync_s.checkpoint_engine`. Each kind says whether larger is better, which decides who wins a paired comparison.
+`weight_sync_s.checkpoint_engine`. A stage figure may add stages up (`stage_s.old_log_prob+ref`) for sources whose
+timers span several verl stages, as NeMo-RL's "get logprobs" spans the policy's and the reference's passes. Each kind
+says whether larger is better, which decides who wins a paired comparison.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ SHARE_STAGES = {
     "training": ("old_log_prob", "ref", "values", "update_actor", "update_critic", "weight_sync", "wait"),
 }
 WEIGHT_SYNC_METHODS: tuple[str, ...] = get_args(WeightSync.model_fields["method"].annotation)
+SUM = "+"  # joins the stages a summed stage figure adds up
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,9 @@ def _step_s(_: Scenario, result: Result | None, __: str) -> float:
     return _measured(result).metrics["step_time_s"]["mean"]
 
 
-def _stage_s(_: Scenario, result: Result | None, stage: str) -> float:
-    return _measured(result).metrics["stages_s"][stage]
+def _stage_s(_: Scenario, result: Result | None, stages: str) -> float:
+    seconds = _measured(result).metrics["stages_s"]
+    return sum(seconds[stage] for stage in stages.split(SUM))
 
 
 def _tokens_per_s(_: Scenario, result: Result | None, __: str) -> float:
@@ -98,7 +102,8 @@ def _weight_sync_s(scenario: Scenario, _: Result | None, method: str) -> float:
 FIGURE_KINDS: dict[str, FigureKind] = {
     "step_s": FigureKind("s", False, True, (), True, _step_s, "mean step time over the measured steps"),
     "stage_s": FigureKind("s", False, True, STAGES, True, _stage_s,
-                          "mean seconds per measured step in a verl stage (metrics.json stages_s)"),
+                          "mean seconds per measured step in a verl stage (metrics.json stages_s), or in several "
+                          f"joined by {SUM}"),
     "tokens_per_s": FigureKind("tokens/s", True, False, (), True, _tokens_per_s,
                                "trained prompt + response tokens per second of the measured window"),
     "tokens_per_s_per_gpu": FigureKind("tokens/s/GPU", True, False, (), True, _tokens_per_s_per_gpu,
@@ -127,8 +132,10 @@ def check_name(name: str) -> str | None:
     if kind not in FIGURE_KINDS:
         return f"unknown figure kind {kind!r}"
     arguments = FIGURE_KINDS[kind].arguments
-    if arguments and argument not in arguments:
-        return f"{kind} needs one of: {', '.join(arguments)}"
+    parts = argument.split(SUM) if kind == "stage_s" else [argument]
+    if arguments and (len(set(parts)) < len(parts) or any(part not in arguments for part in parts)):
+        joined = f" (or several, each once, joined by {SUM})" if kind == "stage_s" else ""
+        return f"{kind} needs one of: {', '.join(arguments)}{joined}"
     if not arguments and argument:
         return f"{kind} takes no argument"
     return None
