@@ -90,6 +90,30 @@ def test_fsdp_70b_on_64_h100():
     assert 0.35 <= value <= 0.50
 
 
+NO_RECOMPUTE_GAP = (
+    "rlsim is +22% (7B: 56.6% against 46.4%) and +32% (13B: 52.6% against 39.8%) here, where the same table's "
+    "activation-checkpointing rows are within 2-11% (7B at 4K: 43.7% against 40.4%). The published runs without "
+    "checkpointing use the hardware less than those with it (7B HFU 46% against 54-57%); nothing in rlsim's per-kernel "
+    "pricing explains that, so it is left visible. NeMo-RL v0.3's RL passes (no checkpointing) show the same direction.")
+
+
+@pytest.mark.parametrize("model,seq,micro_batch,accumulation,published", [
+    ("Qwen2.5-1.5B", 4096, 7, 4, 0.4026),
+    ("Qwen2.5-3B", 4096, 5, 6, 0.4231),
+    pytest.param("Qwen2.5-7B", 2048, 6, 1, 0.4644, marks=pytest.mark.xfail(strict=True, reason=NO_RECOMPUTE_GAP)),
+    pytest.param("Qwen2.5-14B", 2048, 2, 1, 0.3979, marks=pytest.mark.xfail(strict=True, reason=NO_RECOMPUTE_GAP)),
+])
+def test_fsdp_without_recompute_against_llm_foundry(model, seq, micro_batch, accumulation, published):
+    """llm-foundry's H100 BF16 table (FSDP full shard, no activation checkpointing, 8 GPUs): MPT 1B and 3B at 4K, 7B
+    and 13B at 2K, with their micro-batches. The nearest catalog models stand in (Qwen2.5: GQA, SwiGLU, a larger
+    vocabulary), so the band is ±20%."""
+    layout = TrainingPlacement(gpus=8, dp=8, backend="fsdp", zero_stage=3, micro_batch_tokens=seq * micro_batch,
+                               activation_recompute="none")
+    value = mfu(costs_on_h100s(model, layout), [[seq] * micro_batch] * accumulation)
+    print(f"FSDP {model}, 8×H100, {seq} × {micro_batch}, no recompute: MFU {value:.1%} (llm-foundry {published:.1%})")
+    assert value == pytest.approx(published, rel=0.20)
+
+
 def test_megatron_70b_on_64_h100():
     """The same model with Megatron TP8 (inside a node) × PP4 interleaved (v=5) × DP2, selective recompute, 32
     micro-batches of 4096 tokens: Megatron-Core reports up to 47% MFU on H100 (reference §2)."""
