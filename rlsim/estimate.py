@@ -23,7 +23,7 @@ from rlsim.costs.collectives import collective_time
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
 from rlsim.costs.rollout import EngineCosts
-from rlsim.costs.training import GroupCollectives, TrainingCosts
+from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for, role_gpus
 from rlsim.events import STAGES as EVENT_STAGES
 from rlsim.topology import ClusterTopology
@@ -107,7 +107,7 @@ def estimate_step(bound: Bound) -> StepEstimate:
         "reward": _reward(bound, topology, lengths),
     }
     training_gpu = bound.gpu(placement.training.pool)
-    rates = GPURates.from_profile(training_gpu, "bf16")
+    rates = training_rates(training_gpu, scenario.framework.training_kernel_efficiency)
     layout = placement.training
     collectives = GroupCollectives.on_cluster(topology, training_gpus, layout)
     actor = TrainingCosts(spec, rates, layout, collectives)

@@ -67,6 +67,29 @@ def test_a_bad_overhead_names_its_field(scenario):
     assert "overlap_scheduling" in str(err.value)
 
 
+def test_training_passes_run_at_the_sustained_share_of_the_kernel_rates(scenario):
+    """training_kernel_efficiency slows every training and log-prob kernel by its inverse and leaves generation alone."""
+    full = rlsim.simulate(rlsim.with_(scenario, {"framework.training_kernel_efficiency": 1.0})).metrics["stages_s"]
+    half = rlsim.simulate(rlsim.with_(scenario, {"framework.training_kernel_efficiency": 0.5})).metrics["stages_s"]
+    assert half["gen"] == full["gen"]
+    for stage in ("old_log_prob", "update_actor"):
+        assert 1.6 * full[stage] < half[stage] <= 2.0 * full[stage]  # communication and fixed costs do not scale
+    with pytest.raises(rlsim.ScenarioError) as err:
+        rlsim.with_(scenario, {"framework.training_kernel_efficiency": 1.5})
+    assert any(p.path == "framework.training_kernel_efficiency" for p in err.value.problems)
+
+
+def test_sustained_rates_scale_every_kernel_and_refuse_a_share_outside_zero_to_one():
+    rates = GPURates.from_profile(HardwareCatalog.load().gpu("h100-sxm"))
+    sustained = rates.sustained(0.5)
+    assert sustained.peak_flops == rates.peak_flops  # MFU stays over the datasheet peak
+    assert sustained.gemm_flops == rates.gemm_flops / 2 and sustained.hbm_bytes_per_s == rates.hbm_bytes_per_s / 2
+    assert sustained.memory_seconds(1e9) == pytest.approx(2 * rates.memory_seconds(1e9))
+    for bad in (0.0, 1.2):
+        with pytest.raises(ValueError, match="in \\(0, 1\\]"):
+            rates.sustained(bad)
+
+
 def test_the_cpu_step_grows_with_the_sequences_an_iteration_schedules(scenario):
     costs = rlsim.with_(scenario, {"framework.overlap_scheduling": False})
     flat = rlsim.with_(costs, {"framework.engine_step_cpu_per_sequence_s": 0.0})

@@ -60,8 +60,11 @@ def test_staleness_zero_to_one_gains_much_and_two_saturates():
 
 def test_in_flight_weight_updates_neither_wait_for_the_tail_nor_recompute():
     """A weight update that drains waits for every running response; one that interrupts re-prefills them; one that
-    lands in flight (NeMo-RL, PipelineRL) does neither: the fastest of the three when the tail is long."""
-    base = dict(gpus=8, prompts=64, samples=8, response=HEAVY, max_response=8192, steps=6, max_num_seqs=32,
+    lands in flight (NeMo-RL, PipelineRL) does neither: the fastest of the three when the tail is long. A 1.5B model,
+    so that re-prefilling the interrupted responses costs more than the few-tenths-of-a-percent differences in how
+    the modes happen to schedule."""
+    base = dict(gpus=8, model="Qwen2.5-1.5B", prompts=64, samples=8, response=HEAVY, max_response=8192, steps=6,
+                max_num_seqs=32,
                 mode="disaggregated", rollout_gpus=6, training_gpus=2, schedule="async", staleness=2)
     runs = {partial: run(partial=partial, **base) for partial in ("off", "interrupt", "in_flight")}
     step = {partial: m["step_time_s"]["mean"] for partial, (_, m) in runs.items()}
@@ -355,5 +358,7 @@ def test_a_streaming_step_pays_the_driver_once_in_shares():
     from rlsim.config.framework import TRAINER_STEP_OVERHEAD_S
 
     assert all(s.stages["adv"] == pytest.approx(TRAINER_STEP_OVERHEAD_S) for s in log.steps)
-    # Only the 4 training GPUs wait; the engines keep generating.
-    assert {(s.first_gpu, s.gpu_count) for s in log.spans if s.stage == "adv"} == {(4, 4)}
+    # Only the 4 training GPUs wait; the engines keep generating. (A wait may be recorded as several spans over
+    # neighbouring GPUs when their previous spans ended a rounding error apart.)
+    waiting = {g for s in log.spans if s.stage == "adv" for g in range(s.first_gpu, s.first_gpu + s.gpu_count)}
+    assert waiting == {4, 5, 6, 7}

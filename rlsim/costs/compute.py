@@ -138,6 +138,15 @@ class GPURates:
                         "decode_attention_half_bytes": calibration.decode_attention.fixed_us.value * 1e-6 * bandwidth}
         return replace(self, **changes)
 
+    def sustained(self, fraction: float) -> GPURates:
+        """These rates with every kernel `fraction` as fast: what a whole training step sustains, where the rates above
+        are each kernel's own (rlsim.config.framework.TRAINING_KERNEL_EFFICIENCY)."""
+        if not 0 < fraction <= 1:
+            raise ValueError(f"a sustained fraction is in (0, 1], got {fraction}")
+        attention = None if self.fused_attention_flops is None else self.fused_attention_flops * fraction
+        return replace(self, gemm_flops=self.gemm_flops * fraction, hbm_bytes_per_s=self.hbm_bytes_per_s * fraction,
+                       fused_attention_flops=attention)
+
     def compute_seconds(self, flops: float) -> float:
         """Time of a GEMM-like kernel doing `flops`, compute-bound, shape unknown (no tile or wave quantization)."""
         return GEMM_FILL_S + flops / self.gemm_flops

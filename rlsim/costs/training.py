@@ -49,6 +49,7 @@ from rlsim.config.schema import TrainingPlacement
 from rlsim.costs.collectives import HOST_LINK_EFFICIENCY, Op, collective_time
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kernel_implementation
+from rlsim.hardware import GPUProfile
 from rlsim.models import ModelSpec
 from rlsim.models.spec import LayerKind
 from rlsim.topology import GPU, ClusterTopology, CommGroup
@@ -302,6 +303,12 @@ def _fuse_megatron(gemms: list[tuple[str, float, float, float]]) -> list[tuple[s
 
 
 # ---------------------------------------------------------------------------------------------------- FLOPs
+
+
+def training_rates(gpu: GPUProfile, efficiency: float) -> GPURates:
+    """What training kernels run at on `gpu` within a real step: its BF16 kernel rates × `efficiency`
+    (`framework.training_kernel_efficiency`)."""
+    return GPURates.from_profile(gpu, "bf16").sustained(efficiency)
 
 
 def model_training_flops(spec: ModelSpec, sequence_lengths: Sequence[int]) -> float:

@@ -15,7 +15,7 @@ from rlsim.costs.collectives import collective_time
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, memory_report, require_all, rollout_memory
 from rlsim.costs.rollout import EngineCosts
-from rlsim.costs.training import GroupCollectives, TrainingCosts
+from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost, colocated_switch_for, disaggregated_sync_for, role_gpus
 from rlsim.models import ModelCatalog
 from rlsim.sim.recorder import Recorder
@@ -89,10 +89,10 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
 
     layout = placement.training
     group = TrainingGroup(index[training[0]], layout)
-    training_rates = GPURates.from_profile(bound.gpu(layout.pool), "bf16")
+    sustained = training_rates(bound.gpu(layout.pool), scenario.framework.training_kernel_efficiency)
     collectives = GroupCollectives.on_cluster(topology, training, layout)
-    actor = TrainingCosts(spec, training_rates, layout, collectives)
-    critic = TrainingCosts(spec, training_rates, layout, collectives, head="value") if scenario.algorithm.critic else None
+    actor = TrainingCosts(spec, sustained, layout, collectives)
+    critic = TrainingCosts(spec, sustained, layout, collectives, head="value") if scenario.algorithm.critic else None
     trainer = Trainer(env, recorder, group, scenario.schedule.dp_balance)
 
     reward_config = scenario.workload.reward
@@ -135,7 +135,7 @@ def _reward_model(env, bound: Bound, topology: ClusterTopology, index: dict[GPU,
     layout = TrainingPlacement(pool=placement.pool, gpus=placement.gpus, tp=placement.tp,
                                dp=placement.gpus // placement.tp, zero_stage=0, activation_recompute="none")
     spec = ModelCatalog.load().spec(scenario.workload.reward.model)
-    costs = TrainingCosts(spec, GPURates.from_profile(bound.gpu(placement.pool), "bf16"), layout,
+    costs = TrainingCosts(spec, training_rates(bound.gpu(placement.pool), scenario.framework.training_kernel_efficiency), layout,
                           GroupCollectives.on_cluster(topology, gpus, layout), head="value")
     trainer = Trainer(env, recorder, TrainingGroup(index[gpus[0]], layout), scenario.schedule.dp_balance,
                       unit_prefix="rm")
