@@ -79,6 +79,19 @@ def test_refinement_simulates_the_winning_split_one_eighth_either_side(small_wor
     assert refined.winner.tokens_per_s == max(e.tokens_per_s for e in refined.ranked)
 
 
+def test_refinement_tries_an_async_winners_neighbouring_staleness_bounds(small_workload):
+    """The estimate cannot tell staleness bounds apart, so the shortlist holds one η; refinement simulates the same
+    split and engines at the neighbouring bounds (η 1 -> 2 here) as well as the neighbouring splits."""
+    shortlist_only = plan(small_workload, gpus=16, schedules=("async",), simulate=1, refine=0, workers=2)
+    refined = plan(small_workload, gpus=16, schedules=("async",), simulate=1, refine=4, workers=2)
+    [first] = shortlist_only.ranked
+    assert first.candidate.schedule.staleness == 1  # a tie goes to the fresher samples
+    same_split = [e.candidate for e in refined.ranked if e.candidate.training_gpus == first.candidate.training_gpus
+                  and e.candidate.rollout_tp == first.candidate.rollout_tp]
+    assert {c.schedule.staleness for c in same_split} >= {1, 2}
+    assert refined.winner.tokens_per_s == max(e.tokens_per_s for e in refined.ranked) >= first.tokens_per_s
+
+
 def test_the_text_table_for_a_range_of_budgets(small_workload, capsys):
     assert main(["plan", str(small_workload), "--gpus", "8-16:8", "--simulate", "1", "--schedules", "sync"]) == 0
     out = capsys.readouterr().out

@@ -34,8 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="candidates to simulate: the best estimate of each placement, then of other schedules "
                         "(default: %(default)s)")
     parser.add_argument("--refine", type=int, default=4,
-                        help="extra simulations that move the winner's split one eighth of the GPUs at a time while "
-                        "it improves; 0 ranks the shortlist only (default: %(default)s)")
+                        help="extra simulations that move the winner's split one eighth of the GPUs at a time, and an "
+                        "async winner's staleness bound one step, while it improves; 0 ranks the shortlist only "
+                        "(default: %(default)s)")
     parser.add_argument("--steps", type=int, default=3, help="steps per simulation, the first one warm-up "
                         "(default: %(default)s)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,

@@ -5,9 +5,10 @@
 3. price the rest with `rlsim estimate` (napkin math, milliseconds each);
 4. simulate a shortlist: the best estimate of each placement (colocated, disaggregated, hybrid), then the best of
    the other placement-and-schedule families in order of estimate, for `run.steps` steps each;
-5. refine the split: while the best simulated candidate divides the GPUs between roles, simulate its neighbours one
-   eighth of the GPUs either side (same placement, schedule and engine size) and move to the better one — the
-   estimate prices stages from mean lengths and cannot see which role starves the other;
+5. refine: while the best simulated candidate divides the GPUs between roles, simulate its neighbours — one eighth
+   of the GPUs either side (same placement, schedule and engine size) and, when it runs async, the next staleness
+   bound either side (same split) — and move to the best — the estimate prices stages from mean lengths and cannot
+   see which role starves the other, nor tell staleness bounds apart;
 6. rank the simulated candidates by trained tokens per second, and explain the winner against the runner-up.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from rlsim.costs.memory import GIB, memory_report
 from rlsim.errors import Problem, ScenarioError
 from rlsim.estimate import estimate_step
 from rlsim.hardware import HardwareCatalog
-from rlsim.plan.candidates import SPLITS, Candidate, candidates
+from rlsim.plan.candidates import SPLITS, STALENESS, Candidate, candidates
 from rlsim.sweep.compute import PointTask
 from rlsim.sweep.executors import run_local
 from rlsim.sweep.points import Point, point_id
@@ -79,7 +80,7 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     """Plan the model, algorithm and workload of `base` (a scenario file, or its parsed document with the folder its
     relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
     the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
-    one_step_off, async); `refine` bounds the extra simulations spent moving the winner's split."""
+    one_step_off, async); `refine` bounds the extra simulations spent moving the winner's split and staleness bound."""
     if not isinstance(base, YamlDocument):
         base_dir = Path(base).resolve().parent
         base = read_yaml(base)
@@ -132,7 +133,7 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     shortlist = _shortlist(estimated, simulate)
     ranked, notes = _simulate(shortlist, workers, base_dir)
     if ranked:
-        ranked, more_notes = _refine_split(ranked, estimated, refine, workers, base_dir)
+        ranked, more_notes = _refine(ranked, estimated, refine, workers, base_dir)
         notes += more_notes
     if not ranked:
         raise ScenarioError(Problem("no shortlisted candidate could be simulated: " + "; ".join(notes),
@@ -171,9 +172,22 @@ def _shortlist(estimated: list[Evaluated], count: int) -> list[Evaluated]:
     return chosen[:max(count, 1)]
 
 
-def _refine_split(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], budget: int, workers: int,
+def _neighbours(best: Candidate, other: Candidate) -> bool:
+    """`other` is the same as `best` but for its split moved one eighth of the GPUs, or (async) the next staleness
+    bound up or down."""
+    if other.placement != best.placement or other.rollout_tp != best.rollout_tp:
+        return False
+    if other.schedule == best.schedule:
+        return abs(other.training_gpus - best.training_gpus) == best.gpus // SPLITS
+    if best.schedule.mode != "async" or other.schedule.mode != "async" or other.training_gpus != best.training_gpus:
+        return False
+    return abs(STALENESS.index(other.schedule.staleness) - STALENESS.index(best.schedule.staleness)) == 1
+
+
+def _refine(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], budget: int, workers: int,
                   base_dir: Path) -> tuple[tuple[Evaluated, ...], list[str]]:
-    """Hill-climb the winner's split over the estimated candidates one eighth apart, simulating both neighbours at
+    """Hill-climb the winner's split over the estimated candidates one eighth apart, and an async winner's staleness
+    bound over its neighbours in STALENESS (the estimate cannot tell bounds apart), simulating every neighbour at
     each round, within `budget` extra simulations."""
     seen = {e.candidate.label for e in ranked}
     notes: list[str] = []
@@ -181,11 +195,8 @@ def _refine_split(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], bud
         best = ranked[0].candidate
         if best.placement == "colocated":
             break
-        step = best.gpus // SPLITS
         neighbours = [e for e in estimated
-                      if e.candidate.label not in seen and e.candidate.family == best.family
-                      and e.candidate.rollout_tp == best.rollout_tp
-                      and abs(e.candidate.training_gpus - best.training_gpus) == step][:budget]
+                      if e.candidate.label not in seen and _neighbours(best, e.candidate)][:budget]
         if not neighbours:
             break
         budget -= len(neighbours)
