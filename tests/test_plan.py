@@ -126,8 +126,8 @@ def test_bad_arguments_exit_2_without_a_traceback(small_workload, capsys, argume
 # HybridFlow (Sheng et al., EuroSys 2025, arXiv:2409.19256) compares placements of synchronous, on-policy RLHF and finds
 # colocating every model on all GPUs best up to 64 GPUs and a split placement best at 96-128 GPUs. Its runs are
 # synchronous, so the comparison plans with the sync schedule only.
-HYBRIDFLOW_GAP = ("not reproduced: at 128 H100s with sync GRPO the simulator ranks colocated first (~255k tokens/s) "
-                  "ahead of hybrid (~193k) and disaggregated (~170k): a synchronous split leaves its training GPUs "
+HYBRIDFLOW_GAP = ("not reproduced: at 128 H100s with sync GRPO the simulator ranks colocated first (~167k tokens/s) "
+                  "ahead of hybrid (~135k) and disaggregated (~114k): a synchronous split leaves its training GPUs "
                   "starved while the rollout GPUs generate and the reverse while they train. HybridFlow's 'split' is "
                   "a different cut (actor+reference on one half, critic+reward model on the other, for PPO), which "
                   "GRPO has no critic or reward model to make and rlsim's placements do not model")
@@ -144,7 +144,7 @@ def test_hybridflow_placement_choice(gpus):
 # AReaL (Fu et al. 2025, arXiv:2505.24298) runs asynchronous RL with about three quarters of the GPUs generating.
 AREAL_GAP = ("not reproduced: on this workload (median response 2,000 tokens, cap 8,192) the training stages cost "
              "about as many GPU-seconds as generation, and the refined async split gives 1/2 of the GPUs to rollout "
-             "(64 + 64 at 128 H100s: 386k tokens/s; 80 + 48: 292k; 48 + 80: 341k). On an AReaL-like reasoning "
+             "(64 + 64 at 128 H100s: 341k tokens/s; 80 + 48: 259k; 48 + 80: 238k). On an AReaL-like reasoning "
              "workload (scenarios/sweeps/plan-areal-r1-distill-7b.yaml) the plan also picks 1/2: the cost model "
              "trains ~9.7K-token responses on a quarter of the GPUs more slowly than the rest generate them "
              "(docs/plan.md, docs/validation.md V4/V5). With fewer candidates simulated (--simulate 2) the search "
