@@ -39,7 +39,11 @@ def test_candidates_cover_placements_schedules_and_layouts():
             assert candidate.rollout_gpus == 16 > candidate.training_gpus
         assert placement["training"]["backend"] == "fsdp" and placement["training"]["offload_optimizer"] is True
     assert {c.placement for c in found} == {"colocated", "disaggregated", "hybrid"}
-    assert {c.schedule.label for c in found} == {"sync", "one-step-off", "async η=1", "async η=2", "async η=4"}
+    assert {c.schedule.label for c in found} == {"sync", "one-step-off", "async η=1", "async η=2", "async η=4",
+                                                 "async η=1 in-flight", "async η=2 in-flight", "async η=4 in-flight"}
+    in_flight = next(c for c in found if c.schedule.label == "async η=2 in-flight")
+    assert in_flight.overrides["schedule.partial_rollout"] == {"mode": "in_flight"}
+    assert in_flight.overrides["schedule.max_staleness"] == 2
     assert {c.rollout_tp for c in found} == {1, 2, 4, 8}
     assert {c.rollout_gpus for c in found if c.placement == "disaggregated"} == {2, 4, 6, 8, 10, 12, 14}
     assert {c.rollout_share for c in found if c.placement == "disaggregated" and c.rollout_gpus == 12} == {0.75}
@@ -79,9 +83,10 @@ def test_refinement_simulates_the_winning_split_one_eighth_either_side(small_wor
     assert refined.winner.tokens_per_s == max(e.tokens_per_s for e in refined.ranked)
 
 
-def test_refinement_tries_an_async_winners_neighbouring_staleness_bounds(small_workload):
-    """The estimate cannot tell staleness bounds apart, so the shortlist holds one η; refinement simulates the same
-    split and engines at the neighbouring bounds (η 1 -> 2 here) as well as the neighbouring splits."""
+def test_refinement_tries_an_async_winners_neighbouring_staleness_bounds_and_weight_updates(small_workload):
+    """The estimate cannot tell staleness bounds or ways of updating weights apart, so the shortlist holds one of
+    them; refinement simulates the same split and engines at the neighbouring bounds (η 1 -> 2 here) and with the
+    other weight update, as well as the neighbouring splits."""
     shortlist_only = plan(small_workload, gpus=16, schedules=("async",), simulate=1, refine=0, workers=2)
     refined = plan(small_workload, gpus=16, schedules=("async",), simulate=1, refine=4, workers=2)
     [first] = shortlist_only.ranked
@@ -89,6 +94,7 @@ def test_refinement_tries_an_async_winners_neighbouring_staleness_bounds(small_w
     same_split = [e.candidate for e in refined.ranked if e.candidate.training_gpus == first.candidate.training_gpus
                   and e.candidate.rollout_tp == first.candidate.rollout_tp]
     assert {c.schedule.staleness for c in same_split} >= {1, 2}
+    assert {c.schedule.weight_update for c in same_split} == {"interrupt", "in_flight"}
     assert refined.winner.tokens_per_s == max(e.tokens_per_s for e in refined.ranked) >= first.tokens_per_s
 
 

@@ -35,8 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(default: %(default)s)")
     parser.add_argument("--refine", type=int, default=4,
                         help="extra simulations that move the winner's split one eighth of the GPUs at a time, and an "
-                        "async winner's staleness bound one step, while it improves; 0 ranks the shortlist only "
-                        "(default: %(default)s)")
+                        "async winner's staleness bound one step or its weight updates between interrupt and in-flight, "
+                        "while it improves; 0 ranks the shortlist only (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=3, help="steps per simulation, the first one warm-up "
                         "(default: %(default)s)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,

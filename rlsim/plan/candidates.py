@@ -3,7 +3,8 @@
 Placements: colocated (every GPU generates and trains, in turn); disaggregated with the rollout share of the GPUs in
 eighths (1/8 … 7/8); hybrid with the training share in eighths up to half (those GPUs also generate, the rest only
 generate). Schedules: colocated runs sync (generation and training cannot overlap on shared GPUs); the others run sync,
-one-step-off, or async with staleness η ∈ {1, 2, 4} and AReaL's interruptible generation. Parallel layouts: rollout
+one-step-off, or async with staleness η ∈ {1, 2, 4}, its engines taking new weights either by AReaL's interruptible
+generation or in flight (NeMo-RL, PipelineRL). Parallel layouts: rollout
 engines of tp 1, 2, 4 or 8 GPUs (within a node); training keeps the base scenario's layout (backend, ZeRO stage,
 tp/pp/cp, micro-batch tokens, recompute, offload) with data parallelism over its GPUs.
 """
@@ -25,18 +26,26 @@ TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_
 class Schedule:
     mode: str
     staleness: int | None = None
+    # How an async run's engines take new weights: AReaL interrupts generation and recomputes the KV cache of the
+    # sequences in flight ("interrupt"); NeMo-RL's in_flight_weight_updates and PipelineRL load them between two
+    # engine iterations and let those sequences continue ("in_flight").
+    weight_update: str = "interrupt"
 
     @property
     def label(self) -> str:
-        return f"async η={self.staleness}" if self.mode == "async" else self.mode.replace("_", "-")
+        if self.mode != "async":
+            return self.mode.replace("_", "-")
+        return f"async η={self.staleness}" + (" in-flight" if self.weight_update == "in_flight" else "")
 
     def overrides(self) -> dict[str, Any]:
-        interrupt = self.mode == "async"  # AReaL interrupts generation at each weight update and recomputes the KV
+        partial = self.weight_update if self.mode == "async" else "off"
         return {"schedule.mode": self.mode, "schedule.max_staleness": self.staleness,
-                "schedule.partial_rollout": {"mode": "interrupt" if interrupt else "off"}}
+                "schedule.partial_rollout": {"mode": partial}}
 
 
-SCHEDULES = (Schedule("sync"), Schedule("one_step_off"), *(Schedule("async", eta) for eta in STALENESS))
+WEIGHT_UPDATES = ("interrupt", "in_flight")
+SCHEDULES = (Schedule("sync"), Schedule("one_step_off"),
+             *(Schedule("async", eta, update) for eta in STALENESS for update in WEIGHT_UPDATES))
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@
    the other placement-and-schedule families in order of estimate, for `run.steps` steps each;
 5. refine: while the best simulated candidate divides the GPUs between roles, simulate its neighbours — one eighth
    of the GPUs either side (same placement, schedule and engine size) and, when it runs async, the next staleness
-   bound either side (same split) — and move to the best — the estimate prices stages from mean lengths and cannot
-   see which role starves the other, nor tell staleness bounds apart;
+   bound either side and the other way of taking new weights (same split) — and move to the best — the estimate
+   prices stages from mean lengths and cannot see which role starves the other, nor tell these schedules apart;
 6. rank the simulated candidates by trained tokens per second, and explain the winner against the runner-up.
 """
 from __future__ import annotations
@@ -124,8 +124,10 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
             continue
         estimate = estimate_step(bound)
         estimated.append(Evaluated(candidate, estimate.step_s, estimate.tokens_per_s, scenario))
-    # The estimate cannot tell staleness bounds apart; on a tie the fresher samples (smaller η) come first.
-    estimated.sort(key=lambda e: (-e.estimate_tokens_per_s, e.candidate.schedule.staleness or 0, e.candidate.label))
+    # The estimate cannot tell staleness bounds or weight updates apart; on a tie the fresher samples (smaller η) come
+    # first, then AReaL's interruption (the planner's longest-standing async schedule) before updates in flight.
+    estimated.sort(key=lambda e: (-e.estimate_tokens_per_s, e.candidate.schedule.staleness or 0,
+                                  e.candidate.schedule.weight_update != "interrupt", e.candidate.label))
     if not estimated:
         raise ScenarioError(Problem(f"no way to run this workload on {gpus} {gpu} fits: "
                                     + "; ".join(f"{n}× {r}" for r, n in {**invalid, **infeasible}.items()),
@@ -174,14 +176,17 @@ def _shortlist(estimated: list[Evaluated], count: int) -> list[Evaluated]:
 
 def _neighbours(best: Candidate, other: Candidate) -> bool:
     """`other` is the same as `best` but for its split moved one eighth of the GPUs, or (async) the next staleness
-    bound up or down."""
+    bound up or down, or the other way of taking new weights."""
     if other.placement != best.placement or other.rollout_tp != best.rollout_tp:
         return False
     if other.schedule == best.schedule:
         return abs(other.training_gpus - best.training_gpus) == best.gpus // SPLITS
-    if best.schedule.mode != "async" or other.schedule.mode != "async" or other.training_gpus != best.training_gpus:
+    mine, theirs = best.schedule, other.schedule
+    if mine.mode != "async" or theirs.mode != "async" or other.training_gpus != best.training_gpus:
         return False
-    return abs(STALENESS.index(other.schedule.staleness) - STALENESS.index(best.schedule.staleness)) == 1
+    if theirs.weight_update != mine.weight_update:
+        return theirs.staleness == mine.staleness
+    return abs(STALENESS.index(theirs.staleness) - STALENESS.index(mine.staleness)) == 1
 
 
 def _refine(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], budget: int, workers: int,

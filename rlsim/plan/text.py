@@ -4,6 +4,9 @@ from __future__ import annotations
 from rlsim.plan.explain import explanation, label_shares
 from rlsim.plan.planner import Plan
 
+# Wide enough for the longest label, e.g. "disaggregated 224 rollout + 32 train, rollout tp4, async η=4 in-flight".
+LABEL_WIDTH = 74
+
 
 def plan_text(result: Plan) -> str:
     """The ranked table and why the winner wins, as `rlsim plan` prints it."""
@@ -14,14 +17,14 @@ def plan_text(result: Plan) -> str:
              f"({pruned} pruned); simulated the best {len(result.ranked)} for {result.steps} steps (1 warm-up)"]
     for reason, count in sorted(result.infeasible.items(), key=lambda item: -item[1])[:3]:
         lines.append(f"  does not fit ({count}): {reason}")
-    head = (f"{'rank':>4}  {'candidate':<62}{'est. step s':>12}{'step s':>9}{'tokens/s':>11}{'per GPU':>9}"
+    head = (f"{'rank':>4}  {'candidate':<{LABEL_WIDTH}}{'est. step s':>12}{'step s':>9}{'tokens/s':>11}{'per GPU':>9}"
             f"{'busy':>7}{'idle':>7}{'stale':>7}{'$/1k steps':>12}")
     lines += ["", head]
     for rank, evaluated in enumerate(result.ranked, 1):
         m = evaluated.metrics
         assert m is not None
         cost = m["cost"]["usd_per_1000_steps"]
-        lines.append(f"{rank:>4}  {evaluated.candidate.label:<62}{evaluated.estimate_s:>12.1f}{evaluated.step_s:>9.1f}"
+        lines.append(f"{rank:>4}  {evaluated.candidate.label:<{LABEL_WIDTH}}{evaluated.estimate_s:>12.1f}{evaluated.step_s:>9.1f}"
                      f"{evaluated.tokens_per_s:>11,.0f}{m['throughput']['tokens_per_s_per_gpu']:>9,.0f}"
                      f"{m['utilisation']['busy']:>7.0%}{m['utilisation']['idle']:>7.0%}{m['staleness']['mean']:>7.2f}"
                      f"{'' if cost is None else f'{cost:,.0f}':>12}")
@@ -45,9 +48,9 @@ def plan_dict(result: Plan) -> dict:
 
 def budget_summary(plans: list[Plan]) -> str:
     """The winner of each GPU budget, one line each: how the best choice and its throughput change with scale."""
-    lines = [f"{'GPUs':>6}  {'winner':<62}{'tokens/s':>11}{'per GPU':>9}{'step s':>9}"]
+    lines = [f"{'GPUs':>6}  {'winner':<{LABEL_WIDTH}}{'tokens/s':>11}{'per GPU':>9}{'step s':>9}"]
     for result in plans:
         best = result.winner
-        lines.append(f"{result.gpus:>6}  {best.candidate.label:<62}{best.tokens_per_s:>11,.0f}"
+        lines.append(f"{result.gpus:>6}  {best.candidate.label:<{LABEL_WIDTH}}{best.tokens_per_s:>11,.0f}"
                      f"{best.tokens_per_s / result.gpus:>9,.0f}{best.step_s:>9.1f}")
     return "\n".join(lines)
