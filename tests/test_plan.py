@@ -150,7 +150,7 @@ def test_hybridflow_placement_choice(gpus):
 # AReaL (Fu et al. 2025, arXiv:2505.24298) runs asynchronous RL with about three quarters of the GPUs generating.
 AREAL_GAP = ("not reproduced: on this workload (median response 2,000 tokens, cap 8,192) the training stages cost "
              "about as many GPU-seconds as generation, and the refined async split gives 1/2 of the GPUs to rollout "
-             "(64 + 64 at 128 H100s: 341k tokens/s; 80 + 48: 259k; 48 + 80: 238k). On an AReaL-like reasoning "
+             "(64 + 64 at 128 H100s: 341k tokens/s, interrupted or in flight; 80 + 48 at η=1: 221k). On an AReaL-like reasoning "
              "workload (scenarios/sweeps/plan-areal-r1-distill-7b.yaml) the plan also picks 1/2: the cost model "
              "trains ~9.7K-token responses on a quarter of the GPUs more slowly than the rest generate them "
              "(docs/plan.md, docs/validation.md V4/V5). With fewer candidates simulated (--simulate 2) the search "
