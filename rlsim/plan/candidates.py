@@ -4,9 +4,9 @@ Placements: colocated (every GPU generates and trains, in turn); disaggregated w
 eighths (1/8 … 7/8); hybrid with the training share in eighths up to half (those GPUs also generate, the rest only
 generate). Schedules: colocated runs sync (generation and training cannot overlap on shared GPUs); the others run sync,
 one-step-off, or async with staleness η ∈ {1, 2, 4}, its engines taking new weights either by AReaL's interruptible
-generation or in flight (NeMo-RL, PipelineRL). Parallel layouts: rollout
-engines of tp 1, 2, 4 or 8 GPUs (within a node); training keeps the base scenario's layout (backend, ZeRO stage,
-tp/pp/cp, micro-batch tokens, recompute, offload) with data parallelism over its GPUs.
+generation or in flight (NeMo-RL, PipelineRL). Parallel layouts: rollout engines of tp 1, 2, 4 or 8 GPUs (within a
+node); training keeps the base scenario's layout (backend, ZeRO stage, tp/pp/cp, micro-batch tokens, recompute,
+offload) with data parallelism over its GPUs.
 """
 from __future__ import annotations
 

@@ -80,7 +80,8 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     """Plan the model, algorithm and workload of `base` (a scenario file, or its parsed document with the folder its
     relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
     the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
-    one_step_off, async); `refine` bounds the extra simulations spent moving the winner's split and staleness bound."""
+    one_step_off, async); `refine` bounds the extra simulations spent moving the winner to a neighbouring split,
+    staleness bound or way of updating weights."""
     if not isinstance(base, YamlDocument):
         base_dir = Path(base).resolve().parent
         base = read_yaml(base)
@@ -174,7 +175,7 @@ def _shortlist(estimated: list[Evaluated], count: int) -> list[Evaluated]:
     return chosen[:max(count, 1)]
 
 
-def _neighbours(best: Candidate, other: Candidate) -> bool:
+def _is_neighbour(best: Candidate, other: Candidate) -> bool:
     """`other` is the same as `best` but for its split moved one eighth of the GPUs, or (async) the next staleness
     bound up or down, or the other way of taking new weights."""
     if other.placement != best.placement or other.rollout_tp != best.rollout_tp:
@@ -201,7 +202,7 @@ def _refine(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], budget: i
         if best.placement == "colocated":
             break
         neighbours = [e for e in estimated
-                      if e.candidate.label not in seen and _neighbours(best, e.candidate)][:budget]
+                      if e.candidate.label not in seen and _is_neighbour(best, e.candidate)][:budget]
         if not neighbours:
             break
         budget -= len(neighbours)
