@@ -262,8 +262,8 @@ def test_megatron_ring_attention_passes_blocks_to_the_next_rank_at_the_slowest_h
     block = 64 * 2**20
     assert spread.cp("send_recv", block) > 3 * inside.cp("send_recv", block)  # IB against NVLink
     spec = MODELS.spec("Llama-3.1-8B")
-    layer = TrainingCosts(spec, RATES, layout, spread).layer_forward("dense", [16384])
-    assert layer.attention > 0 and layer.collective >= 0
+    # A layer with this ring prices (it raised before: send_recv was asked of the whole 4-GPU group).
+    assert TrainingCosts(spec, RATES, layout, spread).layer_forward("dense", [16384]).attention > 0
 
 
 def test_fsdp_gathers_hide_behind_compute_unless_the_network_is_slow():
