@@ -24,7 +24,7 @@ from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
 from rlsim.costs.rollout import EngineCosts
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
-from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for, role_gpus
+from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.events import STAGES as EVENT_STAGES
 from rlsim.topology import ClusterTopology
 from rlsim.workload.marginals import workload_marginals
@@ -119,7 +119,9 @@ def estimate_step(bound: Bound) -> StepEstimate:
     updates = algo.mini_batches * algo.ppo_epochs
     stages["old_log_prob"] = StageEstimate(
         "old_log_prob", actor.forward_pass(everything).seconds if algo.recompute_old_log_prob else 0.0)
-    stages["ref"] = StageEstimate("ref", actor.forward_pass(everything).seconds if algo.ref_model else 0.0)
+    reference = reference_load_seconds(bound, topology)
+    stages["ref"] = StageEstimate("ref", actor.forward_pass(everything).seconds + reference if algo.ref_model else 0.0,
+                                  f"reference weights brought in: {reference:.2f} s" if reference else "")
     stages["values"] = StageEstimate("values", critic.forward_pass(everything).seconds if algo.critic else 0.0)
     stages["adv"] = StageEstimate("adv", scenario.framework.trainer_step_overhead_s, "the driver's Python work")
     note = f"{updates} optimizer step(s) of {len(mini_batch)} micro-batch(es) per DP rank"

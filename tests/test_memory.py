@@ -16,6 +16,7 @@ from rlsim.costs.memory import (
     kv_bytes_per_token_per_gpu,
     memory_report,
     model_state_bytes,
+    resident_reference,
     resident_training_bytes,
     rollout_memory,
     training_activation_memory,
@@ -145,7 +146,8 @@ def test_70b_on_8_gpus_without_sharding_is_infeasible_and_a_hint_really_fits(tmp
     assert "would fit with" in str(error)
     layout = scenario.placement.training
     for hint in error.hints:
-        fixed = training_memory_of(bound.model, _apply_hint(layout, hint), gpu.memory_bytes)
+        fixed = training_memory_of(bound.model, _apply_hint(layout, hint), gpu.memory_bytes,
+                                   reference=resident_reference(scenario))
         assert fixed.fits, hint
         assert f"({fixed.total_bytes / GIB:.1f} GiB)" in hint
     assert any("zero_stage: 3" in hint and "offload_optimizer: true" in hint for hint in error.hints)
@@ -189,7 +191,9 @@ def test_offload_reduces_resident_and_training_memory(tmp_path):
     scenario = scenario_from_quickstart(tmp_path, ("model: Qwen2.5-1.5B", "model: Qwen2.5-7B"))
     spec = bind(scenario).model
     layout = scenario.placement.training
-    offloaded_layout = layout.model_copy(update={"offload_params": True, "offload_optimizer": True})
+    # Everything in host memory: the policy's weights and optimizer state, and the reference policy.
+    offloaded_layout = layout.model_copy(update={"offload_params": True, "offload_optimizer": True,
+                                                 "reference_weights": "host"})
     offloaded = scenario.model_copy(update={"placement": scenario.placement.model_copy(
         update={"training": offloaded_layout})})
     assert resident_training_bytes(scenario, spec) > 0 == resident_training_bytes(offloaded, spec)

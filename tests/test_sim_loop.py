@@ -351,6 +351,24 @@ def test_the_drivers_per_step_python_work_is_the_adv_stage_and_the_training_gpus
     assert waited == pytest.approx(2.5 * 3 * 8)
 
 
+def test_a_swapped_reference_policy_is_copied_in_on_the_training_gpus_during_ref():
+    """NeMo-RL swaps the reference weights in from host memory for the reference pass: the ref stage grows by the
+    copies, booked as `reload` on the training GPUs only, while the engines keep generating."""
+    base = dict(mode="disaggregated", rollout_gpus=4, training_gpus=4, schedule="one_step_off", steps=2,
+                model="Qwen2.5-1.5B")
+    resident, _ = run(**base)
+    scenario = bound(**base).scenario
+    training = scenario.placement.training.model_copy(update={"reference_weights": "swap"})
+    swap = scenario.model_copy(update={"placement": scenario.placement.model_copy(update={"training": training})})
+    swapped = simulate_log(bind(swap)).log
+    copies = [s for s in swapped.spans if s.label == "reload" and s.stage == "ref"]
+    assert copies and {g for s in copies for g in range(s.first_gpu, s.first_gpu + s.gpu_count)} == {4, 5, 6, 7}
+    assert not any(s.label == "reload" and s.stage == "ref" for s in resident.spans)
+    per_pass = copies[0].end - copies[0].start
+    for before, after in zip(resident.steps, swapped.steps, strict=True):
+        assert after.stages["ref"] == pytest.approx(before.stages["ref"] + per_pass, rel=1e-6)
+
+
 def test_a_streaming_step_pays_the_driver_once_in_shares():
     base = dict(mode="disaggregated", rollout_gpus=4, training_gpus=4, schedule="async", staleness=2,
                 mini_batches=4, prompts=16, samples=4, steps=2, streaming=True)

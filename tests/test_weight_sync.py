@@ -5,7 +5,7 @@ import pytest
 
 from rlsim.config import parse_scenario
 from rlsim.config.bound import Bound, bind
-from rlsim.costs.memory import resident_training_bytes, rollout_memory, training_memory_of
+from rlsim.costs.memory import resident_training_bytes, rollout_memory, training_memory, training_memory_of
 from rlsim.costs.weight_sync import (
     SLEEP_WAKE_FLOOR_S,
     colocated_switch_for,
@@ -13,6 +13,7 @@ from rlsim.costs.weight_sync import (
     disaggregated_sync_for,
     engine_parameter_count,
     load_call_seconds,
+    reference_load_seconds,
     role_gpus,
     tensor_count,
 )
@@ -202,6 +203,31 @@ def test_colocated_switch_terms():
     assert saved.checkpoint_s == pytest.approx(state / 1e9, rel=1e-9)
     with pytest.raises(ValueError, match="storage_bytes_per_s"):
         colocated_switch_for(bound, save_checkpoint=True)
+
+
+def test_where_the_reference_policy_lives_decides_its_memory_and_its_host_copies():
+    """Resident: a bf16 copy sharded like the policy's weights occupies each training GPU, nothing moves. Host (verl's
+    Megatron ref offload): no memory, the shard copied in and out per reference pass. Swap (NeMo-RL): the policy's
+    shard out, the reference's in, the policy's back: three copies."""
+    layout = "{gpus: 8, backend: megatron, tp: 2, zero_stage: 1}"
+    bounds = {where: scenario("Qwen2.5-7B", gpu="h100-sxm", nodes=2, rollout_gpus=8, rollout_tp=1,
+                              training=layout.replace("}", f", reference_weights: {where}}}"))
+              for where in ("resident", "host", "swap")}
+    shard = 2 * bounds["resident"].model.total_params / 2  # bf16 over TP 2
+    host = 63e9 * 0.83  # H100's PCIe 5 x16 at the measured copy efficiency
+
+    def memory(where: str) -> dict[str, float]:
+        b = bounds[where]
+        return training_memory(b.scenario, b.model, b.gpu("main")).components
+
+    assert memory("resident")["reference weights"] == pytest.approx(shard, rel=1e-9)
+    assert "reference weights" not in memory("host") and "reference weights" not in memory("swap")
+    assert reference_load_seconds(bounds["resident"]) == 0
+    assert reference_load_seconds(bounds["host"]) == pytest.approx(2 * shard / host, rel=1e-9)
+    assert reference_load_seconds(bounds["swap"]) == pytest.approx(3 * shard / host, rel=1e-9)
+    swapped = bounds["swap"].scenario
+    no_reference = swapped.model_copy(update={"algorithm": swapped.algorithm.model_copy(update={"ref_model": False})})
+    assert reference_load_seconds(bind(no_reference)) == 0
 
 
 def test_sleep_mode_wake_up_matches_vllm_measurements():

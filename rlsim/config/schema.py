@@ -169,6 +169,12 @@ class TrainingPlacement(Frozen):
         False, description="colocated: weights and optimizer state move to host memory while the engines generate and "
         "back before training (verl's param_offload/optimizer_offload, NeMo-RL's colocated refit, slime's --offload)"
     )
+    reference_weights: Literal["resident", "host", "swap"] = Field(
+        "resident", description="where the reference policy's weights live, when the algorithm has a reference pass: "
+        "resident (a frozen copy sharded like the policy's weights, on the training GPUs); host (in host memory, copied "
+        "in for each reference pass and back out: verl's Megatron ref param_offload); swap (in host memory, swapped "
+        "with the policy's weights for the reference pass and back: NeMo-RL's use_reference_model)"
+    )
 
 
 class RewardModelPlacement(Frozen):

@@ -239,12 +239,20 @@ def training_activation_bytes(spec: ModelSpec, layout: TrainingPlacement) -> flo
 # ---------------------------------------------------------------------------------------------------- training role
 
 
+def reference_weight_bytes(spec: ModelSpec, layout: TrainingPlacement) -> float:
+    """The reference policy's bf16 weights on one training GPU, sharded as the policy's are."""
+    return training_model_state(spec, layout.model_copy(update={"offload_params": False}))["weights"]
+
+
 def training_memory_of(
-    spec: ModelSpec, layout: TrainingPlacement, capacity_bytes: float, *, critic: bool = False, pool: str = ""
+    spec: ModelSpec, layout: TrainingPlacement, capacity_bytes: float, *, critic: bool = False,
+    reference: bool = False, pool: str = ""
 ) -> RoleMemory:
-    """Peak memory of one training GPU during the update, without hints."""
+    """Peak memory of one training GPU during the update, without hints. `reference`: a resident reference policy."""
     state = training_model_state(spec, layout)
     components = dict(state)
+    if reference:
+        components["reference weights"] = reference_weight_bytes(spec, layout)
     gathered = fsdp_gathered_bytes(spec, layout)
     if gathered:
         components["gathered weights and gradients (FSDP)"] = gathered
@@ -265,7 +273,9 @@ def training_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> Rol
     """Peak memory of an actor-training GPU during the update; when it does not fit, hints that were checked to fit."""
     layout = scenario.placement.training
     critic = scenario.algorithm.critic
-    memory = training_memory_of(spec, layout, gpu.memory_bytes, critic=critic, pool=layout.pool or "")
+    reference = resident_reference(scenario)
+    memory = training_memory_of(spec, layout, gpu.memory_bytes, critic=critic, reference=reference,
+                                pool=layout.pool or "")
     if memory.fits:
         return memory
 
@@ -280,7 +290,7 @@ def training_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> Rol
         if (changes.get("tp", layout.tp) * changes.get("cp", layout.cp) * dp) % layout.ep:
             return None
         candidate = layout.model_copy(update={**changes, "dp": dp})
-        memory = training_memory_of(spec, candidate, gpu.memory_bytes, critic=critic)
+        memory = training_memory_of(spec, candidate, gpu.memory_bytes, critic=critic, reference=reference)
         return memory.total_bytes if memory.fits else None
 
     longest = scenario.algorithm.model_len
@@ -334,6 +344,11 @@ def _dp(layout: TrainingPlacement) -> int:
 # ---------------------------------------------------------------------------------------------------- rollout role
 
 
+def resident_reference(scenario: Scenario) -> bool:
+    """Whether a frozen reference policy occupies the training GPUs."""
+    return scenario.algorithm.ref_model and scenario.placement.training.reference_weights == "resident"
+
+
 def resident_training_bytes(scenario: Scenario, spec: ModelSpec) -> float:
     """Training state left on a GPU while a colocated rollout engine runs (gradients are freed after the update)."""
     layout = scenario.placement.training
@@ -341,7 +356,8 @@ def resident_training_bytes(scenario: Scenario, spec: ModelSpec) -> float:
         return 0.0
     state = training_model_state(spec, layout)
     models = 2 if scenario.algorithm.critic else 1
-    return models * (state["weights"] + state["optimizer"])
+    reference = reference_weight_bytes(spec, layout) if resident_reference(scenario) else 0.0
+    return models * (state["weights"] + state["optimizer"]) + reference
 
 
 def kv_bytes_per_token_per_gpu(spec: ModelSpec, tp: int) -> float:

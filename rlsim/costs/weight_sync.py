@@ -42,7 +42,7 @@ from typing import Literal
 from rlsim.config.bound import Bound
 from rlsim.config.schema import RolloutPlacement, TrainingPlacement, WeightSync
 from rlsim.costs.collectives import COPY_LINK_EFFICIENCY, HOST_LINK_EFFICIENCY, Op, collective_time
-from rlsim.costs.memory import training_model_state
+from rlsim.costs.memory import reference_weight_bytes, training_model_state
 from rlsim.hardware import GPUProfile
 from rlsim.models import ModelSpec
 from rlsim.topology import GPU, ClusterTopology, CommGroup
@@ -400,6 +400,29 @@ def role_gpus(bound: Bound, topology: ClusterTopology) -> tuple[tuple[GPU, ...],
     separate = placement.mode == "disaggregated" and training.pool == rollout.pool
     training_gpus = topology.allocate(training.pool, training.gpus, rollout.gpus if separate else 0)
     return rollout_gpus, training_gpus
+
+
+# Host copies per reference pass of one GPU's share of the weights, by where the reference policy lives
+# (placement.training.reference_weights): a resident copy needs none; verl's Megatron ref param_offload loads the
+# reference in before its pass and copies it back out after (verl/utils/megatron_utils.py, load_megatron_model_to_gpu
+# and offload_megatron_model_to_cpu, "we need this for ref module"); NeMo-RL's use_reference_model copies the policy's
+# weights out, loads the reference's and restores the policy's afterwards (nemo_rl/models/policy/
+# megatron_policy_worker.py and dtensor_policy_worker.py). FSDP's CPU offload, which streams every layer in for every
+# micro-batch, is not this and is not modelled.
+REFERENCE_COPIES = {"resident": 0, "host": 2, "swap": 3}
+
+
+def reference_load_seconds(bound: Bound, topology: ClusterTopology | None = None) -> float:
+    """Seconds each reference pass spends bringing the reference policy's weights onto the training GPUs (all copy
+    at once over their own host links), 0 without a reference pass or with a resident reference."""
+    scenario = bound.scenario
+    layout = scenario.placement.training
+    copies = REFERENCE_COPIES[layout.reference_weights]
+    if not scenario.algorithm.ref_model or not copies:
+        return 0.0
+    topology = topology or ClusterTopology.build(bound)
+    _, training_gpus = role_gpus(bound, topology)
+    return copies * reference_weight_bytes(bound.model, layout) / _host_bytes_per_s(topology, training_gpus[0])
 
 
 def disaggregated_sync_for(bound: Bound, topology: ClusterTopology | None = None) -> WeightSyncCost:

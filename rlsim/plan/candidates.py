@@ -6,7 +6,7 @@ generate). Schedules: colocated runs sync (generation and training cannot overla
 one-step-off, or async with staleness η ∈ {1, 2, 4}, its engines taking new weights either by AReaL's interruptible
 generation or in flight (NeMo-RL, PipelineRL). Parallel layouts: rollout engines of tp 1, 2, 4 or 8 GPUs (within a
 node); training keeps the base scenario's layout (backend, ZeRO stage, tp/pp/cp, micro-batch tokens, recompute,
-offload) with data parallelism over its GPUs.
+offload, where the reference policy lives) with data parallelism over its GPUs.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ STALENESS = (1, 2, 4)  # small bounds, the range AReaL studies (Fu et al. 2025, 
 # vLLM's default share of HBM for an engine that owns its GPUs (docs: EngineArgs gpu_memory_utilization = 0.9).
 DEDICATED_MEMORY_UTILIZATION = 0.9
 TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_batch_tokens", "activation_recompute",
-                        "offload_params", "offload_optimizer", "virtual_pipeline_stages")
+                        "offload_params", "offload_optimizer", "virtual_pipeline_stages", "reference_weights")
 
 
 @dataclass(frozen=True)

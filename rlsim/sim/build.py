@@ -16,7 +16,14 @@ from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, memory_report, require_all, rollout_memory
 from rlsim.costs.rollout import EngineCosts
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
-from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost, colocated_switch_for, disaggregated_sync_for, role_gpus
+from rlsim.costs.weight_sync import (
+    SwitchCost,
+    WeightSyncCost,
+    colocated_switch_for,
+    disaggregated_sync_for,
+    reference_load_seconds,
+    role_gpus,
+)
 from rlsim.models import ModelCatalog
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.reward import RewardPool
@@ -43,6 +50,7 @@ class Simulation:
     reward: RewardPool | None
     reward_model: tuple[Trainer, TrainingCosts] | None
     judges: list[RolloutEngine]  # LLM-judge engines (workload.reward.kind llm_judge), else empty
+    reference_load_s: float  # per reference pass: the reference policy's weights onto the training GPUs
     switch: SwitchCost | None  # colocated: per train <-> generate cycle
     sync: WeightSyncCost | None  # disaggregated / hybrid: per weight update
     sampler: GroupSampler
@@ -109,7 +117,8 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     sampler = GroupSampler(scenario.workload, scenario.algorithm, np.random.default_rng(workload_seed),
                            np.random.default_rng(filter_seed))
     return Simulation(env, bound, recorder, engines, (index[rollout[0]], len(rollout)), group, trainer, actor, critic,
-                      reward, reward_model, judges, switch, sync, sampler, np.random.default_rng(balancer_seed),
+                      reward, reward_model, judges, reference_load_seconds(bound, topology), switch, sync, sampler,
+                      np.random.default_rng(balancer_seed),
                       reward_rng, finished)
 
 

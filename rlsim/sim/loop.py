@@ -256,6 +256,8 @@ class RLLoop:
         for name, costs, used in (("old_log_prob", sim.actor, algo.recompute_old_log_prob),
                                   ("ref", sim.actor, algo.ref_model), ("values", sim.critic, algo.critic)):
             began = env.now
+            if used and name == "ref":
+                yield from self._span_training("reload", sim.reference_load_s, name)
             if used:
                 yield from sim.trainer.forward_pass(name, costs, lengths)
             stages[name] = stages.get(name, 0.0) + env.now - began
@@ -488,6 +490,15 @@ class RLLoop:
         start = self.env.now
         for first, count in self._role_blocks():
             self.recorder.busy(first, count, start, start + seconds, label, stage)
+        yield self.env.timeout(seconds)
+
+    def _span_training(self, label: str, seconds: float, stage: str) -> Generator:
+        """The training GPUs busy with `label` for `seconds` (the engines carry on)."""
+        if seconds <= 0:
+            return
+        start = self.env.now
+        first, count = self._training_range()
+        self.recorder.busy(first, count, start, start + seconds, label, stage)
         yield self.env.timeout(seconds)
 
     def _training_range(self) -> tuple[int, int]:
