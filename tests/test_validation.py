@@ -31,7 +31,8 @@ MANIFEST = load_manifest()
 
 
 def test_every_group_of_the_brief_has_cases():
-    assert sorted({c.group for c in MANIFEST.cases}) == [f"V{i}" for i in range(1, 9)]
+    # V1-V8 are the brief's groups (shared/validation/cases.md); V9 is a published run added beyond them.
+    assert {f"V{i}" for i in range(1, 9)} <= {c.group for c in MANIFEST.cases}
 
 
 @pytest.mark.parametrize("case", MANIFEST.cases, ids=[c.name for c in MANIFEST.cases])
@@ -218,9 +219,9 @@ def test_weight_sync_cases_run_without_simulating_and_print_json(capsys):
 
 
 def test_an_unknown_case_exits_2_without_a_traceback(capsys):
-    assert main(["validate", "--case", "V9"]) == 2
+    assert main(["validate", "--case", "V99"]) == 2
     err = capsys.readouterr().err
-    assert "no validation case or group named 'V9'" in err and "Traceback" not in err
+    assert "no validation case or group named 'V99'" in err and "Traceback" not in err
 
 
 def test_a_bad_override_is_reported_at_its_line_in_the_manifest(tmp_path):
