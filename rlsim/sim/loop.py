@@ -257,7 +257,8 @@ class RLLoop:
                                   ("ref", sim.actor, algo.ref_model), ("values", sim.critic, algo.critic)):
             began = env.now
             if used and name == "ref":
-                yield from self._span_training("reload", sim.reference_load_s, name)
+                # Only the training GPUs copy the reference in; the engines carry on.
+                yield from self._span([self._training_range()], "reload", sim.reference_load_s, name)
             if used:
                 yield from sim.trainer.forward_pass(name, costs, lengths)
             stages[name] = stages.get(name, 0.0) + env.now - began
@@ -484,22 +485,17 @@ class RLLoop:
 
     # ------------------------------------------------------------------------------------------- spans
 
-    def _span_all(self, label: str, seconds: float, stage: str) -> Generator:
+    def _span(self, blocks: list[tuple[int, int]], label: str, seconds: float, stage: str) -> Generator:
+        """The GPU ranges `blocks` busy with `label` for `seconds`, then on."""
         if seconds <= 0:
             return
         start = self.env.now
-        for first, count in self._role_blocks():
+        for first, count in blocks:
             self.recorder.busy(first, count, start, start + seconds, label, stage)
         yield self.env.timeout(seconds)
 
-    def _span_training(self, label: str, seconds: float, stage: str) -> Generator:
-        """The training GPUs busy with `label` for `seconds` (the engines carry on)."""
-        if seconds <= 0:
-            return
-        start = self.env.now
-        first, count = self._training_range()
-        self.recorder.busy(first, count, start, start + seconds, label, stage)
-        yield self.env.timeout(seconds)
+    def _span_all(self, label: str, seconds: float, stage: str) -> Generator:
+        yield from self._span(self._role_blocks(), label, seconds, stage)
 
     def _training_range(self) -> tuple[int, int]:
         return self.sim.training.first_gpu, self.sim.training.gpus
