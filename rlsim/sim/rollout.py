@@ -384,7 +384,9 @@ class RolloutEngine:
             elif self._decoding:
                 # A boundary that preempted admitted nothing; the next may (a trajectory preempted in its tool call
                 # leaves the queue's head free to go), so step one iteration to reach it, as the exact mode does.
-                step_one = self.mode == "exact" or (preempted and bool(self._waiting))
+                # If the head will not fit then, it will not before the batch changes either: the cache only grows.
+                step_one = self.mode == "exact" or (preempted and bool(self._waiting)
+                                                    and self._admissible(self._waiting[0], growth=self._decoding))
                 yield from self._decode_exact() if step_one else self._decode_fast()
             else:
                 # Waiting rollouts may be blocked only by a pause, or by slots and KV held through tool calls.
@@ -445,12 +447,13 @@ class RolloutEngine:
             budget -= tokens
         return plan
 
-    def _admissible(self, rollout: Rollout) -> bool:
-        """A free slot, and room in the KV cache for its context after the decodes of the next iteration."""
+    def _admissible(self, rollout: Rollout, growth: int = 0) -> bool:
+        """A free slot, and room in the KV cache for its context after the decodes of the next iteration; `growth`:
+        at the boundary after the cache has grown by that many more tokens."""
         shared = self.prefix_sharing and rollout.group in self._groups
         need = rollout.context_tokens - rollout.prompt_tokens + 1 + (0 if shared else rollout.prompt_tokens)
         return (len(self._running) < self.max_num_seqs
-                and self._kv_used + self._decoding + need <= self.kv_capacity_tokens
+                and self._kv_used + growth + self._decoding + need <= self.kv_capacity_tokens
                 and self._decoding < self.max_num_batched_tokens)
 
     def _admit(self, rollout: Rollout) -> _Slot:
