@@ -86,6 +86,12 @@ CASES = [
     ("offloading while generating on GPUs that do not generate",
      edit("    tp: 1\n    zero_stage", "    tp: 1\n    offload_while_generating: true\n    zero_stage"),
      "placement.training.offload_while_generating", "offload_while_generating: true", ["colocated"]),
+    ("host memory for offloads on GPUs that offload nothing",
+     edit("    tp: 1\n    zero_stage", "    tp: 1\n    offload_host_memory: {optimizer: pageable}\n    zero_stage"),
+     "placement.training.offload_host_memory", "offload_host_memory: {optimizer: pageable}", ["offloaded", "colocated"]),
+    ("host memory that is neither pinned nor pageable",
+     edit("    tp: 1\n    zero_stage", "    tp: 1\n    offload_host_memory: {optimizer: paged}\n    zero_stage"),
+     "placement.training.offload_host_memory.optimizer", "offload_host_memory: {optimizer: paged}", ["pinned", "pageable"]),
     ("missing trace file", edit("{kind: lognormal, median_tokens: 1000, sigma: 0.8}", "{kind: trace, path: nowhere.jsonl}"),
      "workload.response_tokens.path", "  response_tokens:", ["no such"]),
 ]

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rlsim.config.schema import Placement, Pool, Scenario
+from rlsim.config.schema import OffloadHostMemory, Placement, Pool, Scenario
 from rlsim.config.workload import Workload
 from rlsim.errors import Problem, ScenarioError, UnknownName
 from rlsim.hardware import HardwareCatalog
@@ -187,6 +187,11 @@ def _check_capacity(scenario: Scenario, check: _Checker) -> None:
         check.fail(("placement", "training", "offload_while_generating"),
                    "only colocated training moves its state to the host to make room for the engines",
                    value=True, valid="false, or placement.mode: colocated")
+    moves_state = training.offload_while_generating or training.offload_params or training.offload_optimizer
+    if training.offload_host_memory != OffloadHostMemory() and not (placement.mode == "colocated" and moves_state):
+        check.fail(("placement", "training", "offload_host_memory"),
+                   "says where offloaded state is copied, but no training state is offloaded between phases",
+                   valid="leave it out, or placement.mode: colocated with training.offload_while_generating: true")
     if placement.mode == "colocated":
         if training.pool != rollout.pool:
             check.fail(("placement", "training", "pool"), "colocated roles share GPUs, so they must be in the same pool",

@@ -41,6 +41,16 @@ TRAINER_STEP_OVERHEAD_S = 0.037 + 0.355
 # layouts (calibration/training_efficiency.py; checkpointed runs 0.92, the others 0.86). Nothing in the per-kernel
 # pricing accounts for the difference.
 TRAINING_KERNEL_EFFICIENCY = 0.89
+# Copying state out to fresh pageable host memory with a blocking `tensor.to("cpu")`, tensor by tensor (a non-blocking
+# one allocates pinned memory instead: PyTorch's _to_copy sets pin_out for non_blocking CUDA-to-CPU copies). On an H100,
+# Nsight times NeMo-RL's optimizer offload before refit at 510 Device->Pageable copies, 4.94 GB in 2.75 s of copy time:
+# 1.8 GB/s, where the same host copies 1 GiB into warm pageable memory at 16.1 GB/s and into pinned at 55 GB/s
+# (NVIDIA-NeMo/RL#3976). Other Hopper hosts agree: an H20 moved a 63 GB module out with .to("cpu") in 27.2 s, 2.3 GB/s
+# (vllm-project/vllm-omni#5922), an H200 offloaded at "only ~2.8 GB/s" (sgl-project/sglang#32032).
+PAGEABLE_COPY_OUT_BYTES_PER_S = 1.8e9
+# Copying state back from pageable host memory (the driver stages it through its own pinned buffer): the same H20
+# module came back with .to(device) in 7.5 s, 8.4 GB/s (vllm-project/vllm-omni#5922).
+PAGEABLE_COPY_IN_BYTES_PER_S = 63e9 / 7.5
 # vLLM captures CUDA graphs for batches of 1, 2, 4 and then multiples of 8 tokens up to 512 by default
 # (CompilationConfig cudagraph_capture_sizes / max_cudagraph_capture_size); larger iterations run eagerly.
 CUDA_GRAPH_MAX_TOKENS = 512
@@ -76,6 +86,15 @@ class Framework(Frozen):
         TRAINING_KERNEL_EFFICIENCY, gt=0, le=1,
         description="share of the modelled kernel rates that training and log-prob passes sustain over a step "
         "(1: every kernel at its own measured rate)",
+    )
+    pageable_copy_out_bytes_per_s: float = Field(
+        PAGEABLE_COPY_OUT_BYTES_PER_S, gt=0,
+        description="bytes/s per GPU of offloaded state copied out to pageable host memory (a blocking .to('cpu'), "
+        "tensor by tensor; placement.training.offload_host_memory says which state goes there)",
+    )
+    pageable_copy_in_bytes_per_s: float = Field(
+        PAGEABLE_COPY_IN_BYTES_PER_S, gt=0,
+        description="bytes/s per GPU of offloaded state copied back in from pageable host memory",
     )
     trainer_step_overhead_s: NonNegativeFloat = Field(
         TRAINER_STEP_OVERHEAD_S,

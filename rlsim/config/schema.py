@@ -146,6 +146,24 @@ class RolloutPlacement(Frozen):
         return self.gpus // self.tp
 
 
+HostMemory = Literal["pinned", "pageable"]
+
+
+class OffloadHostMemory(Frozen):
+    """The host memory each kind of offloaded training state is copied into between phases: pinned (a reused
+    page-locked buffer, or a non-blocking .to('cpu'), which PyTorch allocates pinned) or pageable (a blocking
+    .to('cpu') into fresh memory, tensor by tensor, several times slower)."""
+
+    weights: HostMemory = Field(
+        "pinned", description="pinned: verl's FSDP offload (non-blocking), Megatron-Core's parameter buffer (NeMo-RL's "
+        "Megatron worker); pageable: NeMo-RL's DTensor worker (model.to('cpu'))"
+    )
+    optimizer: HostMemory = Field(
+        "pinned", description="the Adam moments; pinned: verl (non-blocking); pageable: NeMo-RL's Megatron and DTensor "
+        "workers (state[k] = v.to('cpu'))"
+    )
+
+
 class TrainingPlacement(Frozen):
     """The training layout (actor, and critic/reference when used): parallel degrees with tp·pp·cp·dp = gpus."""
 
@@ -168,6 +186,10 @@ class TrainingPlacement(Frozen):
     offload_while_generating: Flag = Field(
         False, description="colocated: weights and optimizer state move to host memory while the engines generate and "
         "back before training (verl's param_offload/optimizer_offload, NeMo-RL's colocated refit, slime's --offload)"
+    )
+    offload_host_memory: OffloadHostMemory = Field(
+        default_factory=OffloadHostMemory,
+        description="colocated: the host memory offloaded weights and optimizer state are copied into (and back from)",
     )
     reference_weights: Literal["resident", "host", "swap"] = Field(
         "resident", description="where the reference policy's weights live, when the algorithm has a reference pass: "

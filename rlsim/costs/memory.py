@@ -51,6 +51,7 @@ GIB = 2**30
 BF16 = 2
 FP32 = 4
 ADAM_STATE_BYTES = 12  # fp32 master weights + first and second moments (arXiv 1910.02054 §3.1)
+ADAM_MOMENT_BYTES = 8  # the two moments alone: the optimizer's `state` tensors, which offloads copy one by one
 # Megatron's main-gradient buffer is fp32 for bf16 training unless --grad-reduce-in-bf16 (megatron/training/arguments.py).
 MEGATRON_GRAD_BYTES = 4
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}

@@ -40,9 +40,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rlsim.config.bound import Bound
+from rlsim.config.framework import PAGEABLE_COPY_IN_BYTES_PER_S, PAGEABLE_COPY_OUT_BYTES_PER_S
 from rlsim.config.schema import RolloutPlacement, TrainingPlacement, WeightSync
 from rlsim.costs.collectives import COPY_LINK_EFFICIENCY, HOST_LINK_EFFICIENCY, Op, collective_time
-from rlsim.costs.memory import reference_weight_bytes, training_model_state
+from rlsim.costs.memory import ADAM_MOMENT_BYTES, ADAM_STATE_BYTES, reference_weight_bytes, training_model_state
 from rlsim.hardware import GPUProfile
 from rlsim.models import ModelSpec
 from rlsim.topology import GPU, ClusterTopology, CommGroup
@@ -363,14 +364,17 @@ def colocated_switch(
     topology: ClusterTopology,
     *,
     offload_bytes_per_gpu: float = 0.0,
+    pageable_offload_bytes_per_gpu: float = 0.0,
+    pageable_bytes_per_s: tuple[float, float] = (PAGEABLE_COPY_OUT_BYTES_PER_S, PAGEABLE_COPY_IN_BYTES_PER_S),
     checkpoint_bytes_per_gpu: float = 0.0,
     storage_bytes_per_s: float | None = None,
 ) -> SwitchCost:
     """Switching cost of one train <-> generate cycle on shared `gpus` (training rank order).
 
-    `offload_bytes_per_gpu` is the training state each GPU parks in host memory while it generates (moved out and
-    back once per cycle). A checkpoint of `checkpoint_bytes_per_gpu` is written at `storage_bytes_per_s` per GPU when
-    that rate is given.
+    `offload_bytes_per_gpu` is the training state each GPU parks in pinned host memory while it generates (moved out
+    and back once per cycle at the host link's rate); `pageable_offload_bytes_per_gpu` the state it parks in pageable
+    memory, copied out and back at `pageable_bytes_per_s` (out, in). A checkpoint of `checkpoint_bytes_per_gpu` is
+    written at `storage_bytes_per_s` per GPU when that rate is given.
     """
     if storage_bytes_per_s is not None and storage_bytes_per_s <= 0:
         raise ValueError("storage_bytes_per_s must be positive")
@@ -381,10 +385,12 @@ def colocated_switch(
     hardware = topology.hardware(gpus[0].pool)
     reshard = gather + _load_seconds(spec, rollout, hardware.gpu) + load_call_seconds(spec)  # one call, every tensor
     host = _host_bytes_per_s(topology, gpus[0])
-    offload = offload_bytes_per_gpu / host
+    copy_out, copy_in = pageable_bytes_per_s
+    offload = offload_bytes_per_gpu / host + pageable_offload_bytes_per_gpu / copy_out
+    reload = offload_bytes_per_gpu / host + pageable_offload_bytes_per_gpu / copy_in
     wake = SLEEP_WAKE_FLOOR_S + engine_shard_bytes(spec, rollout) / host
     checkpoint = checkpoint_bytes_per_gpu / storage_bytes_per_s if storage_bytes_per_s else 0.0
-    return SwitchCost(reshard_s=reshard, offload_s=offload, reload_s=offload, wake_s=wake, checkpoint_s=checkpoint)
+    return SwitchCost(reshard_s=reshard, offload_s=offload, reload_s=reload, wake_s=wake, checkpoint_s=checkpoint)
 
 
 # ---------------------------------------------------------------------------------------------------- from a scenario
@@ -443,8 +449,9 @@ def colocated_switch_for(
     storage_bytes_per_s: float | None = None,
 ) -> SwitchCost:
     """`colocated_switch` for a bound scenario: offloads what `placement.training.offload_*` say (everything when
-    `offload_while_generating`), and with `save_checkpoint` writes each GPU's weights and optimizer state at
-    `storage_bytes_per_s`."""
+    `offload_while_generating`), to the host memory `offload_host_memory` says (of the optimizer state, only the Adam
+    moments go to pageable memory: the fp32 master copy is a parameter, not optimizer state), and with
+    `save_checkpoint` writes each GPU's weights and optimizer state at `storage_bytes_per_s`."""
     topology = topology or ClusterTopology.build(bound)
     scenario = bound.scenario
     training = scenario.placement.training
@@ -452,11 +459,18 @@ def colocated_switch_for(
     state = training_model_state(bound.model, training.model_copy(update={"offload_params": False,
                                                                            "offload_optimizer": False}))
     everything = training.offload_while_generating
-    offload = (state["weights"] if training.offload_params or everything else 0.0) + (
-        state["optimizer"] if training.offload_optimizer or everything else 0.0)
+    weights = state["weights"] if training.offload_params or everything else 0.0
+    optimizer = state["optimizer"] if training.offload_optimizer or everything else 0.0
+    memory = training.offload_host_memory
+    pageable = (weights if memory.weights == "pageable" else 0.0) + (
+        optimizer * ADAM_MOMENT_BYTES / ADAM_STATE_BYTES if memory.optimizer == "pageable" else 0.0)
     if save_checkpoint and storage_bytes_per_s is None:
         raise ValueError("save_checkpoint needs storage_bytes_per_s, the write rate one GPU gets from storage")
     checkpoint = state["weights"] + state["optimizer"] if save_checkpoint else 0.0
+    framework = scenario.framework
     return colocated_switch(bound.model, training, scenario.placement.rollout, gpus, scenario.schedule.weight_sync,
-                            topology, offload_bytes_per_gpu=offload, checkpoint_bytes_per_gpu=checkpoint,
-                            storage_bytes_per_s=storage_bytes_per_s)
+                            topology, offload_bytes_per_gpu=weights + optimizer - pageable,
+                            pageable_offload_bytes_per_gpu=pageable,
+                            pageable_bytes_per_s=(framework.pageable_copy_out_bytes_per_s,
+                                                  framework.pageable_copy_in_bytes_per_s),
+                            checkpoint_bytes_per_gpu=checkpoint, storage_bytes_per_s=storage_bytes_per_s)
