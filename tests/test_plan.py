@@ -9,6 +9,7 @@ import pytest
 
 from rlsim.cli import main
 from rlsim.plan import candidates, plan
+from rlsim.plan.planner import REFINE
 from rlsim.yamlsource import read_yaml
 
 ROOT = Path(__file__).parents[1]
@@ -53,8 +54,8 @@ def test_plan_ranks_simulated_candidates_and_explains_the_winner(small_workload,
     assert main(["plan", str(small_workload), "--gpus", "16", "--simulate", "3", "--workers", "2", "--json"]) == 0
     [result] = json.loads(capsys.readouterr().out)
     ranked = result["ranked"]
-    # The shortlist (one per placement), plus at most 4 refinements of the best split.
-    assert 3 <= len(ranked) <= 3 + 4 and {r["placement"] for r in ranked} == {"colocated", "disaggregated", "hybrid"}
+    # The shortlist (one per placement), plus at most REFINE refinements of the best candidate.
+    assert 3 <= len(ranked) <= 3 + REFINE and {r["placement"] for r in ranked} == {"colocated", "disaggregated", "hybrid"}
     throughputs = [r["tokens_per_s"] for r in ranked]
     assert throughputs == sorted(throughputs, reverse=True)
     assert result["considered"] == result["estimated"] + sum(result["invalid"].values()) + sum(

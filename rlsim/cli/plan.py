@@ -10,6 +10,7 @@ from rlsim.cli.exitcodes import OK
 from rlsim.errors import Problem, ScenarioError
 from rlsim.plan import plan
 from rlsim.plan.candidates import SCHEDULES
+from rlsim.plan.planner import REFINE
 from rlsim.plan.text import budget_summary, plan_dict, plan_text
 
 SCHEDULE_MODES = tuple(dict.fromkeys(schedule.mode for schedule in SCHEDULES))  # the modes the planner enumerates
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--simulate", type=int, default=4,
                         help="candidates to simulate: the best estimate of each placement, then of other schedules "
                         "(default: %(default)s)")
-    parser.add_argument("--refine", type=int, default=4,
+    parser.add_argument("--refine", type=int, default=REFINE,
                         help="extra simulations that move the winner's split one eighth of the GPUs at a time, and an "
                         "async winner's staleness bound one step or its weight updates between interrupt and in-flight, "
                         "while it improves; 0 ranks the shortlist only (default: %(default)s)")

@@ -73,10 +73,16 @@ class Plan:
         return self.ranked[0]
 
 
+# Extra simulations refinement may spend: an async winner has up to five neighbours (two splits, two staleness bounds,
+# the other way of taking weights), so 12 allow two full rounds and most of a third. On the documented workload at 64
+# H100s, 4 stopped after one round at η=2 interrupted (201k tokens/s); the climb ends at η=2 in flight (212k) after 11.
+REFINE = 12
+
+
 def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *, gpus: int, gpu: str | None = None,
          model: str | None = None, overrides: Mapping[str, Any] | None = None,
          schedules: tuple[str, ...] | None = None, simulate: int = 4, steps: int = 3, warmup_steps: int = 1,
-         workers: int = 1, refine: int = 4) -> Plan:
+         workers: int = 1, refine: int = REFINE) -> Plan:
     """Plan the model, algorithm and workload of `base` (a scenario file, or its parsed document with the folder its
     relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
     the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
