@@ -232,6 +232,18 @@ def test_state_offloaded_to_pageable_memory_moves_at_the_pageable_rates():
     assert both.reshard_s == pinned.reshard_s and both.wake_s == pinned.wake_s
 
 
+def test_colocated_engines_receive_the_layers_other_pipeline_stages_hold():
+    """With training PP 2 over two nodes, the engine on each node loads every layer, half of which the other node's
+    stage holds: its TP shard of them crosses the inter-node link (400 Gb/s per H100) before the engine has them."""
+    def reshard(pp: int) -> float:
+        bound = scenario("Qwen2.5-32B", gpu="h100-sxm", nodes=2, rollout_gpus=16, rollout_tp=8, mode="colocated",
+                         training=f"{{backend: megatron, tp: 8, pp: {pp}, zero_stage: 1}}")
+        return colocated_switch_for(bound).reshard_s
+
+    other_stage_shard = colocated("Qwen2.5-32B", "h100-sxm", 8).model.weight_bytes / 8 / 2
+    assert reshard(2) - reshard(1) >= other_stage_shard / 50e9
+
+
 def test_where_the_reference_policy_lives_decides_its_memory_and_its_host_copies():
     """Resident: a bf16 copy sharded like the policy's weights occupies each training GPU, nothing moves. Host (verl's
     Megatron ref offload): no memory, the shard copied in and out per reference pass. Swap (NeMo-RL): the policy's

@@ -25,7 +25,8 @@ engine in three terms, reported separately because they scale differently:
 The terms add up: verl runs them one after another (its `overlap_broadcast_and_consume` is off by default).
 
 **Colocated** (`colocated_switch`): the same GPUs alternate between training and generation. Switching costs the
-reshard from the training to the inference layout (gather, then each engine takes its shard), moving offloaded training
+reshard from the training to the inference layout (gather, over the pipeline stages too, then each engine takes its
+shard), moving offloaded training
 state over the host link in each direction, the rollout engine's wake-up (vLLM sleep mode level 1 reloads the weights it
 offloaded and re-maps its KV cache), and optionally a checkpoint save.
 
@@ -215,7 +216,7 @@ class _Groups:
 _Call = tuple[Op, float, str, int]  # (collective, bytes per call, group name, number of calls)
 
 
-def _export_calls(c: _Tensors, comms: dict[str, CommGroup], to_one_rank: bool) -> list[_Call]:
+def _export_calls(c: _Tensors, comms: dict[str, CommGroup], pp_broadcast: bool) -> list[_Call]:
     """The collectives that unshard the tensors of class `c`."""
     calls: list[_Call] = []
     if comms["zero"].size > 1:
@@ -226,7 +227,7 @@ def _export_calls(c: _Tensors, comms: dict[str, CommGroup], to_one_rank: bool) -
     if c.shard == "ep" and ep > 1:
         # One all-gather brings the same local expert from every EP rank: ep experts per call.
         calls.append(("all_gather", c.nbytes * ep, "ep", math.ceil(c.count / ep)))
-    if to_one_rank and comms["pp"].size > 1:
+    if pp_broadcast and comms["pp"].size > 1:
         split = comms["tp"].size if c.shard == "tp" else 1
         calls.append(("broadcast", c.nbytes / split, "pp", c.count))
     return calls
@@ -237,29 +238,31 @@ def _export_comms(groups: _Groups, topology: ClusterTopology) -> dict[str, CommG
 
 
 def _per_tensor_export_seconds(spec: ModelSpec, groups: _Groups, topology: ClusterTopology, *,
-                               to_one_rank: bool) -> list[float]:
+                               pp_broadcast: bool) -> list[float]:
     """Seconds to unshard one tensor of each class of `_tensor_classes(spec)`, tensor by tensor."""
     comms = _export_comms(groups, topology)
     return [
         PER_TENSOR_OVERHEAD_S + sum(
             count * collective_time(op, nbytes, comms[name]).seconds for op, nbytes, name, count in
-            _export_calls(c, comms, to_one_rank)) / c.count
+            _export_calls(c, comms, pp_broadcast)) / c.count
         for c in _tensor_classes(spec)
     ]
 
 
 def _gather_seconds(
     spec: ModelSpec, groups: _Groups, topology: ClusterTopology, *, per_tensor: bool, bucket_bytes: float,
-    to_one_rank: bool,
+    pp_broadcast: bool,
 ) -> float:
-    """Time to unshard every tensor; `to_one_rank` adds the PP broadcast that lets a single rank send everything."""
+    """Time to unshard every tensor; `pp_broadcast` adds the broadcast over the pipeline stages that gives their ranks
+    every tensor: what lets a single rank send everything, and what colocated engines need, since each engine's GPUs
+    hold only some stages' layers and every engine loads them all."""
     if per_tensor:
-        seconds = _per_tensor_export_seconds(spec, groups, topology, to_one_rank=to_one_rank)
+        seconds = _per_tensor_export_seconds(spec, groups, topology, pp_broadcast=pp_broadcast)
         return sum(c.count * s for c, s in zip(_tensor_classes(spec), seconds, strict=True))
     comms = _export_comms(groups, topology)
     volume: dict[tuple[Op, str], float] = {}
     for c in _tensor_classes(spec):
-        for op, nbytes, name, count in _export_calls(c, comms, to_one_rank):
+        for op, nbytes, name, count in _export_calls(c, comms, pp_broadcast):
             volume[op, name] = volume.get((op, name), 0.0) + nbytes * count
     seconds = 0.0
     for (op, name), total in volume.items():
@@ -291,7 +294,7 @@ def disaggregated_sync(
     groups = _Groups.of(training, training_gpus)
     per_tensor_export = method in ("per_tensor", "checkpoint_engine")
     gather = _gather_seconds(spec, groups, topology, per_tensor=per_tensor_export, bucket_bytes=bucket,
-                             to_one_rank=per_tensor_export)
+                             pp_broadcast=per_tensor_export)
     tensors = tensor_count(spec)
     everyone = topology.group([*training_gpus, *rollout_gpus])
     gpu = topology.hardware(rollout_gpus[0].pool).gpu
@@ -304,7 +307,7 @@ def disaggregated_sync(
         if rollout.engine == "vllm":
             # verl loads each tensor with its own call (_sync_vllm_weights), which overlaps the export and send of
             # the next tensor; what is longer shows.
-            exports = _per_tensor_export_seconds(spec, groups, topology, to_one_rank=True)
+            exports = _per_tensor_export_seconds(spec, groups, topology, pp_broadcast=True)
             load_calls = sum(c.count * max(0.0, call - export - send)
                              for c, export, send in zip(classes, exports, sends, strict=True))
         else:
@@ -381,7 +384,7 @@ def colocated_switch(
     groups = _Groups.of(training, gpus)
     per_tensor_export = sync.method in ("per_tensor", "checkpoint_engine")
     gather = _gather_seconds(spec, groups, topology, per_tensor=per_tensor_export, bucket_bytes=sync.bucket_mib * MIB,
-                             to_one_rank=False)
+                             pp_broadcast=True)
     hardware = topology.hardware(gpus[0].pool)
     reshard = gather + _load_seconds(spec, rollout, hardware.gpu) + load_call_seconds(spec)  # one call, every tensor
     host = _host_bytes_per_s(topology, gpus[0])
