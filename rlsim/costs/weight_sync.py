@@ -26,9 +26,8 @@ The terms add up: verl runs them one after another (its `overlap_broadcast_and_c
 
 **Colocated** (`colocated_switch`): the same GPUs alternate between training and generation. Switching costs the
 reshard from the training to the inference layout (gather, over the pipeline stages too, then each engine takes its
-shard), moving offloaded training
-state over the host link in each direction, the rollout engine's wake-up (vLLM sleep mode level 1 reloads the weights it
-offloaded and re-maps its KV cache), and optionally a checkpoint save.
+shard), moving offloaded training state to host memory and back (pinned or pageable), the rollout engine's wake-up
+(vLLM sleep mode level 1 reloads the weights it offloaded and re-maps its KV cache), and optionally a checkpoint save.
 
 Tensors are counted as Hugging Face checkpoints store them (`ModelSpec.layer_weights` × layers, one per routed expert,
 plus embedding, output head and final norm), since both the export and vLLM's loader walk that list.
