@@ -209,13 +209,12 @@ def test_colocated_switch_terms():
 def test_state_offloaded_to_pageable_memory_moves_at_the_pageable_rates():
     """NeMo-RL's Megatron worker copies the Adam moments out with a blocking .to("cpu"), into pageable memory, and
     keeps its weights in a pinned buffer; its DTensor worker moves the weights the same pageable way."""
-    def switch(memory: str = "", framework: str = ""):
+    def switch(memory: str = "", framework: Framework | None = None):
         training = "{backend: megatron, zero_stage: 1, offload_while_generating: true" + memory + "}"
         bound = scenario("Qwen2.5-7B", gpu="h100-sxm", nodes=1, rollout_gpus=8, rollout_tp=2, mode="colocated",
                          training=training)
-        if framework:
-            bound = bind(bound.scenario.model_copy(update={"framework": Framework.model_validate(
-                {"pageable_copy_out_bytes_per_s": 1e9, "pageable_copy_in_bytes_per_s": 4e9})}))
+        if framework is not None:
+            bound = bind(bound.scenario.model_copy(update={"framework": framework}))
         return colocated_switch_for(bound)
 
     params = colocated("Qwen2.5-7B", "h100-sxm", 2).model.total_params
@@ -226,7 +225,8 @@ def test_state_offloaded_to_pageable_memory_moves_at_the_pageable_rates():
     optimizer = switch(", offload_host_memory: {optimizer: pageable}")
     assert optimizer.offload_s == pytest.approx((weights + master) / host + moments / PAGEABLE_COPY_OUT_BYTES_PER_S)
     assert optimizer.reload_s == pytest.approx((weights + master) / host + moments / PAGEABLE_COPY_IN_BYTES_PER_S)
-    both = switch(", offload_host_memory: {weights: pageable, optimizer: pageable}", framework="slower")
+    slower = Framework(pageable_copy_out_bytes_per_s=1e9, pageable_copy_in_bytes_per_s=4e9)
+    both = switch(", offload_host_memory: {weights: pageable, optimizer: pageable}", framework=slower)
     assert both.offload_s == pytest.approx(master / host + (weights + moments) / 1e9, rel=1e-9)
     assert both.reload_s == pytest.approx(master / host + (weights + moments) / 4e9, rel=1e-9)
     assert both.reshard_s == pinned.reshard_s and both.wake_s == pinned.wake_s
