@@ -197,10 +197,10 @@ def _is_neighbour(best: Candidate, other: Candidate) -> bool:
 
 
 def _refine(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], budget: int, workers: int,
-                  base_dir: Path) -> tuple[tuple[Evaluated, ...], list[str]]:
-    """Hill-climb the winner's split over the estimated candidates one eighth apart, and an async winner's staleness
-    bound over its neighbours in STALENESS (the estimate cannot tell bounds apart), simulating every neighbour at
-    each round, within `budget` extra simulations."""
+            base_dir: Path) -> tuple[tuple[Evaluated, ...], list[str]]:
+    """Hill-climb from the winner over its neighbours (`_is_neighbour`: the split one eighth either side; for an async
+    winner, the staleness bound one step either side and the other way of taking new weights, which the estimate
+    cannot tell apart), simulating every neighbour at each round, within `budget` extra simulations."""
     seen = {e.candidate.label for e in ranked}
     notes: list[str] = []
     while budget > 0:

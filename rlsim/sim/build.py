@@ -118,8 +118,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
                            np.random.default_rng(filter_seed))
     return Simulation(env, bound, recorder, engines, (index[rollout[0]], len(rollout)), group, trainer, actor, critic,
                       reward, reward_model, judges, reference_load_seconds(bound, topology), switch, sync, sampler,
-                      np.random.default_rng(balancer_seed),
-                      reward_rng, finished)
+                      np.random.default_rng(balancer_seed), reward_rng, finished)
 
 
 def _memoised(op: str, group: CommGroup):
@@ -144,8 +143,8 @@ def _reward_model(env, bound: Bound, topology: ClusterTopology, index: dict[GPU,
     layout = TrainingPlacement(pool=placement.pool, gpus=placement.gpus, tp=placement.tp,
                                dp=placement.gpus // placement.tp, zero_stage=0, activation_recompute="none")
     spec = ModelCatalog.load().spec(scenario.workload.reward.model)
-    costs = TrainingCosts(spec, training_rates(bound.gpu(placement.pool), scenario.framework.training_kernel_efficiency), layout,
-                          GroupCollectives.on_cluster(topology, gpus, layout), head="value")
+    rates = training_rates(bound.gpu(placement.pool), scenario.framework.training_kernel_efficiency)
+    costs = TrainingCosts(spec, rates, layout, GroupCollectives.on_cluster(topology, gpus, layout), head="value")
     trainer = Trainer(env, recorder, TrainingGroup(index[gpus[0]], layout), scenario.schedule.dp_balance,
                       unit_prefix="rm")
     return trainer, costs
