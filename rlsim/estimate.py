@@ -5,7 +5,8 @@ Generation per engine is the larger of two bounds:
   throughput: the engine's share of sequences, decoded at the concurrency the KV cache and max_num_seqs allow, in waves;
   tail:       the longest response of the step (expected maximum of N samples, capped) decoded alone at batch 1 —
               no amount of GPUs shortens it, which is the long-tail floor of synchronous RL.
-Training stages pack each data-parallel rank's sequences of mean length into micro-batches of micro_batch_tokens.
+Training stages pack each data-parallel rank's sequences of mean length into micro-batches of micro_batch_tokens
+(without sequence packing, of the expected longest length, to which every sequence is padded).
 
 The workload enters through its marginals over the run (`rlsim.workload.marginals`): lengths averaged over a drifting
 schedule, samples per prompt of a budget, the extra groups dynamic sampling generates (1 / kept fraction), and for
@@ -113,6 +114,9 @@ def estimate_step(bound: Bound) -> StepEstimate:
     actor = TrainingCosts(spec, rates, layout, collectives)
     critic = TrainingCosts(spec, rates, layout, collectives, head="value")
     sequence = max(1, round(lengths.prompt + min(lengths.response + lengths.appended, algo.max_response_tokens)))
+    if not layout.sequence_packing:  # every sequence padded to the step's longest
+        sequence = max(sequence, round(lengths.prompt + min(lengths.longest_response + lengths.appended,
+                                                            algo.max_response_tokens)))
     per_rank = math.ceil(lengths.trained / (layout.dp or 1))
     everything = _pack(per_rank, sequence, layout)
     mini_batch = _pack(math.ceil(per_rank / algo.mini_batches), sequence, layout)

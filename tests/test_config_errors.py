@@ -92,6 +92,9 @@ CASES = [
     ("host memory that is neither pinned nor pageable",
      edit("    tp: 1\n    zero_stage", "    tp: 1\n    offload_host_memory: {optimizer: paged}\n    zero_stage"),
      "placement.training.offload_host_memory.optimizer", "offload_host_memory: {optimizer: paged}", ["pinned", "pageable"]),
+    ("a log-prob kernel rlsim does not know",
+     edit("    tp: 1\n    zero_stage", "    tp: 1\n    logprob_kernel: liger\n    zero_stage"),
+     "placement.training.logprob_kernel", "logprob_kernel: liger", ["fused", "fp32_vocab_parallel", "fp32_unfused"]),
     ("missing trace file", edit("{kind: lognormal, median_tokens: 1000, sigma: 0.8}", "{kind: trace, path: nowhere.jsonl}"),
      "workload.response_tokens.path", "  response_tokens:", ["no such"]),
 ]

@@ -50,6 +50,18 @@ def test_candidates_cover_placements_schedules_and_layouts():
     assert {c.rollout_share for c in found if c.placement == "disaggregated" and c.rollout_gpus == 12} == {0.75}
 
 
+def test_candidates_keep_the_frameworks_training_settings_and_host_offload_only_where_colocated():
+    base = read_yaml(WORKLOAD).data
+    training = base["placement"]["training"]
+    training.update(sequence_packing=False, logprob_kernel="fp32_unfused", offload_while_generating=True,
+                    offload_host_memory={"optimizer": "pageable"})
+    for candidate in candidates(base, 16, "h100-sxm", 8):
+        layout = candidate.overrides["placement"]["training"]
+        assert layout["sequence_packing"] is False and layout["logprob_kernel"] == "fp32_unfused"
+        colocated = candidate.placement == "colocated"
+        assert ("offload_host_memory" in layout) == ("offload_while_generating" in layout) == colocated
+
+
 def test_plan_ranks_simulated_candidates_and_explains_the_winner(small_workload, capsys):
     assert main(["plan", str(small_workload), "--gpus", "16", "--simulate", "3", "--workers", "2", "--json"]) == 0
     [result] = json.loads(capsys.readouterr().out)

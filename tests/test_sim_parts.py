@@ -7,11 +7,15 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlsim.config.schema import TrainingPlacement
 from rlsim.config.workload import RuleReward, SandboxReward
+from rlsim.costs.training import GroupCollectives, TrainingCosts
 from rlsim.metrics import gpu_label_seconds
 from rlsim.sim.dp_balance import DP_BALANCERS, pack_micro_batches, work
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.reward import RewardPool
+from rlsim.sim.trainer import Trainer, TrainingGroup
+from tests.test_training_costs import MODELS, RATES, free
 
 LENGTHS = st.lists(st.integers(min_value=1, max_value=32_000), min_size=1, max_size=200)
 
@@ -104,3 +108,27 @@ def test_sandbox_concurrency_limits_throughput():
         env.run()
         times.append(env.now)
     assert times[0] > 8 * times[1]
+
+
+def forward_seconds(lengths: list[int], **layout_changes) -> tuple[float, TrainingCosts]:
+    """Wall seconds of one log-prob pass over `lengths` on 2 data-parallel ranks of a 7B model, and its costs."""
+    layout = TrainingPlacement(gpus=2, dp=2, backend="fsdp", zero_stage=1, activation_recompute="none",
+                               micro_batch_tokens=8192, **layout_changes)
+    env = simpy.Environment()
+    costs = TrainingCosts(MODELS.spec("Qwen2.5-7B"), RATES, layout, GroupCollectives(dp=free))
+    trainer = Trainer(env, Recorder(2), TrainingGroup(0, layout), "none")
+    env.process(trainer.forward_pass("old_log_prob", costs, lengths))
+    env.run()
+    return env.now, costs
+
+
+def test_without_sequence_packing_every_sequence_is_padded_to_the_batchs_longest():
+    lengths = [4000, 1000, 500, 500, 300, 200, 100, 100]
+    packed, _ = forward_seconds(lengths)
+    padded, costs = forward_seconds(lengths, sequence_packing=False)
+    # Two sequences of 4000 tokens fit a micro-batch of 8192; each rank holds four sequences: two micro-batches.
+    assert padded == pytest.approx(costs.forward_pass([[4000, 4000], [4000, 4000]]).seconds)
+    assert padded > 2 * packed
+    # A batch of equal lengths has nothing to pad: packing changes nothing but how sequences share micro-batches.
+    equal, _ = forward_seconds([2048] * 8)
+    assert forward_seconds([2048] * 8, sequence_packing=False)[0] == pytest.approx(equal)

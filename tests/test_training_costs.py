@@ -334,6 +334,21 @@ def test_log_prob_pass_is_forward_only():
     assert value_head.forward_pass(batches).seconds < costs.forward_pass(batches).seconds
 
 
+def test_an_fp32_log_prob_kernel_streams_its_bytes_per_logit_in_both_passes():
+    """Only the output head changes with the kernel, by the kernel's bytes per logit over the vocabulary shard."""
+    tokens, vocab = 4096 + 2048, MODELS.spec("Qwen2.5-7B").architecture.vocab_size
+    fused = single_gpu(logprob_kernel="fused")
+    for kernel, (forward_bytes, backward_bytes) in (("fp32_vocab_parallel", (38, 14)), ("fp32_unfused", (46, 22))):
+        costs = single_gpu(logprob_kernel=kernel)
+        for backward, extra in ((False, forward_bytes - 2), (True, backward_bytes - 4)):
+            head = costs.head_time([4096, 2048], backward=backward)
+            baseline = fused.head_time([4096, 2048], backward=backward)
+            assert head.gemm == baseline.gemm
+            assert head.elementwise - baseline.elementwise == pytest.approx(extra * tokens * vocab / RATES.hbm_bytes_per_s)
+        assert costs.forward_pass([[4096, 2048]]).seconds > fused.forward_pass([[4096, 2048]]).seconds
+        assert costs.update([[4096, 2048]]).seconds > fused.update([[4096, 2048]]).seconds
+
+
 def test_training_time_adds_and_labels():
     a = TrainingTime(forward=1, backward=2, recompute=0.5, exposed_collective=0.25)
     b = TrainingTime(optimizer=0.1, pipeline_bubble=0.2)

@@ -181,6 +181,19 @@ class TrainingPlacement(Frozen):
         16384, description="tokens packed per micro-batch per GPU (ppo_max_token_len_per_gpu)"
     )
     activation_recompute: Literal["none", "selective", "full"] = "full"
+    sequence_packing: Flag = Field(
+        True, description="pack whole sequences into micro-batches of micro_batch_tokens (verl's use_remove_padding, "
+        "NeMo-RL's sequence_packing); false: every sequence is padded to the longest of the step's batch and a "
+        "micro-batch holds micro_batch_tokens // that length of them (NeMo-RL without packing: train_micro_batch_size "
+        "sequences of the batch's padded length)"
+    )
+    logprob_kernel: Literal["fused", "fp32_vocab_parallel", "fp32_unfused"] = Field(
+        "fused", description="how the log-probabilities are computed from the logits, in training and log-prob passes: "
+        "fused (one kernel over the bf16 logits: flash-attn's cross-entropy, verl's FSDP workers); fp32_vocab_parallel "
+        "(upcast to fp32, then max, exp, sum and normalise: Megatron-Core's vocab_parallel_cross_entropy, verl's "
+        "Megatron workers); fp32_unfused (upcast to fp32 and log-softmax op by op, keeping the softmax for the "
+        "backward pass: NeMo-RL's DistributedLogprob)"
+    )
     offload_params: Flag = Field(False, description="parameters live in host memory and stream in for every use")
     offload_optimizer: Flag = Field(False, description="Adam state lives in host memory; the optimizer step streams it")
     offload_while_generating: Flag = Field(

@@ -12,8 +12,8 @@ What a micro-batch costs, layer by layer (one GPU; T = the micro-batch's tokens 
 * **Attention** (FlashAttention, causal, per packed sequence): FLOPs quadratic in each sequence's own length, split by
   tp·cp, at a fraction of the GEMM rate measured for the kernel the backend uses (`ATTENTION_EFFICIENCY`).
 * **Elementwise work** (RMSNorm, RoPE, SwiGLU, residual adds, MoE permutation, log-softmax over the vocabulary) is
-  memory-bound: bytes per element counted from the implementation each backend runs (`ELEMENTWISE_BYTES`), streamed at
-  `GPURates.memory_seconds`.
+  memory-bound: bytes per element counted from the implementation each backend runs (`ELEMENTWISE_BYTES`; for the
+  log-softmax, the kernel the framework runs: `LOGPROB_BYTES`), streamed at `GPURates.memory_seconds`.
 * **Recompute**: full recompute re-runs every layer's forward pass (not the output head) during the backward pass;
   selective recompute (Megatron's core-attention checkpointing) re-runs the attention kernel only.
 * **TP** with sequence parallelism (on with TP in Megatron-Core): per layer 2 all-gathers and 2 reduce-scatters of the
@@ -89,10 +89,19 @@ MOE_PERMUTE_BYTES = 8
 # The backward pass of an elementwise op reads the output gradient and the op's saved inputs and writes the input
 # gradients: 1.5× (unary) to 1.7× (binary) the forward's traffic, plus gradient accumulation into the residual stream.
 ELEMENTWISE_BACKWARD_TRAFFIC = 2.0
-# Log-probabilities over the vocabulary with a fused cross-entropy kernel (flash-attn's, which verl uses; Megatron's
-# vocab-parallel one): the forward pass reads the bf16 logits once; the backward pass reads them and writes their gradient.
-LOGITS_FORWARD_BYTES = 2
-LOGITS_BACKWARD_BYTES = 4
+# Bytes moved per logit (one token × one vocabulary entry of this GPU's shard) to turn the bf16 logits into
+# log-probabilities, (forward, backward), by `TrainingPlacement.logprob_kernel`, counted from each implementation:
+# * fused: one kernel reads the bf16 logits (2); its backward reads them and writes the gradient in place (2 + 2):
+#   flash-attn's cross_entropy_loss, which verl's FSDP workers use when flash-attn is installed
+#   (verl/utils/torch_functional.py logprobs_from_logits).
+# * fp32_vocab_parallel: Megatron-Core's vocab_parallel_cross_entropy (verl's Megatron workers,
+#   verl/utils/megatron/tensor_parallel.py): .float() 2+4, max 4, in-place subtract 4+4, exp 4+4, sum 4, divide 4+4
+#   → 38; backward multiplies the saved softmax in place (4+4) and casts the gradient back to bf16 (4+2) → 14.
+# * fp32_unfused: NeMo-RL's loss and log-prob passes (nemo_rl/distributed/model_utils.py DistributedLogprob, v0.5):
+#   .to(float32) 2+4, amax 4, subtract 4+4, exp 4+4, sum 4, subtract 4+4, softmax kept for the backward pass (exp)
+#   4+4 → 46; backward negates and scales the softmax (4+4, 4+4) and casts back (4+2) → 22. (v0.3's backward built a
+#   one-hot int64 mask instead and moved about three times as much; the v0.5 count is used for every version.)
+LOGPROB_BYTES = {"fused": (2, 4), "fp32_vocab_parallel": (38, 14), "fp32_unfused": (46, 22)}
 
 # Mixed-precision Adam streams, per parameter of the local shard, the fp32 master weight, fp32 gradient and the two fp32
 # moments in (16 bytes) and the master weight and moments out plus the bf16 working copy (14 bytes): the state layout of
@@ -562,7 +571,7 @@ class TrainingCosts:
         norm = ELEMENTWISE_BYTES[self._implementation]["rmsnorm"] * h * tokens / tp * traffic
         elementwise = rates.memory_seconds(norm)
         if self.head == "lm":
-            per_logit = LOGITS_BACKWARD_BYTES if backward else LOGITS_FORWARD_BYTES
+            per_logit = LOGPROB_BYTES[self.layout.logprob_kernel][1 if backward else 0]
             elementwise += rates.memory_seconds(per_logit * tokens * width)
         collective = 0.0
         if tp > 1:

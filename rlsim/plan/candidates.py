@@ -19,7 +19,10 @@ STALENESS = (1, 2, 4)  # small bounds, the range AReaL studies (Fu et al. 2025, 
 # vLLM's default share of HBM for an engine that owns its GPUs (docs: EngineArgs gpu_memory_utilization = 0.9).
 DEDICATED_MEMORY_UTILIZATION = 0.9
 TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_batch_tokens", "activation_recompute",
-                        "offload_params", "offload_optimizer", "virtual_pipeline_stages", "reference_weights")
+                        "offload_params", "offload_optimizer", "virtual_pipeline_stages", "reference_weights",
+                        "sequence_packing", "logprob_kernel")
+# Settings of moving training state to the host while generating: they only mean something where the roles share GPUs.
+COLOCATED_TRAINING_KEYS = ("offload_while_generating", "offload_host_memory")
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,7 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
     rollout_base = {k: v for k, v in (placement.get("rollout") or {}).items() if k not in ("gpus", "tp", "pool")}
     training_base = {k: v for k, v in (placement.get("training") or {}).items() if k in TRAINING_LAYOUT_KEYS}
     shared_memory = rollout_base.get("gpu_memory_utilization", 0.5)
-    # Moving training state to the host while generating only means something where the roles share GPUs.
-    colocated_only = {k: v for k, v in (placement.get("training") or {}).items() if k == "offload_while_generating"}
+    colocated_only = {k: v for k, v in (placement.get("training") or {}).items() if k in COLOCATED_TRAINING_KEYS}
 
     def make(mode: str, schedule: Schedule, rollout: int, training: int, tp: int, memory: float) -> Candidate:
         training_layout = {**training_base, **(colocated_only if mode == "colocated" else {}), "gpus": training}

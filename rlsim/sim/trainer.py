@@ -1,6 +1,7 @@
 """The training GPUs: forward-only passes (old log-probs, reference, critic values) and mini-batch updates.
 
-Each batch is split over data-parallel ranks by the `dp_balance` policy and packed into micro-batches. Ranks then run
+Each batch is split over data-parallel ranks by the `dp_balance` policy and packed into micro-batches (or, without
+sequence packing, padded to its longest sequence and cut into micro-batches of equal sequences). Ranks then run
 in lock step: with pure FSDP (pp = 1, ZeRO ≥ 2) the per-layer collectives of every micro-batch make the slowest rank set
 each micro-step; otherwise ranks meet at every optimizer step (and at the end of a forward pass). The waiting of the
 faster ranks is recorded as `barrier`. Seconds per rank come from `costs.training.TrainingCosts`.
@@ -57,7 +58,8 @@ class Trainer:
                      label: str = "logprob") -> Generator:
         """Old-policy, reference or critic-value pass over the batch (or a reward model's, labelled `reward_model`);
         ranks meet at its end."""
-        per_rank = [self._micro_batches(share) for share in self._split(lengths)]
+        padded = max(lengths, default=0)
+        per_rank = [self._micro_batches(share, padded) for share in self._split(lengths)]
         times = [self._priced("forward", costs, mbs) for mbs in per_rank]
         per_stage = [[t.stages[s].labels(label) if t else {} for t in times] for s in range(self.group.layout.pp)]
         yield from self._run(stage, per_stage)
@@ -66,12 +68,13 @@ class Trainer:
                epochs: int) -> Generator:
         """`epochs` passes of `mini_batches` optimizer steps over the batch (actor or critic update)."""
         size = -(-len(lengths) // mini_batches)
+        padded = max(lengths, default=0)
         for _ in range(epochs):
             for start in range(0, len(lengths), size):
-                yield from self._optimizer_step(stage, costs, lengths[start:start + size])
+                yield from self._optimizer_step(stage, costs, lengths[start:start + size], padded)
 
-    def _optimizer_step(self, stage: str, costs: TrainingCosts, lengths: Sequence[int]) -> Generator:
-        per_rank = [self._micro_batches(share) for share in self._split(lengths)]
+    def _optimizer_step(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], padded: int) -> Generator:
+        per_rank = [self._micro_batches(share, padded) for share in self._split(lengths)]
         layout = self.group.layout
         if layout.pp == 1 and layout.zero_stage >= 2:
             yield from self._run(stage, [self._lock_step_micro_batches(costs, per_rank)])
@@ -123,8 +126,15 @@ class Trainer:
     def _split(self, lengths: Sequence[int]) -> list[list[int]]:
         return [[lengths[i] for i in indices] for indices in self.balance(lengths, self.group.dp)]
 
-    def _micro_batches(self, lengths: list[int]) -> list[list[int]]:
-        return pack_micro_batches(lengths, self.group.layout.micro_batch_tokens) if lengths else []
+    def _micro_batches(self, lengths: list[int], padded: int) -> list[list[int]]:
+        """Packed micro-batches, or without packing runs of sequences each padded to `padded` (the batch's longest)."""
+        if not lengths:
+            return []
+        layout = self.group.layout
+        if layout.sequence_packing:
+            return pack_micro_batches(lengths, layout.micro_batch_tokens)
+        per_micro = max(1, layout.micro_batch_tokens // padded)
+        return [[padded] * len(lengths[i:i + per_micro]) for i in range(0, len(lengths), per_micro)]
 
     def _priced(self, kind: str, costs: TrainingCosts, micro_batches: list[list[int]]) -> PipelineTime | None:
         if not micro_batches:
