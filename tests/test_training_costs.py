@@ -116,13 +116,26 @@ def test_fsdp_without_recompute_against_llm_foundry(model, seq, micro_batch, acc
 def test_the_training_kernel_efficiency_is_llm_foundrys_median():
     """framework.training_kernel_efficiency's default is what calibration/training_efficiency.py derives: the median
     of measured over modelled MFU across llm-foundry's 32 H100 BF16 runs."""
-    script = Path(__file__).parents[1] / "calibration" / "training_efficiency.py"
-    spec = importlib.util.spec_from_file_location("calibration_training_efficiency", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    ratios = module.ratios()
+    ratios = calibration_script("training_efficiency").ratios()
     assert len(ratios) == 32
     assert TRAINING_KERNEL_EFFICIENCY == round(statistics.median(ratios.values()), 2)
+
+
+def calibration_script(name: str):
+    script = Path(__file__).parents[1] / "calibration" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"calibration_{name}", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_megatron_moe_pretraining_on_gb200_against_megatron_bridge():
+    """Megatron-Bridge's tuned BF16 pretraining of Qwen3-235B-A22B and DeepSeek-V3 on 256 GB200s
+    (calibration/megatron_bridge_moe.py): rlsim's throughput at the same layouts is within 25 % of the published."""
+    module = calibration_script("megatron_bridge_moe")
+    for row in module.ROWS:
+        modelled = module.modelled_tokens_per_s_per_gpu(row)
+        assert row.tokens_per_s_per_gpu == pytest.approx(modelled, rel=0.25), row.model
 
 
 def test_megatron_70b_on_64_h100():
