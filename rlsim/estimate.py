@@ -6,7 +6,8 @@ Generation per engine is the larger of two bounds:
   tail:       the longest response of the step (expected maximum of N samples, capped) decoded alone at batch 1 —
               no amount of GPUs shortens it, which is the long-tail floor of synchronous RL.
 Training stages pack each data-parallel rank's sequences of mean length into micro-batches of micro_batch_tokens
-(without sequence packing, of the expected longest length, to which every sequence is padded).
+(forward-only passes: logprob_micro_batch_tokens; without sequence packing, of the expected longest length, to which
+every sequence is padded).
 
 The workload enters through its marginals over the run (`rlsim.workload.marginals`): lengths averaged over a drifting
 schedule, samples per prompt of a budget, the extra groups dynamic sampling generates (1 / kept fraction), and for
@@ -19,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 from rlsim.config.bound import Bound
-from rlsim.config.schema import Scenario, TrainingPlacement
+from rlsim.config.schema import Scenario
 from rlsim.costs.collectives import collective_time
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
@@ -118,8 +119,8 @@ def estimate_step(bound: Bound) -> StepEstimate:
         sequence = max(sequence, round(lengths.prompt + min(lengths.longest_response + lengths.appended,
                                                             algo.max_response_tokens)))
     per_rank = math.ceil(lengths.trained / (layout.dp or 1))
-    everything = _pack(per_rank, sequence, layout)
-    mini_batch = _pack(math.ceil(per_rank / algo.mini_batches), sequence, layout)
+    everything = _pack(per_rank, sequence, layout.forward_micro_batch_tokens * layout.cp)
+    mini_batch = _pack(math.ceil(per_rank / algo.mini_batches), sequence, layout.micro_batch_tokens * layout.cp)
     updates = algo.mini_batches * algo.ppo_epochs
     stages["old_log_prob"] = StageEstimate(
         "old_log_prob", actor.forward_pass(everything).seconds if algo.recompute_old_log_prob else 0.0)
@@ -229,9 +230,9 @@ def _judge(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageE
                          f"verdicts of ~{verdict} tokens each (TP collectives not priced here)")
 
 
-def _pack(sequences: int, length: int, layout: TrainingPlacement) -> list[list[int]]:
-    """Micro-batches of whole sequences, each holding at most micro_batch_tokens (at least one sequence)."""
-    per_micro = max(1, layout.micro_batch_tokens // length)
+def _pack(sequences: int, length: int, capacity_tokens: int) -> list[list[int]]:
+    """Micro-batches of whole sequences, each holding at most `capacity_tokens` (at least one sequence)."""
+    per_micro = max(1, capacity_tokens // length)
     full, rest = divmod(sequences, per_micro)
     return [[length] * per_micro for _ in range(full)] + ([[length] * rest] if rest else [])
 

@@ -118,6 +118,29 @@ def test_pipeline_first_stage_holds_all_layers_of_one_micro_batch_and_more_when_
     assert av.activations == pytest.approx(a1.activations * (1 + 3 / (4 * 5)))
 
 
+def test_a_forward_only_pass_sets_the_peak_when_its_logits_outgrow_the_update():
+    """A log-prob pass keeps no activations for a backward pass, but its logits grow with its own budget; with the
+    training state offloaded while generating, it runs with the weights alone."""
+    spec = CATALOG.spec("Llama-3.1-8B")
+    layout = TrainingPlacement(gpus=8, dp=8, backend="megatron", zero_stage=1, micro_batch_tokens=4096,
+                               activation_recompute="full")
+    update = training_memory_of(spec, layout, 80 * GIB)
+    narrow = training_memory_of(spec, layout.model_copy(update={"logprob_micro_batch_tokens": 2048}), 80 * GIB)
+    assert narrow.components == update.components
+    wide_layout = layout.model_copy(update={"logprob_micro_batch_tokens": 65536})
+    wide = training_memory_of(spec, wide_layout, 80 * GIB)
+    vocab = spec.architecture.vocab_size
+    assert wide.components["logits"] == pytest.approx(2 * 65536 * vocab)  # bf16 logits, streamed by a fused kernel
+    assert wide.total_bytes > update.total_bytes and "forward-only" in wide.notes[0]
+    fp32 = training_memory_of(spec, wide_layout.model_copy(update={"logprob_kernel": "fp32_unfused"}), 80 * GIB)
+    assert fp32.components["logits"] == pytest.approx(7 * wide.components["logits"])  # the fp32 copy and two results
+    offloaded = training_memory_of(spec, wide_layout.model_copy(update={"offload_while_generating": True,
+                                                                        "logprob_kernel": "fp32_unfused"}), 80 * GIB)
+    assert set(offloaded.components) == {"weights", "activations", "logits"}
+    assert offloaded.total_bytes == pytest.approx(fp32.total_bytes - fp32.components["optimizer"]
+                                                  - fp32.components["gradients"])
+
+
 # ---------------------------------------------------------------------------------------------------- infeasible
 
 
@@ -163,6 +186,17 @@ def test_each_hint_fits_when_one_change_is_enough(tmp_path):
     assert any(hint.startswith("placement.training.zero_stage: 3 (") for hint in memory.hints)
     for hint in memory.hints:
         assert training_memory_of(bound.model, _apply_hint(scenario.placement.training, hint), gpu.memory_bytes).fits
+
+
+def test_a_log_prob_budget_too_wide_for_memory_gets_a_narrower_one_as_a_hint(tmp_path):
+    scenario = scenario_from_quickstart(tmp_path, ("micro_batch_tokens: 16384",
+                                                   "micro_batch_tokens: 16384\n    logprob_micro_batch_tokens: 262144"))
+    bound = bind(scenario)
+    memory = training_memory(scenario, bound.model, bound.gpu("main"))
+    assert not memory.fits
+    assert memory.hints[0].startswith("placement.training.logprob_micro_batch_tokens: ")
+    assert training_memory_of(bound.model, _apply_hint(scenario.placement.training, memory.hints[0]),
+                              bound.gpu("main").memory_bytes).fits
 
 
 def test_rollout_hints_are_checked_too(tmp_path):

@@ -122,13 +122,27 @@ def forward_seconds(lengths: list[int], **layout_changes) -> tuple[float, Traini
     return env.now, costs
 
 
-def test_without_sequence_packing_every_sequence_is_padded_to_the_batchs_longest():
+def test_micro_batches_of_a_forward_pass_pad_to_the_batchs_longest_without_packing_and_take_their_own_budget():
     lengths = [4000, 1000, 500, 500, 300, 200, 100, 100]
     packed, _ = forward_seconds(lengths)
     padded, costs = forward_seconds(lengths, sequence_packing=False)
     # Two sequences of 4000 tokens fit a micro-batch of 8192; each rank holds four sequences: two micro-batches.
     assert padded == pytest.approx(costs.forward_pass([[4000, 4000], [4000, 4000]]).seconds)
     assert padded > 2 * packed
+    # Forward-only passes pack to their own budget.
+    wide, costs = forward_seconds(lengths, logprob_micro_batch_tokens=16384)
+    assert wide == pytest.approx(costs.forward_pass([[4000, 500, 300, 100]]).seconds)
     # A batch of equal lengths has nothing to pad: packing changes nothing but how sequences share micro-batches.
     equal, _ = forward_seconds([2048] * 8)
     assert forward_seconds([2048] * 8, sequence_packing=False)[0] == pytest.approx(equal)
+
+
+def test_a_context_parallel_group_packs_the_per_gpu_budget_on_each_of_its_gpus():
+    """verl scales ppo_max_token_len_per_gpu by the context-parallel size: 4,096 per GPU over CP2 packs 8,192."""
+    layout = TrainingPlacement(gpus=2, cp=2, dp=1, backend="fsdp", zero_stage=1, activation_recompute="none",
+                               micro_batch_tokens=4096)
+    costs = TrainingCosts(MODELS.spec("Qwen2.5-7B"), RATES, layout, GroupCollectives(dp=free, cp=free))
+    env = simpy.Environment()
+    env.process(Trainer(env, Recorder(2), TrainingGroup(0, layout), "none").forward_pass("ref", costs, [3000] * 4))
+    env.run()
+    assert env.now == pytest.approx(costs.forward_pass([[3000, 3000], [3000, 3000]]).seconds)

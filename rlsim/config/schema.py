@@ -178,13 +178,18 @@ class TrainingPlacement(Frozen):
     backend: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
     zero_stage: Literal[0, 1, 2, 3] = Field(3, description="0 none, 1 optimizer, 2 +gradients, 3 +parameters (FSDP full shard)")
     micro_batch_tokens: PositiveInt = Field(
-        16384, description="tokens packed per micro-batch per GPU (ppo_max_token_len_per_gpu)"
+        16384, description="tokens packed per micro-batch per GPU, so ·cp per micro-batch of a context-parallel group "
+        "(verl's ppo_max_token_len_per_gpu; NeMo-RL's train_mb_tokens / cp)"
+    )
+    logprob_micro_batch_tokens: PositiveInt | None = Field(
+        None, description="tokens packed per micro-batch per GPU in the forward-only passes (old log-probs, reference, "
+        "values): verl's log_prob_max_token_len_per_gpu, NeMo-RL's logprob_mb_tokens / cp; default: micro_batch_tokens"
     )
     activation_recompute: Literal["none", "selective", "full"] = "full"
     sequence_packing: Flag = Field(
         True, description="pack whole sequences into micro-batches of micro_batch_tokens (verl's use_remove_padding, "
         "NeMo-RL's sequence_packing); false: every sequence is padded to the longest of the step's batch and a "
-        "micro-batch holds micro_batch_tokens // that length of them (NeMo-RL without packing: train_micro_batch_size "
+        "micro-batch holds micro_batch_tokens·cp // that length of them (NeMo-RL without packing: train_micro_batch_size "
         "sequences of the batch's padded length)"
     )
     logprob_kernel: Literal["fused", "fp32_vocab_parallel", "fp32_unfused"] = Field(
@@ -210,6 +215,11 @@ class TrainingPlacement(Frozen):
         "in for each reference pass and back out: verl's Megatron ref param_offload); swap (in host memory, swapped "
         "with the policy's weights for the reference pass and back: NeMo-RL's use_reference_model)"
     )
+
+    @property
+    def forward_micro_batch_tokens(self) -> int:
+        """Tokens per micro-batch per GPU of a forward-only pass."""
+        return self.logprob_micro_batch_tokens or self.micro_batch_tokens
 
 
 class RewardModelPlacement(Frozen):

@@ -55,9 +55,12 @@ ADAM_MOMENT_BYTES = 8  # the two moments alone: the optimizer's `state` tensors,
 # Megatron's main-gradient buffer is fp32 for bf16 training unless --grad-reduce-in-bf16 (megatron/training/arguments.py).
 MEGATRON_GRAD_BYTES = 4
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
-# The logits the output head writes (bf16, kept for the backward pass) plus the fp32 copy log-softmax works in
-# (Megatron's vocab-parallel cross-entropy and verl's log-prob computation both upcast to fp32).
-LOGIT_BYTES = BF16 + FP32
+# Bytes per logit held at once while log-probabilities are computed, by `TrainingPlacement.logprob_kernel`: the bf16
+# logits the output head writes, plus what the kernel materialises (see training.LOGPROB_BYTES for the kernels). A fused
+# kernel streams them (flash-attn's cross_entropy_loss); Megatron-Core's vocab-parallel cross-entropy keeps one fp32
+# copy and works in place; NeMo-RL's DistributedLogprob holds the fp32 copy and two fp32 results at once (the shifted
+# logits or the log-softmax, and the exponentials or the softmax it keeps for the backward pass).
+LOGIT_BYTES = {"fused": BF16, "fp32_vocab_parallel": BF16 + FP32, "fp32_unfused": BF16 + 3 * FP32}
 # FSDP gathers the unit it computes and prefetches the next one (FSDP's default backward/forward prefetch of one unit).
 FSDP_GATHERED_LAYERS = 2
 # The smallest micro-batch budget a hint proposes: halving stops here.
@@ -206,6 +209,16 @@ class ActivationMemory:
         return self.activations + self.logits
 
 
+def forward_pass_activation_memory(spec: ModelSpec, layout: TrainingPlacement) -> ActivationMemory:
+    """A forward-only pass (old log-probs, reference, values) keeps no activations for a backward pass: one layer's
+    worth in flight, plus the logits of one micro-batch of `logprob_micro_batch_tokens` per GPU."""
+    impl = kernel_implementation(layout.backend)
+    tokens = layout.forward_micro_batch_tokens
+    one_layer = max(activation_bytes_per_token(spec, kind, impl) for kind in ("dense", "moe") if spec.layer_count(kind))
+    logits = LOGIT_BYTES[layout.logprob_kernel] * tokens * spec.architecture.vocab_size / layout.tp
+    return ActivationMemory(one_layer * tokens / layout.tp, logits)
+
+
 def training_activation_memory(spec: ModelSpec, layout: TrainingPlacement) -> ActivationMemory:
     """Activations of the layers in flight plus the logits of one micro-batch of `micro_batch_tokens` per GPU."""
     arch = spec.architecture
@@ -220,7 +233,7 @@ def training_activation_memory(spec: ModelSpec, layout: TrainingPlacement) -> Ac
         rebuilt = max(full.values())  # the one layer being recomputed and back-propagated
     else:
         stored_all, rebuilt = all_layers_full, 0.0
-    logits = LOGIT_BYTES * tokens * arch.vocab_size / layout.tp
+    logits = LOGIT_BYTES[layout.logprob_kernel] * tokens * arch.vocab_size / layout.tp
     p, v = layout.pp, layout.virtual_pipeline_stages
     if p == 1:
         return ActivationMemory(stored_all + rebuilt, logits)
@@ -249,25 +262,39 @@ def training_memory_of(
     spec: ModelSpec, layout: TrainingPlacement, capacity_bytes: float, *, critic: bool = False,
     reference: bool = False, pool: str = ""
 ) -> RoleMemory:
-    """Peak memory of one training GPU during the update, without hints. `reference`: a resident reference policy."""
+    """Peak memory of one training GPU, without hints: during the update, or during a forward-only pass where that
+    holds more (its own micro-batches' logits). `reference`: a resident reference policy."""
     state = training_model_state(spec, layout)
-    components = dict(state)
+    shared = {}
     if reference:
-        components["reference weights"] = reference_weight_bytes(spec, layout)
+        shared["reference weights"] = reference_weight_bytes(spec, layout)
     gathered = fsdp_gathered_bytes(spec, layout)
     if gathered:
-        components["gathered weights and gradients (FSDP)"] = gathered
-    acts = training_activation_memory(spec, layout)
-    components["activations"] = acts.activations
-    if acts.logits:
-        components["logits"] = acts.logits
-    notes = []
+        shared["gathered weights and gradients (FSDP)"] = gathered
     if critic:
         # The critic has the actor's shape and its own Adam state, and trains in the same step on the same GPUs.
-        components["critic"] = sum(state.values())
+        shared["critic"] = sum(state.values())
+    update = _with_activations({**state, **shared}, training_activation_memory(spec, layout))
+    # State moved to the host while generating comes back for the update only: the forward-only passes run with the
+    # weights alone (verl reloads the optimizer in update_actor; NeMo-RL's prepare_for_lp_inference moves no gradients).
+    resident = {"weights": state["weights"]} if layout.offload_while_generating else state
+    forward = _with_activations({**resident, **shared}, forward_pass_activation_memory(spec, layout))
+    notes = []
+    components = update
+    if sum(forward.values()) > sum(update.values()):
+        components = forward
+        notes.append(f"the peak is in a forward-only pass: its micro-batches of {layout.forward_micro_batch_tokens} "
+                     "tokens per GPU (logprob_micro_batch_tokens) hold the most logits")
     if layout.offload_params or layout.offload_optimizer:
         notes.append("offloaded training state lives in host memory and streams to the GPU when used")
     return RoleMemory("training", pool, capacity_bytes, components, notes=tuple(notes))
+
+
+def _with_activations(components: dict[str, float], acts: ActivationMemory) -> dict[str, float]:
+    out = {**components, "activations": acts.activations}
+    if acts.logits:
+        out["logits"] = acts.logits
+    return out
 
 
 def training_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
@@ -308,11 +335,12 @@ def _training_options(spec: ModelSpec, layout: TrainingPlacement, longest: int) 
         options.append({"zero_stage": 3})
     if layout.activation_recompute != "full":
         options.append({"activation_recompute": "full"})
-    tokens = layout.micro_batch_tokens // 2
     # A micro-batch must still hold the longest sequence (split over the context-parallel group).
-    while tokens >= MIN_HINT_MICRO_BATCH_TOKENS and tokens * layout.cp >= longest:
-        options.append({"micro_batch_tokens": tokens})
-        tokens //= 2
+    for budget in ("logprob_micro_batch_tokens", "micro_batch_tokens"):
+        tokens = (getattr(layout, budget) or 0) // 2
+        while tokens >= MIN_HINT_MICRO_BATCH_TOKENS and tokens * layout.cp >= longest:
+            options.append({budget: tokens})
+            tokens //= 2
     if not layout.offload_optimizer:
         options.append({"offload_optimizer": True})
     if not layout.offload_params:

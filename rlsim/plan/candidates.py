@@ -18,9 +18,9 @@ ROLLOUT_TPS = (1, 2, 4, 8)
 STALENESS = (1, 2, 4)  # small bounds, the range AReaL studies (Fu et al. 2025, "AReaL", arXiv:2505.24298)
 # vLLM's default share of HBM for an engine that owns its GPUs (docs: EngineArgs gpu_memory_utilization = 0.9).
 DEDICATED_MEMORY_UTILIZATION = 0.9
-TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_batch_tokens", "activation_recompute",
-                        "offload_params", "offload_optimizer", "virtual_pipeline_stages", "reference_weights",
-                        "sequence_packing", "logprob_kernel")
+TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_batch_tokens", "logprob_micro_batch_tokens",
+                        "activation_recompute", "offload_params", "offload_optimizer", "virtual_pipeline_stages",
+                        "reference_weights", "sequence_packing", "logprob_kernel")
 # Settings of moving training state to the host while generating: they only mean something where the roles share GPUs.
 COLOCATED_TRAINING_KEYS = ("offload_while_generating", "offload_host_memory")
 

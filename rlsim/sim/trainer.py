@@ -58,8 +58,8 @@ class Trainer:
                      label: str = "logprob") -> Generator:
         """Old-policy, reference or critic-value pass over the batch (or a reward model's, labelled `reward_model`);
         ranks meet at its end."""
-        padded = max(lengths, default=0)
-        per_rank = [self._micro_batches(share, padded) for share in self._split(lengths)]
+        padded, capacity = max(lengths, default=0), self.group.layout.forward_micro_batch_tokens
+        per_rank = [self._micro_batches(share, padded, capacity) for share in self._split(lengths)]
         times = [self._priced("forward", costs, mbs) for mbs in per_rank]
         per_stage = [[t.stages[s].labels(label) if t else {} for t in times] for s in range(self.group.layout.pp)]
         yield from self._run(stage, per_stage)
@@ -74,8 +74,8 @@ class Trainer:
                 yield from self._optimizer_step(stage, costs, lengths[start:start + size], padded)
 
     def _optimizer_step(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], padded: int) -> Generator:
-        per_rank = [self._micro_batches(share, padded) for share in self._split(lengths)]
         layout = self.group.layout
+        per_rank = [self._micro_batches(share, padded, layout.micro_batch_tokens) for share in self._split(lengths)]
         if layout.pp == 1 and layout.zero_stage >= 2:
             yield from self._run(stage, [self._lock_step_micro_batches(costs, per_rank)])
         else:
@@ -126,14 +126,17 @@ class Trainer:
     def _split(self, lengths: Sequence[int]) -> list[list[int]]:
         return [[lengths[i] for i in indices] for indices in self.balance(lengths, self.group.dp)]
 
-    def _micro_batches(self, lengths: list[int], padded: int) -> list[list[int]]:
-        """Packed micro-batches, or without packing runs of sequences each padded to `padded` (the batch's longest)."""
+    def _micro_batches(self, lengths: list[int], padded: int, per_gpu: int) -> list[list[int]]:
+        """Micro-batches of at most `per_gpu` tokens per GPU, so `per_gpu`·cp over a context-parallel group (verl
+        scales ppo_max_token_len_per_gpu so): packed, or without packing runs of sequences each padded to `padded` (the
+        batch's longest)."""
         if not lengths:
             return []
         layout = self.group.layout
+        capacity = per_gpu * layout.cp
         if layout.sequence_packing:
-            return pack_micro_batches(lengths, layout.micro_batch_tokens)
-        per_micro = max(1, layout.micro_batch_tokens // padded)
+            return pack_micro_batches(lengths, capacity)
+        per_micro = max(1, capacity // padded)
         return [[padded] * len(lengths[i:i + per_micro]) for i in range(0, len(lengths), per_micro)]
 
     def _priced(self, kind: str, costs: TrainingCosts, micro_batches: list[list[int]]) -> PipelineTime | None:
