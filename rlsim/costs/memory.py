@@ -31,6 +31,9 @@ layer's 2h input and rebuilds one layer's activations at a time during the backw
 and with v interleaved chunks L·(1 + (pp−1)/(pp·v)) (arXiv 2205.05198 §4.2.3). The last stage holds one micro-batch
 plus the logits.
 
+**Forward-only passes** (old log-probs, reference, values) keep no activations for a backward pass, but their own
+micro-batches (`logprob_micro_batch_tokens`) may hold more logits than the update's: whichever peak is higher counts.
+
 **Offload** means DeepSpeed ZeRO-Offload / FSDP CPU-offload semantics: offloaded state lives in host memory throughout
 training and streams to the GPU when used, so it leaves both the training peak and the state left resident while a
 colocated rollout engine runs.
