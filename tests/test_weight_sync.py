@@ -183,7 +183,7 @@ def test_roles_are_placed_rollout_first():
                            training, bound.scenario.schedule.weight_sync, topo)
 
 
-COLOCATED = "{backend: fsdp, zero_stage: 3, offload_params: true, offload_optimizer: true}"
+COLOCATED = "{backend: fsdp, zero_stage: 3, offload_while_generating: true}"
 
 
 def colocated(model: str, gpu: str, rollout_tp: int, nodes: int = 1):
@@ -290,15 +290,19 @@ def test_hybrid_syncs_the_dedicated_rollout_gpus_and_switches_the_shared_ones():
         disaggregated_sync_for(colocated("Qwen2.5-7B", "h100-sxm", 2))
 
 
-def test_offload_while_generating_moves_all_training_state_but_not_into_training():
-    resident = colocated("Qwen2.5-7B", "h100-sxm", 2)  # COLOCATED already streams everything from the host
-    swapped = scenario("Qwen2.5-7B", gpu="h100-sxm", nodes=1, rollout_gpus=8, rollout_tp=2, mode="colocated",
-                       training="{backend: fsdp, zero_stage: 3, offload_while_generating: true}")
-    kept = scenario("Qwen2.5-7B", gpu="h100-sxm", nodes=1, rollout_gpus=8, rollout_tp=2, mode="colocated",
-                    training="{backend: fsdp, zero_stage: 3}")
-    # The same bytes cross the host link at each switch as with both streaming flags; none when state stays.
-    assert colocated_switch_for(swapped).offload_s == pytest.approx(colocated_switch_for(resident).offload_s)
-    assert colocated_switch_for(kept).offload_s == 0
+def test_offload_while_generating_moves_the_state_it_names_but_not_into_training():
+    def layout(training: str):
+        return scenario("Qwen2.5-7B", gpu="h100-sxm", nodes=1, rollout_gpus=8, rollout_tp=2, mode="colocated",
+                        training="{backend: fsdp, zero_stage: 3" + training + "}")
+
+    swapped, kept = layout(", offload_while_generating: true"), layout("")
+    optimizer_only = layout(", offload_while_generating: {optimizer: true}")
+    # State that lives on the host throughout (ZeRO-Offload) streams in for every use: a switch has nothing to move.
+    hosted = layout(", offload_params: true, offload_optimizer: true, offload_while_generating: true")
+    params, host = swapped.model.total_params, 63e9 * 0.83
+    assert colocated_switch_for(swapped).offload_s == pytest.approx((2 + 12) * params / 8 / host, rel=1e-9)
+    assert colocated_switch_for(optimizer_only).offload_s == pytest.approx(12 * params / 8 / host, rel=1e-9)
+    assert colocated_switch_for(kept).offload_s == colocated_switch_for(hosted).offload_s == 0
     # Nothing of the training state is left beside the engines, so the KV cache gets it.
     swapped_rollout = rollout_memory(swapped.scenario, swapped.model, swapped.gpu("main"))
     kept_rollout = rollout_memory(kept.scenario, kept.model, kept.gpu("main"))

@@ -183,15 +183,18 @@ def _check_capacity(scenario: Scenario, check: _Checker) -> None:
     rollout, training = placement.rollout, placement.training
     assert training.gpus is not None and rollout.pool is not None and training.pool is not None
     demand: dict[str, int] = {}
-    if training.offload_while_generating and placement.mode != "colocated":
+    requested = training.offload_while_generating
+    if (requested if isinstance(requested, bool) else requested.any) and placement.mode != "colocated":
         check.fail(("placement", "training", "offload_while_generating"),
                    "only colocated training moves its state to the host to make room for the engines",
                    value=True, valid="false, or placement.mode: colocated")
-    moves_state = training.offload_while_generating or training.offload_params or training.offload_optimizer
-    if training.offload_host_memory != OffloadHostMemory() and not (placement.mode == "colocated" and moves_state):
-        check.fail(("placement", "training", "offload_host_memory"),
-                   "says where offloaded state is copied, but no training state is offloaded between phases",
-                   valid="leave it out, or placement.mode: colocated with training.offload_while_generating: true")
+    moved, memory = training.moved_while_generating, training.offload_host_memory
+    for state, what in (("weights", "the weights are"), ("optimizer", "the optimizer state is")):
+        if getattr(memory, state) != getattr(OffloadHostMemory(), state) and not getattr(moved, state):
+            check.fail(("placement", "training", "offload_host_memory", state),
+                       f"says where {what} copied when offloaded, but it does not move to the host between phases",
+                       valid=f"leave it out, or placement.mode: colocated with training.offload_while_generating "
+                       f"moving the {state} (and not living on the host throughout)")
     if placement.mode == "colocated":
         if training.pool != rollout.pool:
             check.fail(("placement", "training", "pool"), "colocated roles share GPUs, so they must be in the same pool",

@@ -149,6 +149,17 @@ class RolloutPlacement(Frozen):
 HostMemory = Literal["pinned", "pageable"]
 
 
+class OffloadWhileGenerating(Frozen):
+    """Which training state moves to host memory before the engines generate and back before training."""
+
+    weights: Flag = Field(False, description="the weights (and their gradient buffers): verl's param_offload")
+    optimizer: Flag = Field(False, description="the optimizer state: verl's optimizer_offload")
+
+    @property
+    def any(self) -> bool:
+        return self.weights or self.optimizer
+
+
 class OffloadHostMemory(Frozen):
     """The host memory each kind of offloaded training state is copied into between phases: pinned (a reused
     page-locked buffer, or a non-blocking .to('cpu'), which PyTorch allocates pinned) or pageable (a blocking
@@ -199,11 +210,19 @@ class TrainingPlacement(Frozen):
         "Megatron workers); fp32_unfused (upcast to fp32 and log-softmax op by op, keeping the softmax for the "
         "backward pass: NeMo-RL's DistributedLogprob)"
     )
-    offload_params: Flag = Field(False, description="parameters live in host memory and stream in for every use")
-    offload_optimizer: Flag = Field(False, description="Adam state lives in host memory; the optimizer step streams it")
-    offload_while_generating: Flag = Field(
-        False, description="colocated: weights and optimizer state move to host memory while the engines generate and "
-        "back before training (verl's param_offload/optimizer_offload, NeMo-RL's colocated refit, slime's --offload)"
+    offload_params: Flag = Field(
+        False, description="parameters live in host memory throughout and stream in for every use (ZeRO-Offload, FSDP "
+        "CPU offload)"
+    )
+    offload_optimizer: Flag = Field(
+        False, description="the optimizer state lives in host memory throughout; the optimizer step streams it (ZeRO-"
+        "Offload, Megatron's CPU Adam)"
+    )
+    offload_while_generating: Flag | OffloadWhileGenerating = Field(
+        False, description="colocated: training state moves to host memory while the engines generate and back before "
+        "training; true moves the weights and the optimizer state (NeMo-RL's colocated refit, slime's --offload), "
+        "{weights, optimizer} one of them (verl's param_offload, optimizer_offload). State that lives on the host "
+        "throughout (offload_params, offload_optimizer) has nothing to move"
     )
     offload_host_memory: OffloadHostMemory = Field(
         default_factory=OffloadHostMemory,
@@ -215,6 +234,16 @@ class TrainingPlacement(Frozen):
         "in for each reference pass and back out: verl's Megatron ref param_offload); swap (in host memory, swapped "
         "with the policy's weights for the reference pass and back: NeMo-RL's use_reference_model)"
     )
+
+    @property
+    def moved_while_generating(self) -> OffloadWhileGenerating:
+        """The GPU-resident state that moves to the host while the engines generate: what offload_while_generating
+        names, less what lives on the host throughout."""
+        moved = self.offload_while_generating
+        if isinstance(moved, bool):
+            moved = OffloadWhileGenerating(weights=moved, optimizer=moved)
+        return OffloadWhileGenerating(weights=moved.weights and not self.offload_params,
+                                      optimizer=moved.optimizer and not self.offload_optimizer)
 
     @property
     def forward_micro_batch_tokens(self) -> int:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlsim.config.schema import RolloutPlacement, Scenario, TrainingPlacement
+from rlsim.config.schema import OffloadWhileGenerating, RolloutPlacement, Scenario, TrainingPlacement
 from rlsim.errors import InfeasibleError
 from rlsim.hardware import GPUProfile
 from rlsim.models import Architecture, ModelSpec
@@ -278,9 +278,11 @@ def training_memory_of(
         # The critic has the actor's shape and its own Adam state, and trains in the same step on the same GPUs.
         shared["critic"] = sum(state.values())
     update = _with_activations({**state, **shared}, training_activation_memory(spec, layout))
-    # State moved to the host while generating comes back for the update only: the forward-only passes run with the
-    # weights alone (verl reloads the optimizer in update_actor; NeMo-RL's prepare_for_lp_inference moves no gradients).
-    resident = {"weights": state["weights"]} if layout.offload_while_generating else state
+    # State moved to the host while generating comes back for the update only: the forward-only passes run without it
+    # (verl reloads the optimizer in update_actor; NeMo-RL's prepare_for_lp_inference moves no gradients).
+    moved = layout.moved_while_generating
+    resident = {name: value for name, value in state.items()
+                if not (name == "optimizer" and moved.optimizer or name == "gradients" and moved.any)}
     forward = _with_activations({**resident, **shared}, forward_pass_activation_memory(spec, layout))
     notes = []
     components = update
@@ -382,14 +384,17 @@ def resident_reference(scenario: Scenario) -> bool:
 
 
 def resident_training_bytes(scenario: Scenario, spec: ModelSpec) -> float:
-    """Training state left on a GPU while a colocated rollout engine runs (gradients are freed after the update)."""
+    """Training state left on a GPU while a colocated rollout engine runs (gradients are freed after the update; what
+    lives on the host throughout or moves there while generating is not on the GPU)."""
     layout = scenario.placement.training
-    if layout.offload_while_generating:
-        return 0.0
+    moved = layout.moved_while_generating
     state = training_model_state(spec, layout)
     models = 2 if scenario.algorithm.critic else 1
     reference = reference_weight_bytes(spec, layout) if resident_reference(scenario) else 0.0
-    return models * (state["weights"] + state["optimizer"]) + reference
+    if moved.weights:  # the reference goes with the policy's weights
+        reference = 0.0
+    kept = (0.0 if moved.weights else state["weights"]) + (0.0 if moved.optimizer else state["optimizer"])
+    return models * kept + reference
 
 
 def kv_bytes_per_token_per_gpu(spec: ModelSpec, tp: int) -> float:
@@ -446,7 +451,8 @@ def rollout_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> Role
     if engine.gpu_memory_utilization < 0.95:
         options.append({"rollout.gpu_memory_utilization": 0.95})
     if "training state (resident)" in memory.components:
-        if placement.mode == "colocated" and not placement.training.offload_while_generating:
+        if placement.mode == "colocated" and placement.training.moved_while_generating != OffloadWhileGenerating(
+                weights=True, optimizer=True):
             options.append({"training.offload_while_generating": True})
         if not placement.training.offload_optimizer:
             options.append({"training.offload_optimizer": True})

@@ -450,19 +450,20 @@ def colocated_switch_for(
     bound: Bound, topology: ClusterTopology | None = None, *, save_checkpoint: bool = False,
     storage_bytes_per_s: float | None = None,
 ) -> SwitchCost:
-    """`colocated_switch` for a bound scenario: offloads what `placement.training.offload_*` say (everything when
-    `offload_while_generating`), to the host memory `offload_host_memory` says (of the optimizer state, only the Adam
-    moments go to pageable memory: the fp32 master copy is a parameter, not optimizer state), and with
-    `save_checkpoint` writes each GPU's weights and optimizer state at `storage_bytes_per_s`."""
+    """`colocated_switch` for a bound scenario: moves the state `placement.training.moved_while_generating` names
+    (state that lives on the host throughout has nothing to move), to the host memory `offload_host_memory` says (of
+    the optimizer state, only the Adam moments go to pageable memory: the fp32 master copy is a parameter, not
+    optimizer state), and with `save_checkpoint` writes each GPU's weights and optimizer state at
+    `storage_bytes_per_s`."""
     topology = topology or ClusterTopology.build(bound)
     scenario = bound.scenario
     training = scenario.placement.training
     _, gpus = role_gpus(bound, topology)
     state = training_model_state(bound.model, training.model_copy(update={"offload_params": False,
                                                                            "offload_optimizer": False}))
-    everything = training.offload_while_generating
-    weights = state["weights"] if training.offload_params or everything else 0.0
-    optimizer = state["optimizer"] if training.offload_optimizer or everything else 0.0
+    moved = training.moved_while_generating
+    weights = state["weights"] if moved.weights else 0.0
+    optimizer = state["optimizer"] if moved.optimizer else 0.0
     memory = training.offload_host_memory
     pageable = (weights if memory.weights == "pageable" else 0.0) + (
         optimizer * ADAM_MOMENT_BYTES / ADAM_STATE_BYTES if memory.optimizer == "pageable" else 0.0)
