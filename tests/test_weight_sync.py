@@ -244,6 +244,22 @@ def test_colocated_engines_receive_the_layers_other_pipeline_stages_hold():
     assert reshard(2) - reshard(1) >= other_stage_shard / 50e9
 
 
+def test_an_export_that_gathers_over_tp_first_broadcasts_full_tensors_over_the_stages():
+    """NeMo-RL v0.3's gather_params all-gathers each tensor over TP on its stage, then broadcasts the whole tensor over
+    the pipeline stages; verl and Megatron-Bridge broadcast each TP rank's shard and gather after. With TP 8 the
+    first sends 8 times the bytes across the inter-node link (400 Gb/s per H100)."""
+    def reshard(pp_broadcast: str) -> float:
+        bound = scenario("Qwen2.5-32B", gpu="h100-sxm", nodes=2, rollout_gpus=16, rollout_tp=8, mode="colocated",
+                         training="{backend: megatron, tp: 8, pp: 2, zero_stage: 1}")
+        sync = bound.scenario.schedule.weight_sync.model_copy(update={"method": "per_tensor",
+                                                                      "pp_broadcast": pp_broadcast})
+        schedule = bound.scenario.schedule.model_copy(update={"weight_sync": sync})
+        return colocated_switch_for(bind(bound.scenario.model_copy(update={"schedule": schedule}))).reshard_s
+
+    other_stage = colocated("Qwen2.5-32B", "h100-sxm", 8).model.weight_bytes / 2
+    assert reshard("full_tensors") - reshard("tp_shards") >= (other_stage - other_stage / 8) / 50e9
+
+
 def test_where_the_reference_policy_lives_decides_its_memory_and_its_host_copies():
     """Resident: a bf16 copy sharded like the policy's weights occupies each training GPU, nothing moves. Host (verl's
     Megatron ref offload): no memory, the shard copied in and out per reference pass. Swap (NeMo-RL): the policy's

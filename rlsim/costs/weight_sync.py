@@ -215,7 +215,10 @@ class _Groups:
 _Call = tuple[Op, float, str, int]  # (collective, bytes per call, group name, number of calls)
 
 
-def _export_calls(c: _Tensors, comms: dict[str, CommGroup], pp_broadcast: bool) -> list[_Call]:
+PPBroadcast = Literal["tp_shards", "full_tensors"] | None  # WeightSync.pp_broadcast, or no broadcast over the stages
+
+
+def _export_calls(c: _Tensors, comms: dict[str, CommGroup], pp_broadcast: PPBroadcast) -> list[_Call]:
     """The collectives that unshard the tensors of class `c`."""
     calls: list[_Call] = []
     if comms["zero"].size > 1:
@@ -227,7 +230,7 @@ def _export_calls(c: _Tensors, comms: dict[str, CommGroup], pp_broadcast: bool) 
         # One all-gather brings the same local expert from every EP rank: ep experts per call.
         calls.append(("all_gather", c.nbytes * ep, "ep", math.ceil(c.count / ep)))
     if pp_broadcast and comms["pp"].size > 1:
-        split = comms["tp"].size if c.shard == "tp" else 1
+        split = comms["tp"].size if c.shard == "tp" and pp_broadcast == "tp_shards" else 1
         calls.append(("broadcast", c.nbytes / split, "pp", c.count))
     return calls
 
@@ -237,7 +240,7 @@ def _export_comms(groups: _Groups, topology: ClusterTopology) -> dict[str, CommG
 
 
 def _per_tensor_export_seconds(spec: ModelSpec, groups: _Groups, topology: ClusterTopology, *,
-                               pp_broadcast: bool) -> list[float]:
+                               pp_broadcast: PPBroadcast) -> list[float]:
     """Seconds to unshard one tensor of each class of `_tensor_classes(spec)`, tensor by tensor."""
     comms = _export_comms(groups, topology)
     return [
@@ -250,11 +253,12 @@ def _per_tensor_export_seconds(spec: ModelSpec, groups: _Groups, topology: Clust
 
 def _gather_seconds(
     spec: ModelSpec, groups: _Groups, topology: ClusterTopology, *, per_tensor: bool, bucket_bytes: float,
-    pp_broadcast: bool,
+    pp_broadcast: PPBroadcast,
 ) -> float:
     """Time to unshard every tensor; `pp_broadcast` adds the broadcast over the pipeline stages that gives their ranks
-    every tensor: what lets a single rank send everything, and what colocated engines need, since each engine's GPUs
-    hold only some stages' layers and every engine loads them all."""
+    every tensor (of TP shards, or of full tensors when TP is gathered first): what lets a single rank send
+    everything, and what colocated engines need, since each engine's GPUs hold only some stages' layers and every
+    engine loads them all."""
     if per_tensor:
         seconds = _per_tensor_export_seconds(spec, groups, topology, pp_broadcast=pp_broadcast)
         return sum(c.count * s for c, s in zip(_tensor_classes(spec), seconds, strict=True))
@@ -293,7 +297,7 @@ def disaggregated_sync(
     groups = _Groups.of(training, training_gpus)
     per_tensor_export = method in ("per_tensor", "checkpoint_engine")
     gather = _gather_seconds(spec, groups, topology, per_tensor=per_tensor_export, bucket_bytes=bucket,
-                             pp_broadcast=per_tensor_export)
+                             pp_broadcast=sync.pp_broadcast if per_tensor_export else None)
     tensors = tensor_count(spec)
     everyone = topology.group([*training_gpus, *rollout_gpus])
     gpu = topology.hardware(rollout_gpus[0].pool).gpu
@@ -306,7 +310,7 @@ def disaggregated_sync(
         if rollout.engine == "vllm":
             # verl loads each tensor with its own call (_sync_vllm_weights), which overlaps the export and send of
             # the next tensor; what is longer shows.
-            exports = _per_tensor_export_seconds(spec, groups, topology, pp_broadcast=True)
+            exports = _per_tensor_export_seconds(spec, groups, topology, pp_broadcast=sync.pp_broadcast)
             load_calls = sum(c.count * max(0.0, call - export - send)
                              for c, export, send in zip(classes, exports, sends, strict=True))
         else:
@@ -383,7 +387,7 @@ def colocated_switch(
     groups = _Groups.of(training, gpus)
     per_tensor_export = sync.method in ("per_tensor", "checkpoint_engine")
     gather = _gather_seconds(spec, groups, topology, per_tensor=per_tensor_export, bucket_bytes=sync.bucket_mib * MIB,
-                             pp_broadcast=True)
+                             pp_broadcast=sync.pp_broadcast)
     hardware = topology.hardware(gpus[0].pool)
     reshard = gather + _load_seconds(spec, rollout, hardware.gpu) + load_call_seconds(spec)  # one call, every tensor
     host = _host_bytes_per_s(topology, gpus[0])
