@@ -284,11 +284,15 @@ class PartialRollout(Frozen):
         return "off" if value is False else value
 
 
+# What a tensor-by-tensor export broadcasts over the pipeline stages (WeightSync.pp_broadcast).
+PPBroadcast = Literal["tp_shards", "full_tensors"]
+
+
 class WeightSync(Frozen):
     method: Literal["nccl_broadcast", "checkpoint_engine", "per_tensor", "rdma_p2p"] = "nccl_broadcast"
     bucket_mib: PositiveInt = 512
     every_updates: PositiveInt = Field(1, description="push weights to rollout every k optimizer updates (streaming)")
-    pp_broadcast: Literal["tp_shards", "full_tensors"] = Field(
+    pp_broadcast: PPBroadcast = Field(
         "tp_shards", description="what a tensor-by-tensor export broadcasts over the pipeline stages: each TP rank its "
         "shard, gathered over TP after (verl's per_tensor_generator, Megatron-Bridge's stream_weights_megatron_to_hf), "
         "or the full tensor, gathered over TP first on the stage that holds it (NeMo-RL v0.3's gather_params)"

@@ -41,7 +41,7 @@ from typing import Literal
 
 from rlsim.config.bound import Bound
 from rlsim.config.framework import PAGEABLE_COPY_IN_BYTES_PER_S, PAGEABLE_COPY_OUT_BYTES_PER_S
-from rlsim.config.schema import RolloutPlacement, TrainingPlacement, WeightSync
+from rlsim.config.schema import PPBroadcast, RolloutPlacement, TrainingPlacement, WeightSync
 from rlsim.costs.collectives import COPY_LINK_EFFICIENCY, HOST_LINK_EFFICIENCY, Op, collective_time
 from rlsim.costs.memory import ADAM_MOMENT_BYTES, ADAM_STATE_BYTES, reference_weight_bytes, training_model_state
 from rlsim.hardware import GPUProfile
@@ -215,10 +215,7 @@ class _Groups:
 _Call = tuple[Op, float, str, int]  # (collective, bytes per call, group name, number of calls)
 
 
-PPBroadcast = Literal["tp_shards", "full_tensors"] | None  # WeightSync.pp_broadcast, or no broadcast over the stages
-
-
-def _export_calls(c: _Tensors, comms: dict[str, CommGroup], pp_broadcast: PPBroadcast) -> list[_Call]:
+def _export_calls(c: _Tensors, comms: dict[str, CommGroup], pp_broadcast: PPBroadcast | None) -> list[_Call]:
     """The collectives that unshard the tensors of class `c`."""
     calls: list[_Call] = []
     if comms["zero"].size > 1:
@@ -240,7 +237,7 @@ def _export_comms(groups: _Groups, topology: ClusterTopology) -> dict[str, CommG
 
 
 def _per_tensor_export_seconds(spec: ModelSpec, groups: _Groups, topology: ClusterTopology, *,
-                               pp_broadcast: PPBroadcast) -> list[float]:
+                               pp_broadcast: PPBroadcast | None) -> list[float]:
     """Seconds to unshard one tensor of each class of `_tensor_classes(spec)`, tensor by tensor."""
     comms = _export_comms(groups, topology)
     return [
@@ -253,7 +250,7 @@ def _per_tensor_export_seconds(spec: ModelSpec, groups: _Groups, topology: Clust
 
 def _gather_seconds(
     spec: ModelSpec, groups: _Groups, topology: ClusterTopology, *, per_tensor: bool, bucket_bytes: float,
-    pp_broadcast: PPBroadcast,
+    pp_broadcast: PPBroadcast | None,
 ) -> float:
     """Time to unshard every tensor; `pp_broadcast` adds the broadcast over the pipeline stages that gives their ranks
     every tensor (of TP shards, or of full tensors when TP is gathered first): what lets a single rank send
