@@ -183,8 +183,7 @@ def _check_capacity(scenario: Scenario, check: _Checker) -> None:
     rollout, training = placement.rollout, placement.training
     assert training.gpus is not None and rollout.pool is not None and training.pool is not None
     demand: dict[str, int] = {}
-    requested = training.offload_while_generating
-    if (requested if isinstance(requested, bool) else requested.any) and placement.mode != "colocated":
+    if training.requested_while_generating.any and placement.mode != "colocated":
         check.fail(("placement", "training", "offload_while_generating"),
                    "only colocated training moves its state to the host to make room for the engines",
                    value=True, valid="false, or placement.mode: colocated")

@@ -236,14 +236,20 @@ class TrainingPlacement(Frozen):
     )
 
     @property
+    def requested_while_generating(self) -> OffloadWhileGenerating:
+        """offload_while_generating as written, `true` meaning both kinds of state."""
+        requested = self.offload_while_generating
+        if isinstance(requested, bool):
+            return OffloadWhileGenerating(weights=requested, optimizer=requested)
+        return requested
+
+    @property
     def moved_while_generating(self) -> OffloadWhileGenerating:
         """The GPU-resident state that moves to the host while the engines generate: what offload_while_generating
         names, less what lives on the host throughout."""
-        moved = self.offload_while_generating
-        if isinstance(moved, bool):
-            moved = OffloadWhileGenerating(weights=moved, optimizer=moved)
-        return OffloadWhileGenerating(weights=moved.weights and not self.offload_params,
-                                      optimizer=moved.optimizer and not self.offload_optimizer)
+        requested = self.requested_while_generating
+        return OffloadWhileGenerating(weights=requested.weights and not self.offload_params,
+                                      optimizer=requested.optimizer and not self.offload_optimizer)
 
     @property
     def forward_micro_batch_tokens(self) -> int:

@@ -212,23 +212,29 @@ class ActivationMemory:
         return self.activations + self.logits
 
 
+def _layer_activations(spec: ModelSpec, layout: TrainingPlacement, tokens: int) -> dict[str, float]:
+    """Bytes one layer of each kind keeps for a micro-batch of `tokens` per GPU (split by tp: sequence parallelism)."""
+    impl = kernel_implementation(layout.backend)
+    return {kind: activation_bytes_per_token(spec, kind, impl) * tokens / layout.tp
+            for kind in ("dense", "moe") if spec.layer_count(kind)}
+
+
+def _logit_bytes(spec: ModelSpec, layout: TrainingPlacement, tokens: int) -> float:
+    return LOGIT_BYTES[layout.logprob_kernel] * tokens * spec.architecture.vocab_size / layout.tp
+
+
 def forward_pass_activation_memory(spec: ModelSpec, layout: TrainingPlacement) -> ActivationMemory:
     """A forward-only pass (old log-probs, reference, values) keeps no activations for a backward pass: one layer's
     worth in flight, plus the logits of one micro-batch of `logprob_micro_batch_tokens` per GPU."""
-    impl = kernel_implementation(layout.backend)
     tokens = layout.forward_micro_batch_tokens
-    one_layer = max(activation_bytes_per_token(spec, kind, impl) for kind in ("dense", "moe") if spec.layer_count(kind))
-    logits = LOGIT_BYTES[layout.logprob_kernel] * tokens * spec.architecture.vocab_size / layout.tp
-    return ActivationMemory(one_layer * tokens / layout.tp, logits)
+    return ActivationMemory(max(_layer_activations(spec, layout, tokens).values()), _logit_bytes(spec, layout, tokens))
 
 
 def training_activation_memory(spec: ModelSpec, layout: TrainingPlacement) -> ActivationMemory:
     """Activations of the layers in flight plus the logits of one micro-batch of `micro_batch_tokens` per GPU."""
     arch = spec.architecture
-    impl = kernel_implementation(layout.backend)
     tokens = layout.micro_batch_tokens  # per GPU: a micro-batch holds micro_batch_tokens·cp tokens over the CP group
-    full = {kind: activation_bytes_per_token(spec, kind, impl) * tokens / layout.tp
-            for kind in ("dense", "moe") if spec.layer_count(kind)}
+    full = _layer_activations(spec, layout, tokens)
     layers = arch.num_hidden_layers
     all_layers_full = sum(spec.layer_count(kind) * value for kind, value in full.items())
     if layout.activation_recompute == "full":
@@ -236,7 +242,7 @@ def training_activation_memory(spec: ModelSpec, layout: TrainingPlacement) -> Ac
         rebuilt = max(full.values())  # the one layer being recomputed and back-propagated
     else:
         stored_all, rebuilt = all_layers_full, 0.0
-    logits = LOGIT_BYTES[layout.logprob_kernel] * tokens * arch.vocab_size / layout.tp
+    logits = _logit_bytes(spec, layout, tokens)
     p, v = layout.pp, layout.virtual_pipeline_stages
     if p == 1:
         return ActivationMemory(stored_all + rebuilt, logits)
