@@ -25,7 +25,7 @@ from rlsim.costs.collectives import collective_time
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
 from rlsim.costs.rollout import EngineCosts
-from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
+from rlsim.costs.training import GroupCollectives, TrainingCosts, pipeline_pad_to, training_rates
 from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.events import STAGES as EVENT_STAGES
 from rlsim.topology import ClusterTopology
@@ -122,17 +122,20 @@ def estimate_step(bound: Bound) -> StepEstimate:
     everything = _pack(per_rank, sequence, layout.forward_micro_batch_tokens * layout.cp)
     mini_batch = _pack(math.ceil(per_rank / algo.mini_batches), sequence, layout.micro_batch_tokens * layout.cp)
     updates = algo.mini_batches * algo.ppo_epochs
+    forward_pad, update_pad = pipeline_pad_to(layout, everything), pipeline_pad_to(layout, mini_batch)
     stages["old_log_prob"] = StageEstimate(
-        "old_log_prob", actor.forward_pass(everything).seconds if algo.recompute_old_log_prob else 0.0)
+        "old_log_prob", actor.forward_pass(everything, forward_pad).seconds if algo.recompute_old_log_prob else 0.0)
     reference = reference_load_seconds(bound, topology)
-    stages["ref"] = StageEstimate("ref", actor.forward_pass(everything).seconds + reference if algo.ref_model else 0.0,
-                                  f"reference weights brought in: {reference:.2f} s" if reference else "")
-    stages["values"] = StageEstimate("values", critic.forward_pass(everything).seconds if algo.critic else 0.0)
+    stages["ref"] = StageEstimate(
+        "ref", actor.forward_pass(everything, forward_pad).seconds + reference if algo.ref_model else 0.0,
+        f"reference weights brought in: {reference:.2f} s" if reference else "")
+    stages["values"] = StageEstimate(
+        "values", critic.forward_pass(everything, forward_pad).seconds if algo.critic else 0.0)
     stages["adv"] = StageEstimate("adv", scenario.framework.trainer_step_overhead_s, "the driver's Python work")
     note = f"{updates} optimizer step(s) of {len(mini_batch)} micro-batch(es) per DP rank"
-    stages["update_actor"] = StageEstimate("update_actor", updates * actor.update(mini_batch).seconds, note)
+    stages["update_actor"] = StageEstimate("update_actor", updates * actor.update(mini_batch, update_pad).seconds, note)
     stages["update_critic"] = StageEstimate(
-        "update_critic", updates * critic.update(mini_batch).seconds if algo.critic else 0.0)
+        "update_critic", updates * critic.update(mini_batch, update_pad).seconds if algo.critic else 0.0)
     if placement.mode == "colocated":
         switch = colocated_switch_for(bound, topology)
         stages["weight_sync"] = StageEstimate(

@@ -54,10 +54,11 @@ def test_candidates_keep_the_frameworks_training_settings_and_host_offload_only_
     base = read_yaml(WORKLOAD).data
     training = base["placement"]["training"]
     training.update(sequence_packing=False, logprob_kernel="fp32_unfused", logprob_micro_batch_tokens=32768,
-                    offload_while_generating=True, offload_host_memory={"optimizer": "pageable"})
+                    pp_pads_micro_batches=True, offload_while_generating=True, offload_host_memory={"optimizer": "pageable"})
     for candidate in candidates(base, 16, "h100-sxm", 8):
         layout = candidate.overrides["placement"]["training"]
         assert layout["sequence_packing"] is False and layout["logprob_kernel"] == "fp32_unfused"
+        assert layout["pp_pads_micro_batches"] is True
         assert layout["logprob_micro_batch_tokens"] == 32768
         colocated = candidate.placement == "colocated"
         assert ("offload_host_memory" in layout) == ("offload_while_generating" in layout) == colocated

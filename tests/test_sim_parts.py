@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from rlsim.config.schema import TrainingPlacement
 from rlsim.config.workload import RuleReward, SandboxReward
-from rlsim.costs.training import GroupCollectives, TrainingCosts
+from rlsim.costs.training import GroupCollectives, TrainingCosts, pipeline_pad_to
 from rlsim.metrics import gpu_label_seconds
 from rlsim.sim.dp_balance import DP_BALANCERS, pack_micro_batches, work
 from rlsim.sim.recorder import Recorder
@@ -135,6 +135,31 @@ def test_micro_batches_of_a_forward_pass_pad_to_the_batchs_longest_without_packi
     # A batch of equal lengths has nothing to pad: packing changes nothing but how sequences share micro-batches.
     equal, _ = forward_seconds([2048] * 8)
     assert forward_seconds([2048] * 8, sequence_packing=False)[0] == pytest.approx(equal)
+
+
+def test_a_pipeline_that_pads_micro_batches_runs_each_at_the_ranks_longest_and_skips_attention_on_the_padding():
+    """NeMo-RL pads every packed micro-batch of a rank to the rank's longest when pp > 1 (pad_full_seq_to)."""
+    lengths = [4000, 3000, 1000, 500]  # one rank: packs into [4000], [3000, 1000], [500] within 4,096 tokens
+    seconds = {}
+    for pads in (False, True):
+        layout = TrainingPlacement(gpus=2, pp=2, dp=1, backend="megatron", zero_stage=1, activation_recompute="none",
+                                   micro_batch_tokens=4096, pp_pads_micro_batches=pads)
+        costs = TrainingCosts(MODELS.spec("Qwen2.5-7B"), RATES, layout, GroupCollectives(pp=free))
+        env = simpy.Environment()
+        env.process(Trainer(env, Recorder(2), TrainingGroup(0, layout), "none").forward_pass("ref", costs, lengths))
+        env.run()
+        seconds[pads] = env.now
+    packed = [[4000], [3000, 1000], [500]]
+    assert seconds[False] == pytest.approx(costs.forward_pass(packed).seconds)
+    assert seconds[True] == pytest.approx(costs.forward_pass(packed, pad_to=4000).seconds)
+    assert seconds[True] > 1.2 * seconds[False]  # GEMMs over 12,000 tokens instead of 8,500
+    # Padding runs through the GEMMs but not attention: 500 tokens padded to 4,000 attend over 500 only.
+    padded, real = costs.layer_forward("dense", [500], pad_to=4000), costs.layer_forward("dense", [4000])
+    assert padded.gemm == pytest.approx(real.gemm) and padded.attention < real.attention / 10
+    # Without pipeline parallelism every micro-batch runs at its own length, whatever the setting.
+    flat = TrainingPlacement(gpus=1, dp=1, backend="megatron", zero_stage=1, micro_batch_tokens=4096,
+                             pp_pads_micro_batches=True)
+    assert pipeline_pad_to(flat, packed) == 0 and pipeline_pad_to(layout, packed) == 4000
 
 
 def test_a_context_parallel_group_packs_the_per_gpu_budget_on_each_of_its_gpus():

@@ -203,6 +203,12 @@ class TrainingPlacement(Frozen):
         "micro-batch holds micro_batch_tokens·cp // that length of them (NeMo-RL without packing: train_micro_batch_size "
         "sequences of the batch's padded length)"
     )
+    pp_pads_micro_batches: Flag = Field(
+        False, description="with pipeline parallelism (pp > 1) and packing, every packed micro-batch of a rank's batch "
+        "is padded to the rank's longest, since the stages exchange activations of one fixed shape (NeMo-RL's "
+        "pad_full_seq_to); false: each runs at its own length (Megatron's variable_seq_lengths, which verl sets). The "
+        "padding costs the GEMMs, elementwise work, logits and stage-to-stage sends, not attention"
+    )
     logprob_kernel: Literal["fused", "fp32_vocab_parallel", "fp32_unfused"] = Field(
         "fused", description="how the log-probabilities are computed from the logits, in training and log-prob passes: "
         "fused (one kernel over the bf16 logits: flash-attn's cross-entropy, verl's FSDP workers); fp32_vocab_parallel "

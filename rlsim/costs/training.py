@@ -29,9 +29,10 @@ What a micro-batch costs, layer by layer (one GPU; T = the micro-batch's tokens 
   micro-batch's backward, layer by layer with the same overlap rule (the effect of PyTorch DDP buckets and Megatron's
   --overlap-grad-reduce, at layer granularity), and ZeRO-1/2 all-gather the updated weights after the optimizer step.
 * **Pipeline**: 1F1B (and Megatron's interleaved schedule with v model chunks per stage) is played out op by op, so the
-  wall time of unequal micro-batches is exact; with equal ones it is (m + p − 1)(t_f + t_b), and the bubble is
-  (p − 1)/v of one micro-batch's forward and backward (arXiv 2104.04473 §2.2). Point-to-point sends of activations and
-  gradients between stages are exposed.
+  wall time of unequal micro-batches is exact (a framework that pads every micro-batch to one shape for the pipeline
+  passes `pad_to`: the padding runs through the GEMMs, elementwise work, head and sends, not attention); with equal
+  ones it is (m + p − 1)(t_f + t_b), and the bubble is (p − 1)/v of one micro-batch's forward and backward
+  (arXiv 2104.04473 §2.2). Point-to-point sends of activations and gradients between stages are exposed.
 * **Optimizer**: Adam over the local shard, memory-bound (`ADAM_BYTES_PER_PARAM`), after gradient clipping (one pass over
   the gradients plus a scalar all-reduce per parallel group).
 
@@ -320,6 +321,14 @@ def training_rates(gpu: GPUProfile, efficiency: float) -> GPURates:
     return GPURates.from_profile(gpu, "bf16").sustained(efficiency)
 
 
+def pipeline_pad_to(layout: TrainingPlacement, micro_batches: Sequence[Sequence[int]]) -> int:
+    """Tokens every micro-batch of a rank's batch runs at: the longest of them when the pipeline pads packed
+    micro-batches to one shape (`TrainingPlacement.pp_pads_micro_batches`, pp > 1), else 0 (each its own length)."""
+    if layout.pp == 1 or not layout.pp_pads_micro_batches or not micro_batches:
+        return 0
+    return max(sum(mb) for mb in micro_batches)
+
+
 def model_training_flops(spec: ModelSpec, sequence_lengths: Sequence[int]) -> float:
     """Model FLOPs of training on these sequences: 3 × the causal forward FLOPs (6·N·tokens + attention), no recompute."""
     return 3.0 * sum(spec.forward_flops(n) for n in sequence_lengths)
@@ -373,9 +382,9 @@ class TrainingCosts:
         layout = self.layout
         return max(1, layout.tp * layout.cp * (layout.dp or 1) // layout.ep)
 
-    def _tokens(self, sequence_lengths: Sequence[int]) -> float:
-        """Tokens of the micro-batch on this GPU's TP group (CP splits every sequence)."""
-        return sum(sequence_lengths) / self.layout.cp
+    def _tokens(self, sequence_lengths: Sequence[int], pad_to: int = 0) -> float:
+        """Tokens of the micro-batch on this GPU's TP group (CP splits every sequence), padded up to `pad_to`."""
+        return max(sum(sequence_lengths), pad_to) / self.layout.cp
 
     def _attention_flops(self, sequence_lengths: Sequence[int]) -> float:
         """Forward attention FLOPs of one layer on this GPU: causal per sequence, heads split by TP, tokens by CP."""
@@ -399,25 +408,26 @@ class TrainingCosts:
 
     # ---- one layer ----------------------------------------------------------------------------------------------
 
-    def layer_forward(self, kind: LayerKind, sequence_lengths: Sequence[int]) -> LayerTime:
-        """Forward pass of one layer of `kind` over a micro-batch of packed sequences."""
-        return self._layer(kind, sequence_lengths, backward=False)
+    def layer_forward(self, kind: LayerKind, sequence_lengths: Sequence[int], pad_to: int = 0) -> LayerTime:
+        """Forward pass of one layer of `kind` over a micro-batch of packed sequences, padded up to `pad_to` tokens
+        (the padding runs through everything but attention)."""
+        return self._layer(kind, sequence_lengths, pad_to, backward=False)
 
-    def layer_backward(self, kind: LayerKind, sequence_lengths: Sequence[int]) -> LayerTime:
+    def layer_backward(self, kind: LayerKind, sequence_lengths: Sequence[int], pad_to: int = 0) -> LayerTime:
         """Backward pass of one layer (input and weight gradients), recompute excluded."""
-        return self._layer(kind, sequence_lengths, backward=True)
+        return self._layer(kind, sequence_lengths, pad_to, backward=True)
 
-    def layer_recompute(self, kind: LayerKind, sequence_lengths: Sequence[int]) -> LayerTime:
+    def layer_recompute(self, kind: LayerKind, sequence_lengths: Sequence[int], pad_to: int = 0) -> LayerTime:
         """What activation recompute re-runs for one layer during the backward pass."""
         mode = self.layout.activation_recompute
         if mode == "full":
-            return self.layer_forward(kind, sequence_lengths)
+            return self.layer_forward(kind, sequence_lengths, pad_to)
         if mode == "selective":
             return LayerTime(attention=self._attention_seconds(sequence_lengths, backward=False))
         return LayerTime()
 
-    def _layer(self, kind: LayerKind, sequence_lengths: Sequence[int], *, backward: bool) -> LayerTime:
-        tokens = self._tokens(sequence_lengths)
+    def _layer(self, kind: LayerKind, sequence_lengths: Sequence[int], pad_to: int, *, backward: bool) -> LayerTime:
+        tokens = self._tokens(sequence_lengths, pad_to)
         gemm = self._gemm_seconds(kind, tokens, backward=backward)
         attention = self._attention_seconds(sequence_lengths, backward=backward)
         elementwise = self._elementwise_seconds(kind, tokens, backward=backward)
@@ -557,10 +567,10 @@ class TrainingCosts:
 
     # ---- output head --------------------------------------------------------------------------------------------
 
-    def head_time(self, sequence_lengths: Sequence[int], *, backward: bool) -> LayerTime:
+    def head_time(self, sequence_lengths: Sequence[int], *, backward: bool, pad_to: int = 0) -> LayerTime:
         """Final norm, output head and (for "lm") log-softmax over the vocabulary, on the last pipeline stage."""
         arch, tp, rates = self.spec.architecture, self.layout.tp, self.rates
-        tokens = self._tokens(sequence_lengths)
+        tokens = self._tokens(sequence_lengths, pad_to)
         width = arch.vocab_size / tp if self.head == "lm" else 1  # vocabulary-parallel head
         h = arch.hidden_size
         if backward:
@@ -672,14 +682,14 @@ class TrainingCosts:
     def _dense_shards(self) -> int:
         return (self.layout.dp or 1) * self.layout.cp
 
-    def _chunk_forward(self, chunk: int, sequence_lengths: Sequence[int],
-                       layers: dict[LayerKind, LayerTime]) -> TrainingTime:
+    def _chunk_forward(self, chunk: int, sequence_lengths: Sequence[int], layers: dict[LayerKind, LayerTime],
+                       pad_to: int = 0) -> TrainingTime:
         """One forward op of a pipeline chunk: its layers, the head on the last chunk, FSDP gathers, the send onward."""
         kinds = self.chunk_layers(chunk)
         total = _sum_by_kind(self._kind_counts(chunk), layers)
         last = chunk == self._chunks - 1
         if last:
-            total = total + self.head_time(sequence_lengths, backward=False)
+            total = total + self.head_time(sequence_lengths, backward=False, pad_to=pad_to)
         exposed = total.collective
         if self.layout.zero_stage >= 3:
             # Root unit and first layer gathered up front; each later gather hides behind the previous layer.
@@ -691,15 +701,16 @@ class TrainingCosts:
             exposed += sum(count * max(0.0, gather_of[later] - compute[earlier])
                            for (earlier, later), count in self._adjacent_kinds(chunk).items())
         if not last:
-            exposed += self._send(sequence_lengths)
+            exposed += self._send(sequence_lengths, pad_to)
         return TrainingTime(forward=total.compute, exposed_collective=exposed)
 
     def _chunk_backward(self, chunk: int, sequence_lengths: Sequence[int], layers: dict[LayerKind, LayerTime],
-                        recomputed: dict[LayerKind, LayerTime], *, reduce_gradients: bool) -> TrainingTime:
+                        recomputed: dict[LayerKind, LayerTime], *, reduce_gradients: bool,
+                        pad_to: int = 0) -> TrainingTime:
         """One backward op of a pipeline chunk: recompute, gradients, FSDP gathers and gradient reduction, send back."""
         counts = self._kind_counts(chunk)
         last = chunk == self._chunks - 1
-        head = self.head_time(sequence_lengths, backward=True) if last else LayerTime()
+        head = self.head_time(sequence_lengths, backward=True, pad_to=pad_to) if last else LayerTime()
         backward = _sum_by_kind(counts, layers) + head
         recompute = _sum_by_kind(counts, recomputed)
         exposed = backward.collective + recompute.collective
@@ -712,7 +723,7 @@ class TrainingCosts:
             exposed += max(0.0, comm - window[kind])
         exposed += plan.after
         if chunk > 0:
-            exposed += self._send(sequence_lengths)
+            exposed += self._send(sequence_lengths, pad_to)
         return TrainingTime(backward=backward.compute, recompute=recompute.compute, exposed_collective=exposed)
 
     def _backward_overlap(self, chunk: int, reduce_gradients: bool) -> _BackwardOverlap:
@@ -744,12 +755,13 @@ class TrainingCosts:
         cache[key] = _BackwardOverlap(gathers[0], comms, after)
         return cache[key]
 
-    def _send(self, sequence_lengths: Sequence[int]) -> float:
+    def _send(self, sequence_lengths: Sequence[int], pad_to: int = 0) -> float:
         """Point-to-point transfer of a micro-batch's activations (or their gradients) to the neighbouring stage."""
         if self.layout.pp == 1:
             return 0.0
         assert self.collectives.pp is not None
-        nbytes = ACTIVATION_BYTES * self._tokens(sequence_lengths) * self.spec.architecture.hidden_size / self.layout.tp
+        nbytes = (ACTIVATION_BYTES * self._tokens(sequence_lengths, pad_to) * self.spec.architecture.hidden_size
+                  / self.layout.tp)
         return self.collectives.pp("send_recv", nbytes)
 
     def _params_of(self, chunks: Sequence[int]) -> tuple[float, float]:
@@ -765,47 +777,49 @@ class TrainingCosts:
 
     # ---- whole passes -------------------------------------------------------------------------------------------
 
-    def update(self, micro_batches: Sequence[Sequence[int]]) -> PipelineTime:
+    def update(self, micro_batches: Sequence[Sequence[int]], pad_to: int = 0) -> PipelineTime:
         """One optimizer step on one data-parallel rank: forward and backward of every micro-batch, then the step.
 
         `micro_batches` are this rank's micro-batches, each a list of packed sequence lengths (whole sequences, before
-        the CP split).
+        the CP split); each runs padded up to `pad_to` tokens (`TrainingPlacement.pp_pads_micro_batches`).
         """
         if not micro_batches:
             raise ValueError("an update needs at least one micro-batch")
         zero = self.layout.zero_stage
         forward, backward = [], []
         for index, lengths in enumerate(micro_batches):
-            f_layers, b_layers, r_layers = self._layer_times(lengths)
+            f_layers, b_layers, r_layers = self._layer_times(lengths, pad_to)
             # ZeRO-2/3 reduce gradients on every micro-batch; ZeRO-0/1 once, under the last micro-batch's backward.
             reduce_now = zero >= 2 or index == len(micro_batches) - 1
-            forward.append([self._chunk_forward(g, lengths, f_layers) for g in range(self._chunks)])
-            backward.append([self._chunk_backward(g, lengths, b_layers, r_layers, reduce_gradients=reduce_now)
+            forward.append([self._chunk_forward(g, lengths, f_layers, pad_to) for g in range(self._chunks)])
+            backward.append([self._chunk_backward(g, lengths, b_layers, r_layers, reduce_gradients=reduce_now,
+                                                  pad_to=pad_to)
                              for g in range(self._chunks)])
         stages = self._run_pipeline(forward, backward)
         steps = [self.optimizer_step(stage) for stage in range(self.layout.pp)]
         return _finish(stages, steps)
 
-    def forward_pass(self, micro_batches: Sequence[Sequence[int]]) -> PipelineTime:
-        """A forward-only pass over micro-batches: old-policy or reference log-probs ("lm" head), critic values
-        ("value" head). No recompute, no backward, no optimizer; FSDP still gathers weights layer by layer."""
+    def forward_pass(self, micro_batches: Sequence[Sequence[int]], pad_to: int = 0) -> PipelineTime:
+        """A forward-only pass over micro-batches (each padded up to `pad_to` tokens): old-policy or reference
+        log-probs ("lm" head), critic values ("value" head). No recompute, no backward, no optimizer; FSDP still
+        gathers weights layer by layer."""
         if not micro_batches:
             raise ValueError("a forward pass needs at least one micro-batch")
         forward = []
         for lengths in micro_batches:
-            f_layers, _, _ = self._layer_times(lengths, forward_only=True)
-            forward.append([self._chunk_forward(g, lengths, f_layers) for g in range(self._chunks)])
+            f_layers, _, _ = self._layer_times(lengths, pad_to, forward_only=True)
+            forward.append([self._chunk_forward(g, lengths, f_layers, pad_to) for g in range(self._chunks)])
         stages = self._run_pipeline(forward, None)
         return _finish(stages, [TrainingTime()] * self.layout.pp)
 
-    def _layer_times(self, lengths: Sequence[int], *, forward_only: bool = False) -> tuple[
+    def _layer_times(self, lengths: Sequence[int], pad_to: int = 0, *, forward_only: bool = False) -> tuple[
             dict[LayerKind, LayerTime], dict[LayerKind, LayerTime], dict[LayerKind, LayerTime]]:
         kinds = [kind for kind in ("dense", "moe") if self.spec.layer_count(kind)]
-        f_layers = {kind: self.layer_forward(kind, lengths) for kind in kinds}
+        f_layers = {kind: self.layer_forward(kind, lengths, pad_to) for kind in kinds}
         if forward_only:
             return f_layers, {}, {}
-        b_layers = {kind: self.layer_backward(kind, lengths) for kind in kinds}
-        r_layers = {kind: self.layer_recompute(kind, lengths) for kind in kinds}
+        b_layers = {kind: self.layer_backward(kind, lengths, pad_to) for kind in kinds}
+        r_layers = {kind: self.layer_recompute(kind, lengths, pad_to) for kind in kinds}
         return f_layers, b_layers, r_layers
 
     def _run_pipeline(self, forward: list[list[TrainingTime]],

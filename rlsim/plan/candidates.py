@@ -20,7 +20,7 @@ STALENESS = (1, 2, 4)  # small bounds, the range AReaL studies (Fu et al. 2025, 
 DEDICATED_MEMORY_UTILIZATION = 0.9
 TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_batch_tokens", "logprob_micro_batch_tokens",
                         "activation_recompute", "offload_params", "offload_optimizer", "virtual_pipeline_stages",
-                        "reference_weights", "sequence_packing", "logprob_kernel")
+                        "reference_weights", "sequence_packing", "pp_pads_micro_batches", "logprob_kernel")
 # Settings of moving training state to the host while generating: they only mean something where the roles share GPUs.
 COLOCATED_TRAINING_KEYS = ("offload_while_generating", "offload_host_memory")
 

@@ -1,7 +1,8 @@
 """The training GPUs: forward-only passes (old log-probs, reference, critic values) and mini-batch updates.
 
 Each batch is split over data-parallel ranks by the `dp_balance` policy and packed into micro-batches (or, without
-sequence packing, padded to its longest sequence and cut into micro-batches of equal sequences). Ranks then run
+sequence packing, padded to its longest sequence and cut into micro-batches of equal sequences); a pipeline that needs
+one activation shape runs every packed micro-batch of a rank at the rank's longest (`pp_pads_micro_batches`). Ranks then run
 in lock step: with pure FSDP (pp = 1, ZeRO ≥ 2) the per-layer collectives of every micro-batch make the slowest rank set
 each micro-step; otherwise ranks meet at every optimizer step (and at the end of a forward pass). The waiting of the
 faster ranks is recorded as `barrier`. Seconds per rank come from `costs.training.TrainingCosts`.
@@ -14,7 +15,7 @@ from dataclasses import dataclass, fields
 import simpy
 
 from rlsim.config.schema import TrainingPlacement
-from rlsim.costs.training import PipelineTime, TrainingCosts, TrainingTime
+from rlsim.costs.training import PipelineTime, TrainingCosts, TrainingTime, pipeline_pad_to
 from rlsim.sim.dp_balance import DP_BALANCERS, pack_micro_batches
 from rlsim.sim.recorder import Recorder
 
@@ -60,7 +61,7 @@ class Trainer:
         ranks meet at its end."""
         padded, capacity = max(lengths, default=0), self.group.layout.forward_micro_batch_tokens
         per_rank = [self._micro_batches(share, padded, capacity) for share in self._split(lengths)]
-        times = [self._priced("forward", costs, mbs) for mbs in per_rank]
+        times = [self._priced("forward", costs, mbs, pipeline_pad_to(self.group.layout, mbs)) for mbs in per_rank]
         per_stage = [[t.stages[s].labels(label) if t else {} for t in times] for s in range(self.group.layout.pp)]
         yield from self._run(stage, per_stage)
 
@@ -79,7 +80,7 @@ class Trainer:
         if layout.pp == 1 and layout.zero_stage >= 2:
             yield from self._run(stage, [self._lock_step_micro_batches(costs, per_rank)])
         else:
-            times = [self._priced("update", costs, mbs) for mbs in per_rank]
+            times = [self._priced("update", costs, mbs, pipeline_pad_to(layout, mbs)) for mbs in per_rank]
             yield from self._run(stage, [[t.stages[s].labels() if t else {} for t in times] for s in range(layout.pp)])
 
     def _lock_step_micro_batches(self, costs: TrainingCosts, per_rank: list[list[list[int]]]) -> list[dict[str, float]]:
@@ -139,12 +140,14 @@ class Trainer:
         per_micro = max(1, capacity // padded)
         return [[padded] * len(lengths[i:i + per_micro]) for i in range(0, len(lengths), per_micro)]
 
-    def _priced(self, kind: str, costs: TrainingCosts, micro_batches: list[list[int]]) -> PipelineTime | None:
+    def _priced(self, kind: str, costs: TrainingCosts, micro_batches: list[list[int]],
+                pad_to: int = 0) -> PipelineTime | None:
         if not micro_batches:
             return None
-        key = (kind, id(costs), tuple(tuple(mb) for mb in micro_batches))
+        key = (kind, id(costs), pad_to, tuple(tuple(mb) for mb in micro_batches))
         if key not in self._cache:
-            self._cache[key] = costs.update(micro_batches) if kind == "update" else costs.forward_pass(micro_batches)
+            price = costs.update if kind == "update" else costs.forward_pass
+            self._cache[key] = price(micro_batches, pad_to)
         return self._cache[key]
 
 
