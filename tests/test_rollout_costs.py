@@ -290,10 +290,28 @@ def test_cuda_graphs_and_overlap_cut_small_batch_overheads():
     blocking = engine("Qwen2.5-1.5B", overheads=EngineOverheads(overlap_scheduling=False))
     assert eager.decode_iteration_seconds(1, 500) > graphs.decode_iteration_seconds(1, 500)
     assert blocking.decode_iteration_seconds(256, 256 * 500) > graphs.decode_iteration_seconds(256, 256 * 500)
-    # Above the largest captured batch the engine launches kernels eagerly even with graphs on.
+    # Above the largest captured batch the engine launches its kernels one by one even with graphs on: the compiled
+    # ones, not eager vLLM's op-by-op kernels (an SGLang engine without graphs launches the same).
     big = graphs.overheads.cuda_graph_max_tokens + 8
-    no_graphs = engine("Qwen2.5-1.5B", overheads=EngineOverheads(cuda_graphs=False))
+    no_graphs = engine("Qwen2.5-1.5B", overheads=EngineOverheads(cuda_graphs=False, engine="sglang"))
     assert graphs.decode_iteration_seconds(big, big * 500) == no_graphs.decode_iteration_seconds(big, big * 500)
+
+
+@pytest.mark.parametrize(("model", "tp", "layer_kernels"), [
+    ("Llama-3.1-8B", 1, 32 * 11),  # VLLM_EAGER_KERNELS: gqa 7 + dense 4
+    ("Qwen3-30B-A3B", 1, 48 * (23 + 13)),  # Qwen3's q/k norms op by op; softmax top-k MoE
+    ("DeepSeek-V3", 32, 3 * (32 + 4) + 58 * (32 + 26)),  # MLA; vLLM's DeepSeek MoE block
+])
+def test_eager_vllm_launches_every_kernel_its_source_does(model, tp, layer_kernels):
+    """vLLM 0.8.5 in eager mode runs PyTorch-native ops one kernel each, counted from its source: the ops the cost
+    model does not price run as small kernels, and a step waits for the CPU to launch every kernel of its layers."""
+    eager = engine(model, tp=tp, overheads=EngineOverheads(cuda_graphs=False))
+    graphs, sglang = engine(model, tp=tp), engine(model, tp=tp, overheads=EngineOverheads(cuda_graphs=False, engine="sglang"))
+    assert "eager_small_ops" in eager.breakdown(1, 1000)
+    assert "eager_small_ops" not in graphs.breakdown(1, 1000) and "eager_small_ops" not in sglang.breakdown(1, 1000)
+    launch = eager.overheads.kernel_launch_seconds
+    assert eager.decode_iteration_seconds(1, 1000) >= layer_kernels * launch
+    assert eager.decode_iteration_seconds(1, 1000) > sglang.decode_iteration_seconds(1, 1000)
 
 
 def test_decode_throughput_saturates_with_batch():

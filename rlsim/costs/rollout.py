@@ -17,7 +17,9 @@ SGLang split them:
 
 On top of the GPU time come the engine's CPU costs (`EngineOverheads`): per-iteration scheduling and bookkeeping,
 hidden behind the GPU when the engine overlaps them (SGLang's overlap scheduler, vLLM's async scheduling), and kernel
-launches, which CUDA graphs replace with a short gap per graph node.
+launches, which CUDA graphs replace with a short gap per graph node. vLLM without CUDA graphs runs uncompiled, each
+PyTorch-native op its own kernel: the ops beyond the priced kernels, counted from its source (`VLLM_EAGER_KERNELS`),
+add a launch and a small kernel each.
 
 Fast advance. For a fixed decode batch, every kernel's time is a maximum of affine functions of the batch's total
 context, so the iteration time is a continuous, nondecreasing, convex piecewise-linear function of it (`DecodeProfile`).
@@ -74,10 +76,14 @@ class EngineOverheads:
     kernel_gap_seconds: float = KERNEL_GAP_S
     cuda_graphs: bool = True
     cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS
+    # Without CUDA graphs vLLM also runs without torch.compile (enforce_eager), so its PyTorch-native ops launch one
+    # kernel each (`VLLM_EAGER_KERNELS`); counted for vLLM only.
+    engine: Literal["vllm", "sglang"] = "vllm"
 
     @classmethod
     def for_placement(cls, placement: RolloutPlacement, framework: Framework | None = None) -> EngineOverheads:
-        """The overheads of an engine configured as in the scenario (vLLM and SGLang are modelled alike)."""
+        """The overheads of an engine configured as in the scenario (vLLM and SGLang alike, but for whether they overlap
+        their CPU work and vLLM's eager kernels)."""
         framework = framework or Framework()
         return cls(
             step_cpu_seconds=framework.engine_step_cpu_s,
@@ -87,7 +93,13 @@ class EngineOverheads:
             kernel_gap_seconds=framework.kernel_gap_s,
             cuda_graphs=placement.cuda_graphs,
             cuda_graph_max_tokens=framework.cuda_graph_max_tokens,
+            engine=placement.engine,
         )
+
+    @property
+    def launches_op_by_op(self) -> bool:
+        """Whether every PyTorch-native op of a layer is its own kernel: vLLM in eager mode."""
+        return self.engine == "vllm" and not self.cuda_graphs
 
     def replays_graph(self, tokens: float) -> bool:
         """Whether an iteration of `tokens` tokens replays a captured CUDA graph instead of launching kernels."""
@@ -185,6 +197,30 @@ _FUSED = {
     "mlp.shared_experts.gate_proj": "mlp.shared_experts.gate_up_proj",
     "mlp.shared_experts.up_proj": "mlp.shared_experts.gate_up_proj",
 }
+
+
+# Kernels vLLM launches per decoder layer in a decode step when it runs eagerly (enforce_eager: no CUDA graphs and no
+# torch.compile, so each PyTorch-native op is a kernel), by half of the layer, counted op by op from vLLM 0.8.5.post1's
+# source (V1 engine, BF16, FlashAttention 3 / FlashMLA on Hopper; the version verl's DeepSeek-V3 recipe installs). The
+# NCCL all-reduces are not in these counts (`_layer_collectives`). Attention halves, each with the input RMSNorm:
+# * gqa 7: norm, qkv GEMM, rotary_embedding, reshape_and_cache_flash, FA3 forward and its combine (or semaphore reset),
+#   o_proj (model_executor/models/llama.py:203-207; v1/attention/backends/flash_attn.py:561-626); Qwen2.5's qkv bias is
+#   fused into the GEMM (cuBLASLt epilogue);
+# * gqa_qk_norm 23: Qwen3 calls q_norm and k_norm through RMSNorm.forward_native, 8 kernels each (to(fp32), pow, mean,
+#   +eps, rsqrt, mul, to(bf16), ·weight: models/qwen3.py:134-141, layers/layernorm.py:111-147);
+# * mla 32: DeepSeek-V3's MLA decode: 4 projections, 2 latent norms, 3 copies, the absorbed W_UK and W_UV bmm's, 13
+#   kernels of DeepseekScalingRotaryEmbedding in plain PyTorch, concat_and_cache_mla, the cat of query parts, FlashMLA's
+#   two kernels, 2 write-backs (models/deepseek_v2.py:471-477, v1/attention/backends/mla/common.py:690-971,
+#   layers/rotary_embedding.py:779-817).
+# MLP halves, each with the post-attention RMSNorm:
+# * dense 4: norm, gate_up GEMM, silu_and_mul, down GEMM;
+# * moe 13 (Qwen3-MoE: softmax top-k, no shared experts): router GEMM, fp32 cast, topk_softmax, renormalising sum and
+#   divide, 2 buffer fills, moe_align_block_size, 2 Triton fused_moe kernels, silu_and_mul, moe_sum
+#   (models/qwen3_moe.py:122-135, layers/fused_moe/fused_moe.py:833-840, 1360-1423);
+# * moe_mla 26 (the MoE block vLLM's DeepSeek-V2/V3 class runs: grouped sigmoid top-k compiled by its own
+#   @torch.compile to about 10 kernels, shared experts, routed scaling): models/deepseek_v2.py:150-178,
+#   fused_moe/fused_moe.py:888-944, moe_align_block_size.py:204-236.
+VLLM_EAGER_KERNELS = {"gqa": 7, "gqa_qk_norm": 23, "mla": 32, "dense": 4, "moe": 13, "moe_mla": 26}
 
 
 @dataclass(frozen=True)
@@ -479,11 +515,19 @@ class EngineCosts:
             layers = spec.layer_count(kind)
             if not layers:
                 continue
+            first = len(kernels)
             for name, in_features, out_features, rows, weights in self._layer_gemms(kind, tokens, latent_rows):
                 flops = 2.0 * rows * in_features * out_features
                 nbytes = weights * self._weight_bytes + act * rows * (in_features + out_features)
                 kernels.append(_Kernel(name, layers, "gemm", flops, 0.0, nbytes, shape=(rows, out_features, in_features)))
             kernels.extend(self._elementwise_kernels(kind, tokens, kv_per_layer, layers))
+            if self.overheads.launches_op_by_op:
+                # The layer's priced kernels, and its attention kernel (priced apart), stand for that many of the
+                # kernels eager vLLM launches; the rest are small ops, each a launch and a kernel's fixed cost.
+                priced = sum(k.count for k in kernels[first:]) // layers + 1
+                unpriced = self._eager_kernels_per_layer(kind) - priced
+                if unpriced > 0:
+                    kernels.append(_Kernel("eager_small_ops", unpriced * layers, "memory"))
             collectives.extend(self._layer_collectives(kind, tokens, layers))
 
         # The output head (vocabulary split over tp) for the rows that are sampled, then the sampler on their
@@ -498,6 +542,14 @@ class EngineCosts:
         kernels.append(_Kernel("embedding", 1, "memory", nbytes=2 * act * tokens * hidden))
         kernels.append(_Kernel("final_norm", 1, "memory", nbytes=2 * act * tokens * hidden))
         return kernels, collectives
+
+    def _eager_kernels_per_layer(self, kind: str) -> int:
+        """Kernels eager vLLM launches for one layer of `kind` in a decode step (`VLLM_EAGER_KERNELS`): its attention
+        half by attention type, its MLP half dense or MoE (for MLA models, the MoE block of vLLM's DeepSeek class)."""
+        arch = self.spec.architecture
+        attention = "mla" if arch.mla is not None else "gqa_qk_norm" if arch.qk_norm else "gqa"
+        mlp = "dense" if kind == "dense" else "moe_mla" if arch.mla is not None else "moe"
+        return VLLM_EAGER_KERNELS[attention] + VLLM_EAGER_KERNELS[mlp]
 
     @cached_property
     def _gemm_shapes(self) -> dict[str, tuple]:
