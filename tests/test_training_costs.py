@@ -133,9 +133,19 @@ def test_megatron_moe_pretraining_on_gb200_against_megatron_bridge():
     """Megatron-Bridge's tuned BF16 pretraining of Qwen3-235B-A22B and DeepSeek-V3 on 256 GB200s
     (calibration/megatron_bridge_moe.py): rlsim's throughput at the same layouts is within 25 % of the published."""
     module = calibration_script("megatron_bridge_moe")
-    for row in module.ROWS:
+    for row in module.TUNED:
         modelled = module.modelled_tokens_per_s_per_gpu(row)
         assert row.tokens_per_s_per_gpu == pytest.approx(modelled, rel=0.25), row.model
+
+
+def test_megatron_moe_pretraining_with_natural_routing_is_not_slower_than_rlsim_prices_it():
+    """Megatron-Bridge's BF16 Qwen3-30B-A3B pretraining on 16 H100s with natural routing (its model-verification
+    card) runs at 8,655 tokens/s/GPU; rlsim prices that layout at no more than a third above it (1.27× below, its
+    NCCL all-to-all over two nodes against the card's HybridEP): rlsim's MoE training is not what is fast in the
+    NeMo-RL Qwen3-30B-A3B cases."""
+    module = calibration_script("megatron_bridge_moe")
+    for row in module.NATURAL:
+        assert module.modelled_tokens_per_s_per_gpu(row) < 4 / 3 * row.tokens_per_s_per_gpu, row.model
 
 
 def test_megatron_70b_on_64_h100():
