@@ -70,13 +70,15 @@ def test_every_published_pair_is_compared(validation):
     "sequence (vllm#10634) and its lengths read as generated tokens; its DeepSeek-V3 rows are -17/-11/+14%, "
     "hinging on moving 1.34 TB of weights, which no source times; its eight GB200 rows are -12..-72% (rlsim's "
     "GB200 is 2.3x an H100 per GPU, the published rows 1.7x). NeMo-RL v0.3's seven timed-stage rows show where "
-    "V3's steps go short: generation -20..+10%, but policy training -30..-75% and log-probs -86..-18% (rlsim's "
+    "V3's steps go short: generation -20..+10%, but policy training -29..-75% and log-probs -85..-18% (rlsim's "
     "Megatron passes run at ~60% of peak with NeMo-RL's fp32 log-softmax priced, after the 0.89 a whole step "
-    "sustains by llm-foundry's runs and within 10-20% of Megatron-Bridge's BF16 MoE pretraining, where the "
+    "sustains by llm-foundry's runs, within 10-20% of Megatron-Bridge's tuned BF16 MoE pretraining and below its "
+    "natural-routing Qwen3-30B-A3B run, where the "
     "published 8B runs at ~42%); the refit, now with its pageable host copies at NeMo-RL#3976's measured 1.8 GB/s, "
     "the colocated broadcast of whole tensors over pipeline stages and NeMo-RL's tensor-by-tensor export, is "
     "+54..-54%. V9, verl's "
-    "DeepSeek-V3 on 96 H20 (vLLM TP32 eager over four nodes), generates in 234 s against 1,050 s (-78%). Worst: V8 "
+    "DeepSeek-V3 on 96 H20 (vLLM TP32 eager over four nodes, ~3,600 kernel launches a decode step counted from vLLM "
+    "0.8.5's source), generates in 377 s against 1,050 s (-64%). Worst: V8 "
     "checkpoint engine 7B 0.28 s vs "
     "0.02 s, which is below the 34 ms that 15.2 GB to four GPUs takes at H20's NVLink rate."))
 def test_median_and_worst_error_of_step_and_stage_times(validation):
