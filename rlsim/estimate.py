@@ -109,7 +109,7 @@ def estimate_step(bound: Bound) -> StepEstimate:
         "reward": _reward(bound, topology, lengths),
     }
     training_gpu = bound.gpu(placement.training.pool)
-    rates = training_rates(training_gpu, scenario.framework.training_kernel_efficiency)
+    rates = training_rates(training_gpu, scenario.framework.kernel_efficiency(placement.training.backend))
     layout = placement.training
     collectives = GroupCollectives.on_cluster(topology, training_gpus, layout)
     actor = TrainingCosts(spec, rates, layout, collectives)

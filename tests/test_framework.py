@@ -79,6 +79,21 @@ def test_training_passes_run_at_the_sustained_share_of_the_kernel_rates(scenario
     assert any(p.path == "framework.training_kernel_efficiency" for p in err.value.problems)
 
 
+def test_a_megatron_run_trains_at_megatrons_own_sustained_share(scenario):
+    """The megatron backend runs at megatron_kernel_efficiency (calibrated on Megatron-Bridge), the FSDP backends at
+    training_kernel_efficiency (llm-foundry): each setting moves its own backend only."""
+    megatron = rlsim.with_(scenario, {"placement.training.backend": "megatron", "placement.training.zero_stage": 1})
+
+    def update_actor(base: rlsim.Scenario, changes: dict) -> float:
+        return rlsim.simulate(rlsim.with_(base, changes)).metrics["stages_s"]["update_actor"]
+
+    at_default = update_actor(megatron, {})
+    assert update_actor(megatron, {"framework.megatron_kernel_efficiency": 0.4}) > 1.5 * at_default
+    assert update_actor(megatron, {"framework.training_kernel_efficiency": 0.4}) == at_default
+    fsdp = update_actor(scenario, {})
+    assert update_actor(scenario, {"framework.megatron_kernel_efficiency": 0.4}) == fsdp
+
+
 def test_sustained_rates_scale_every_kernel_and_refuse_a_share_outside_zero_to_one():
     rates = GPURates.from_profile(HardwareCatalog.load().gpu("h100-sxm"))
     sustained = rates.sustained(0.5)

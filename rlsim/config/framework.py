@@ -41,6 +41,12 @@ TRAINER_STEP_OVERHEAD_S = 0.037 + 0.355
 # layouts (calibration/training_efficiency.py; checkpointed runs 0.92, the others 0.86). Nothing in the per-kernel
 # pricing accounts for the difference.
 TRAINING_KERNEL_EFFICIENCY = 0.89
+# The same share for Megatron-Core's training step (backend: megatron), whose kernels rlsim prices apart (cuDNN fused
+# attention, TransformerEngine's fused elementwise work): Megatron-Bridge's published BF16 pretraining of the catalog's
+# models measures tokens/s/GPU at a median 0.81 of rlsim's model at full kernel rates (calibration/megatron_bridge.py:
+# Qwen3-8B and Qwen3-30B-A3B on 16 H100s from the model-verification cards, Qwen3-235B-A22B and DeepSeek-V3 on 256
+# GB200s from the performance summary).
+MEGATRON_KERNEL_EFFICIENCY = 0.81
 # Copying state out to fresh pageable host memory with a blocking `tensor.to("cpu")`, tensor by tensor (a non-blocking
 # one allocates pinned memory instead: PyTorch's _to_copy sets pin_out for non_blocking CUDA-to-CPU copies). On an H100,
 # Nsight times NeMo-RL's optimizer offload before refit at 510 Device->Pageable copies, 4.94 GB in 2.75 s of copy time:
@@ -84,8 +90,12 @@ class Framework(Frozen):
     )
     training_kernel_efficiency: float = Field(
         TRAINING_KERNEL_EFFICIENCY, gt=0, le=1,
-        description="share of the modelled kernel rates that training and log-prob passes sustain over a step "
-        "(1: every kernel at its own measured rate)",
+        description="share of the modelled kernel rates that training and log-prob passes sustain over a step on the "
+        "FSDP backends (fsdp, fsdp2; 1: every kernel at its own measured rate)",
+    )
+    megatron_kernel_efficiency: float = Field(
+        MEGATRON_KERNEL_EFFICIENCY, gt=0, le=1,
+        description="the same share for the megatron backend (Megatron-Core)",
     )
     pageable_copy_out_bytes_per_s: float = Field(
         PAGEABLE_COPY_OUT_BYTES_PER_S, gt=0,
@@ -101,6 +111,10 @@ class Framework(Frozen):
         description="seconds of Python work per RL step on the driver outside the timed stages (advantages, batch "
         "bookkeeping); the training GPUs wait for it, reported as verl's adv stage",
     )
+
+    def kernel_efficiency(self, backend: str) -> float:
+        """The share of the modelled kernel rates a training step on `backend` sustains."""
+        return self.megatron_kernel_efficiency if backend == "megatron" else self.training_kernel_efficiency
 
     def overlaps(self, engine: str) -> bool:
         """Whether an engine of kind `engine` (placement.rollout.engine) overlaps its CPU work with the GPU."""

@@ -317,7 +317,7 @@ def _fuse_megatron(gemms: list[tuple[str, float, float, float]]) -> list[tuple[s
 
 def training_rates(gpu: GPUProfile, efficiency: float) -> GPURates:
     """What training kernels run at on `gpu` within a real step: its BF16 kernel rates × `efficiency`
-    (`framework.training_kernel_efficiency`)."""
+    (`framework.kernel_efficiency(backend)`)."""
     return GPURates.from_profile(gpu, "bf16").sustained(efficiency)
 
 

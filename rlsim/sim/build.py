@@ -97,7 +97,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
 
     layout = placement.training
     group = TrainingGroup(index[training[0]], layout)
-    sustained = training_rates(bound.gpu(layout.pool), scenario.framework.training_kernel_efficiency)
+    sustained = training_rates(bound.gpu(layout.pool), scenario.framework.kernel_efficiency(layout.backend))
     collectives = GroupCollectives.on_cluster(topology, training, layout)
     actor = TrainingCosts(spec, sustained, layout, collectives)
     critic = TrainingCosts(spec, sustained, layout, collectives, head="value") if scenario.algorithm.critic else None
@@ -143,7 +143,7 @@ def _reward_model(env, bound: Bound, topology: ClusterTopology, index: dict[GPU,
     layout = TrainingPlacement(pool=placement.pool, gpus=placement.gpus, tp=placement.tp,
                                dp=placement.gpus // placement.tp, zero_stage=0, activation_recompute="none")
     spec = ModelCatalog.load().spec(scenario.workload.reward.model)
-    rates = training_rates(bound.gpu(placement.pool), scenario.framework.training_kernel_efficiency)
+    rates = training_rates(bound.gpu(placement.pool), scenario.framework.kernel_efficiency(layout.backend))
     costs = TrainingCosts(spec, rates, layout, GroupCollectives.on_cluster(topology, gpus, layout), head="value")
     trainer = Trainer(env, recorder, TrainingGroup(index[gpus[0]], layout), scenario.schedule.dp_balance,
                       unit_prefix="rm")
