@@ -153,6 +153,16 @@ def test_errors_median_and_worst_are_over_times_only():
     assert validation.worst_abs_error_pct == pytest.approx(20)
 
 
+def test_each_group_reports_the_median_and_worst_of_its_own_times():
+    rows = (FigureRow("a", "V1", "step_s", "s", 100, 150, True), FigureRow("b", "V1", "step_s", "s", 100, 90, True),
+            FigureRow("c", "V1", "step_s", "s", 100, 120, True), FigureRow("d", "V3", "step_s", "s", 100, 95, True),
+            FigureRow("e", "V3", "tokens_per_s", "tok/s", 100, 300, False))
+    groups = Validation(rows=rows, pairs=()).by_group
+    assert [(g.group, g.time_figures) for g in groups] == [("V1", 3), ("V3", 1)]
+    assert groups[0].median_abs_error_pct == pytest.approx(20) and groups[0].worst_abs_error_pct == pytest.approx(50)
+    assert groups[1].median_abs_error_pct == pytest.approx(5) and groups[1].worst_abs_error_pct == pytest.approx(5)
+
+
 def test_speedups_winners_and_ties():
     faster = PairRow("p", "w", "a", "b", published_speedup=2.0, simulated_speedup=1.7)
     assert faster.winner_correct and faster.ratio_error_pct == pytest.approx(-15)
@@ -204,6 +214,7 @@ def test_docs_writer_keeps_the_hand_written_introduction(tmp_path):
     assert written == [page, tmp_path / PARITY_FILE]
     assert text.startswith("# Intro\n\nhand-written") and "old table" not in text
     assert "| V0 | v1-colocated-32 | `step_s` | s | 790 | 700 | -11.4% |" in text
+    assert "| V0 | 1 | 11.4% | 11.4% |" in text  # the group's own median and worst
     assert "| `step_s` | s | lower | mean step time over the measured steps |" in text
     assert f"]({PARITY_FILE})" in text and (tmp_path / PARITY_FILE).read_text().startswith("<svg")
 
@@ -214,6 +225,8 @@ def test_weight_sync_cases_run_without_simulating_and_print_json(capsys):
     assert {"rows", "pairs", "median_abs_error_pct", "worst_abs_error_pct", "winners_correct",
             "winners_total"} <= set(out)
     assert len(out["rows"]) == 6 and out["winners_total"] == 3
+    assert out["groups"] == [{"group": "V8", "time_figures": 6, "median_abs_error_pct": out["median_abs_error_pct"],
+                              "worst_abs_error_pct": out["worst_abs_error_pct"]}]
     assert all(r["simulated"] > 0 for r in out["rows"])
     assert out == run_validation(DEFAULT_MANIFEST, ["V8"]).as_dict()
 

@@ -29,6 +29,9 @@ def generated_section(validation: Validation, manifest: Manifest) -> str:
              f"Bounds of the validation issue: median |error| ≤ {MEDIAN_BOUND_PCT:g}%, worst ≤ {WORST_BOUND_PCT:g}% "
              f"over step and stage times; every paired winner right; speed-ups within {RATIO_BOUND_PCT:g}%. Figures "
              "marked *not bounded* (throughputs, shares) are shown with their errors but left out of the median.", "",
+             "| group | step/stage times | median \\|error\\| | worst \\|error\\| |", "|---|---:|---:|---:|",
+             *(f"| {g.group} | {g.time_figures} | {g.median_abs_error_pct:.1f}% | {g.worst_abs_error_pct:.1f}% |"
+               for g in validation.by_group), "",
              f"![parity plot: simulated against published, log-log]({PARITY_FILE})", "",
              "| group | case | figure | unit | published | simulated | error |", "|---|---|---|---|---:|---:|---:|"]
     for r in validation.rows:

@@ -98,6 +98,16 @@ def compare_pairs(manifest: Manifest, rows: tuple[FigureRow, ...]) -> tuple[Pair
 
 
 @dataclass(frozen=True)
+class GroupErrors:
+    """The step- and stage-time errors of one group of cases (V1, V2, …): where the median and the worst come from."""
+
+    group: str
+    time_figures: int
+    median_abs_error_pct: float
+    worst_abs_error_pct: float
+
+
+@dataclass(frozen=True)
 class Validation:
     rows: tuple[FigureRow, ...]
     pairs: tuple[PairRow, ...]
@@ -116,6 +126,15 @@ class Validation:
         return max(self.time_errors, default=0.0)
 
     @property
+    def by_group(self) -> tuple[GroupErrors, ...]:
+        """Median and worst |error| of each group's step and stage times, groups in the order of the rows."""
+        errors: dict[str, list[float]] = {}
+        for r in self.rows:
+            if r.is_time and r.error_pct is not None:
+                errors.setdefault(r.group, []).append(abs(r.error_pct))
+        return tuple(GroupErrors(g, len(e), statistics.median(e), max(e)) for g, e in errors.items())
+
+    @property
     def winners_correct(self) -> int:
         return sum(p.winner_correct for p in self.pairs)
 
@@ -132,6 +151,7 @@ class Validation:
             "median_abs_error_pct": self.median_abs_error_pct,
             "worst_abs_error_pct": self.worst_abs_error_pct,
             "time_figures": len(self.time_errors),
+            "groups": [asdict(g) for g in self.by_group],
             "winners_correct": self.winners_correct,
             "winners_total": len(self.pairs),
             "ratios_within_bound": self.ratios_within,
@@ -139,7 +159,8 @@ class Validation:
         }
 
     def text(self) -> str:
-        return "\n".join([*figure_table(self.rows), "", *pair_table(self.pairs), "", summary_line(self)])
+        return "\n".join([*figure_table(self.rows), "", *pair_table(self.pairs), "", *group_table(self.by_group), "",
+                          summary_line(self)])
 
 
 def _number(value: float) -> str:
@@ -162,6 +183,13 @@ def pair_table(pairs: tuple[PairRow, ...]) -> list[str]:
     for p in pairs:
         lines.append(f"{p.name:<34}{p.published_speedup:>9.2f}×{p.simulated_speedup:>9.2f}×{p.ratio_error_pct:>+9.1f}%"
                      f"  {p.published_winner} / {p.simulated_winner} {'ok' if p.winner_correct else 'WRONG'}")
+    return lines
+
+
+def group_table(groups: tuple[GroupErrors, ...]) -> list[str]:
+    lines = [f"{'group':<8}{'step/stage times':>18}{'median |error|':>16}{'worst |error|':>15}"]
+    for g in groups:
+        lines.append(f"{g.group:<8}{g.time_figures:>18}{g.median_abs_error_pct:>15.1f}%{g.worst_abs_error_pct:>14.1f}%")
     return lines
 
 
