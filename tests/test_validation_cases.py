@@ -63,7 +63,7 @@ def test_every_published_pair_is_compared(validation):
     "tokens), while each source run's lengths moved on their own course over its 400 steps; "
     "V1's published update_actor 313.8 s on 32 H20 needs ~3x those trained tokens at rlsim's training cost, and gen "
     "needs responses reaching the 28K cap, but no single length fits both of V1's modes (rlsim validate --set "
-    "workload.response_tokens.scale=3: colocated update_actor +6%, async 16+16 +136%). Async gen, the trainer's "
+    "workload.response_tokens.scale=3: colocated update_actor -1%, async 16+16 +134%). Async gen, the trainer's "
     "wait, is ~0 vs 21-33 s: the sim trainer is the bottleneck. V3, whose mean lengths are published and whose "
     "recipes are read setting by setting, is +0.3..-33% on step time over the ten rows up to Qwen3-235B (five "
     "from NeMo-RL's v0.6 table; off-policy rows update weights in flight) with the CPU step charged per scheduled "
