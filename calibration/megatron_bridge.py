@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from typing import NamedTuple
 
-from rlsim.config.bound import PoolHardware
+from rlsim.config.bound import pool_hardware
 from rlsim.config.framework import MEGATRON_KERNEL_EFFICIENCY
 from rlsim.config.schema import Pool, TrainingPlacement
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
@@ -60,13 +60,10 @@ ROWS = (
 def cluster(gpu: str, gpus: int) -> ClusterTopology:
     """GB200 NVL72 compute trays of 4 GPUs with NVLink-C2C hosts, or DGX H100 nodes of 8 on PCIe hosts; one 400 Gb/s
     NDR NIC per GPU in both (the profiles' defaults)."""
-    hardware = HardwareCatalog.load()
-    per_node, intra, host = (4, "nvlink5", "nvlink-c2c") if gpu == "gb200" else (8, "nvlink4", "pcie5")
+    per_node, intra = (4, "nvlink5") if gpu == "gb200" else (8, "nvlink4")
     pool = Pool(name="main", gpu=gpu, nodes=gpus // per_node, gpus_per_node=per_node, intra_node=intra,
                 inter_node="ib-ndr", nics_per_node=per_node)
-    return ClusterTopology.from_pools({"main": PoolHardware(
-        pool=pool, gpu=hardware.gpu(gpu), intra_node=hardware.interconnect(intra),
-        inter_node=hardware.interconnect("ib-ndr"), host_link=hardware.interconnect(host))})
+    return ClusterTopology.from_pools({"main": pool_hardware(pool, HardwareCatalog.load())})
 
 
 def modelled_tokens_per_s_per_gpu(row: Row, efficiency: float = 1.0) -> float:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from typing import NamedTuple
 
-from rlsim.config.bound import PoolHardware
+from rlsim.config.bound import pool_hardware
 from rlsim.config.schema import Pool, TrainingPlacement
 from rlsim.costs.compute import GPURates
 from rlsim.costs.training import GroupCollectives, TrainingCosts, model_training_flops
@@ -56,12 +56,9 @@ RUNS = tuple(Run(m, s, g, mfu / 100, mb, acc, ck) for m, s, g, mfu, mb, acc, ck 
 
 def h100_nodes(nodes: int) -> ClusterTopology:
     """DGX H100 nodes: 8 GPUs on NVLink 4, 8 × 400 Gb/s NDR NICs each (llm-foundry's MosaicML clusters)."""
-    hardware = HardwareCatalog.load()
     pool = Pool(name="main", gpu="h100-sxm", nodes=nodes, gpus_per_node=8, intra_node="nvlink4", inter_node="ib-ndr",
                 nics_per_node=8)
-    return ClusterTopology.from_pools({"main": PoolHardware(
-        pool=pool, gpu=hardware.gpu("h100-sxm"), intra_node=hardware.interconnect("nvlink4"),
-        inter_node=hardware.interconnect("ib-ndr"), host_link=hardware.interconnect("pcie5"))})
+    return ClusterTopology.from_pools({"main": pool_hardware(pool, HardwareCatalog.load())})
 
 
 def modelled_mfu(run: Run) -> float:

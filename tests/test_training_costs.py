@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlsim.config.bound import PoolHardware
+from rlsim.config.bound import pool_hardware
 from rlsim.config.framework import MEGATRON_KERNEL_EFFICIENCY, TRAINING_KERNEL_EFFICIENCY, Framework
 from rlsim.config.schema import Pool, TrainingPlacement
 from rlsim.costs.compute import GPURates
@@ -40,9 +40,7 @@ def h100_cluster(nodes: int) -> ClusterTopology:
     """DGX H100 nodes: 8 GPUs on NVLink 4 with NVSwitch, 8 × 400 Gb/s NDR NICs each."""
     pool = Pool(name="main", gpu="h100-sxm", nodes=nodes, gpus_per_node=8, intra_node="nvlink4",
                 inter_node="ib-ndr", nics_per_node=8)
-    hardware = PoolHardware(pool=pool, gpu=H100, intra_node=HARDWARE.interconnect("nvlink4"),
-                            inter_node=HARDWARE.interconnect("ib-ndr"), host_link=HARDWARE.interconnect("pcie5"))
-    return ClusterTopology.from_pools({"main": hardware})
+    return ClusterTopology.from_pools({"main": pool_hardware(pool, HARDWARE)})
 
 
 def costs_on_h100s(model: str, layout: TrainingPlacement) -> TrainingCosts:
@@ -134,14 +132,15 @@ def calibration_script(name: str):
 def test_the_megatron_kernel_efficiency_is_megatron_bridges_median():
     """framework.megatron_kernel_efficiency's default is what calibration/megatron_bridge.py derives: the median of
     published over modelled (full kernel rates) tokens/s/GPU across Megatron-Bridge's BF16 pretraining of catalog
-    models; at that efficiency every run is within a third of its published throughput."""
+    models; at that efficiency every run is within 25 % of its published throughput (the band the GB200 MoE check kept
+    before the share was calibrated), errors taken against the published figure as rlsim validate takes them."""
     module = calibration_script("megatron_bridge")
     ratios = module.ratios()
     assert len(ratios) == 4
     assert MEGATRON_KERNEL_EFFICIENCY == round(statistics.median(ratios.values()), 2)
     for row in module.ROWS:
         modelled = module.modelled_tokens_per_s_per_gpu(row, MEGATRON_KERNEL_EFFICIENCY)
-        assert row.tokens_per_s_per_gpu == pytest.approx(modelled, rel=1 / 3), row.model
+        assert modelled == pytest.approx(row.tokens_per_s_per_gpu, rel=0.25), row.model
 
 
 def test_megatron_70b_on_64_h100():

@@ -28,20 +28,24 @@ class Bound:
         return self.pools[pool or self.scenario.cluster.pools[0].name].gpu
 
 
+def pool_hardware(pool: Pool, hardware: HardwareCatalog) -> PoolHardware:
+    """The hardware a pool names, its interconnects given (load_scenario resolves them from the GPU's profile); the
+    host link is the GPU's."""
+    gpu = hardware.gpu(pool.gpu)
+    assert pool.intra_node is not None, "load_scenario resolves every pool's interconnects"
+    return PoolHardware(
+        pool=pool,
+        gpu=gpu,
+        intra_node=hardware.interconnect(pool.intra_node),
+        inter_node=hardware.interconnect(pool.inter_node) if pool.inter_node else None,
+        host_link=hardware.interconnect(gpu.node.host_link),
+    )
+
+
 def bind(scenario: Scenario) -> Bound:
     """Look up a resolved scenario's names (load_scenario has already checked that they exist)."""
     hardware = HardwareCatalog.load([Path(d) for d in scenario.cluster.profile_dirs])
-    pools = {}
-    for pool in scenario.cluster.pools:
-        gpu = hardware.gpu(pool.gpu)
-        assert pool.intra_node is not None, "load_scenario resolves every pool's interconnects"
-        pools[pool.name] = PoolHardware(
-            pool=pool,
-            gpu=gpu,
-            intra_node=hardware.interconnect(pool.intra_node),
-            inter_node=hardware.interconnect(pool.inter_node) if pool.inter_node else None,
-            host_link=hardware.interconnect(gpu.node.host_link),
-        )
+    pools = {pool.name: pool_hardware(pool, hardware) for pool in scenario.cluster.pools}
     architecture = scenario.model.architecture
     assert architecture is not None, "load_scenario fills the architecture of catalog models"
     spec = ModelSpec.from_architecture(scenario.model.name, architecture)

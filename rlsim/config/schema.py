@@ -204,8 +204,8 @@ class TrainingPlacement(Frozen):
         "sequences of the batch's padded length)"
     )
     pp_pads_micro_batches: Flag = Field(
-        False, description="with pipeline parallelism (pp > 1) and packing, every packed micro-batch of a rank's batch "
-        "is padded to the rank's longest, since the stages exchange activations of one fixed shape (NeMo-RL's "
+        False, description="with pipeline parallelism (pp > 1), every micro-batch of a rank's batch is padded to the "
+        "rank's longest (packed ones differ in length), since the stages exchange activations of one fixed shape (NeMo-RL's "
         "pad_full_seq_to); false: each runs at its own length (Megatron's variable_seq_lengths, which verl sets). The "
         "padding costs the GEMMs, elementwise work, logits and stage-to-stage sends, not attention"
     )
