@@ -82,6 +82,11 @@ ATTENTION_PEAK_FRACTION = 0.73
 # Used on every GPU whose profile has no calibrated decode-attention curve.
 DECODE_ATTENTION_FIXED_S = 13.4e-6
 DECODE_ATTENTION_STREAM_FRACTION = 1561 / 1680
+# vLLM's fused-MoE kernel (Triton) pays a fixed time for every expert it runs on top of streaming the expert's weights:
+# the time NVIDIA's aiconfigurator tables measure for BF16 fused-MoE calls, less rlsim's price of their expert GEMMs and
+# routing, per expert touched (calibration/fused_moe.py). A profile's `measured.fused_moe_expert_us` gives its own; this
+# default, the median over every row of the four measured GPUs (H100, H200, B200, GB200), serves the others.
+DEFAULT_FUSED_MOE_EXPERT_S = 0.19e-6
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,8 @@ class GPURates:
     # the DECODE_ATTENTION_* defaults); None: the HBM curve above.
     decode_attention_bytes_per_s: float | None = None
     decode_attention_half_bytes: float = 0.0
+    # Fixed time of a fused-MoE decode kernel per expert it touches, beyond streaming the expert's weights.
+    moe_expert_seconds: float = DEFAULT_FUSED_MOE_EXPERT_S
 
     @classmethod
     def from_profile(cls, gpu: GPUProfile, dtype: str = "bf16") -> GPURates:
@@ -112,7 +119,9 @@ class GPURates:
         gemm_efficiency = measured_gemm / gpu.peak_flops("bf16") if measured_gemm else DEFAULT_GEMM_EFFICIENCY
         stream = gpu.measured.hbm_stream_bytes_per_s or gpu.hbm_bytes_per_s * DEFAULT_HBM_EFFICIENCY
         sm_count = gpu.sm_count.value if gpu.sm_count is not None else None
-        rates = cls(gpu.name, peak, peak * gemm_efficiency, stream, gpu.memory_bytes, sm_count)
+        moe_expert = gpu.measured.fused_moe_expert_seconds
+        rates = cls(gpu.name, peak, peak * gemm_efficiency, stream, gpu.memory_bytes, sm_count,
+                    moe_expert_seconds=DEFAULT_FUSED_MOE_EXPERT_S if moe_expert is None else moe_expert)
         if gpu.calibration is not None:
             rates = rates._calibrated(gpu.calibration, dtype.strip().lower())
         if rates.decode_attention_bytes_per_s is None:

@@ -184,6 +184,7 @@ _SPLIT: dict[str, Literal["column", "row", "replicated", "experts"]] = {
     "mlp.shared_experts.up_proj": "column",
     "mlp.shared_experts.down_proj": "row",
 }
+_ROUTED_EXPERTS = "mlp.experts."
 _FUSED = {
     "self_attn.q_proj": "qkv_proj",
     "self_attn.k_proj": "qkv_proj",
@@ -519,6 +520,8 @@ class EngineCosts:
             for name, in_features, out_features, rows, weights in self._layer_gemms(kind, tokens, latent_rows):
                 flops = 2.0 * rows * in_features * out_features
                 nbytes = weights * self._weight_bytes + act * rows * (in_features + out_features)
+                if name.startswith(_ROUTED_EXPERTS):
+                    nbytes += self._expert_fixed_bytes(weights)
                 kernels.append(_Kernel(name, layers, "gemm", flops, 0.0, nbytes, shape=(rows, out_features, in_features)))
             kernels.extend(self._elementwise_kernels(kind, tokens, kv_per_layer, layers))
             if self.overheads.launches_op_by_op:
@@ -542,6 +545,19 @@ class EngineCosts:
         kernels.append(_Kernel("embedding", 1, "memory", nbytes=2 * act * tokens * hidden))
         kernels.append(_Kernel("final_norm", 1, "memory", nbytes=2 * act * tokens * hidden))
         return kernels, collectives
+
+    def _expert_fixed_bytes(self, weights: float) -> float:
+        """The fused-MoE kernel's fixed time per expert touched (`GPURates.moe_expert_seconds`), as the bytes the stream
+        would move meanwhile, shared between the kernel's GEMMs by their weights: `weights` is one GEMM's weight
+        elements over the experts it touches."""
+        experts_touched = weights / self._expert_weight_elements
+        return experts_touched * self.rates.moe_expert_seconds * self.rates.hbm_bytes_per_s
+
+    @cached_property
+    def _expert_weight_elements(self) -> float:
+        """Weight elements of one routed expert on this GPU (all its GEMMs, after TP slicing)."""
+        gemms = self._layer_gemms("moe", 1, 0)
+        return sum(i * o for name, i, o, _, _ in gemms if name.startswith(_ROUTED_EXPERTS))
 
     def _eager_kernels_per_layer(self, kind: str) -> int:
         """Kernels eager vLLM launches for one layer of `kind` in a decode step (`VLLM_EAGER_KERNELS`): its attention
