@@ -274,8 +274,9 @@ class Measured(Frozen):
     allreduce_busbw_gbyte_per_s: SourcedNumber | None = None  # NCCL/RCCL bus bandwidth inside the node, large messages
     small_allreduce_latency_us: SourcedNumber | None = None  # 1-8 KB all-reduce inside the node
     host_to_device_gbyte_per_s: SourcedNumber | None = None
-    # vLLM's fused-MoE decode kernel: its time per expert it touches beyond rlsim's price of streaming that expert's
-    # weights (calibration/fused_moe.py, from NVIDIA aiconfigurator's measured kernel tables).
+    # vLLM's fused-MoE decode kernel: beyond rlsim's price of streaming the weights of the experts it touches, a fixed
+    # time per call and one per expert touched (calibration/fused_moe.py, from NVIDIA aiconfigurator's measured tables).
+    fused_moe_call_us: SourcedNumber | None = None
     fused_moe_expert_us: SourcedNumber | None = None
 
     @property
@@ -297,6 +298,10 @@ class Measured(Frozen):
     @property
     def host_to_device_bytes_per_s(self) -> float | None:
         return _si(self.host_to_device_gbyte_per_s, 1e9)
+
+    @property
+    def fused_moe_call_seconds(self) -> float | None:
+        return _si(self.fused_moe_call_us, 1e-6)
 
     @property
     def fused_moe_expert_seconds(self) -> float | None:

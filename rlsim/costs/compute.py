@@ -82,12 +82,15 @@ ATTENTION_PEAK_FRACTION = 0.73
 # Used on every GPU whose profile has no calibrated decode-attention curve.
 DECODE_ATTENTION_FIXED_S = 13.4e-6
 DECODE_ATTENTION_STREAM_FRACTION = 1561 / 1680
-# vLLM's fused-MoE kernel (Triton) pays a fixed time for every expert it runs on top of streaming the expert's weights:
-# the time NVIDIA's aiconfigurator tables measure for BF16 fused-MoE calls, less rlsim's price of their expert GEMMs and
-# routing, per expert touched (calibration/fused_moe.py). A profile's `measured.fused_moe_expert_us` gives its own; this
-# default, the median over every row of the four measured GPUs (H100, H200, B200, GB200), serves the others. SGLang's
-# engines pay it too: their Triton fused-MoE kernel measures within 3 % of vLLM's on H100 and H200 in the same tables.
-DEFAULT_FUSED_MOE_EXPERT_S = 0.19e-6
+# vLLM's fused-MoE kernel (Triton) takes longer than streaming the weights of the experts it runs: a fixed time per call
+# (routing, aligning the tokens to the experts' blocks, summing their outputs) and one per expert touched (each expert's
+# tile pipelines start and drain). Both are fitted to NVIDIA aiconfigurator's measured BF16 fused-MoE calls, beyond
+# rlsim's price of their expert GEMMs and routing (calibration/fused_moe.py). A profile's `measured.fused_moe_call_us`
+# and `fused_moe_expert_us` give its own; these defaults, fitted to every row of the four measured GPUs (H100, H200,
+# B200, GB200), serve the others. SGLang's engines pay them too: their Triton fused-MoE kernel measures within 3 % of
+# vLLM's on H100 and H200 in the same tables.
+DEFAULT_FUSED_MOE_CALL_S = 10.6e-6
+DEFAULT_FUSED_MOE_EXPERT_S = 0.12e-6
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,8 @@ class GPURates:
     # the DECODE_ATTENTION_* defaults); None: the HBM curve above.
     decode_attention_bytes_per_s: float | None = None
     decode_attention_half_bytes: float = 0.0
-    # Fixed time of a fused-MoE decode kernel per expert it touches, beyond streaming the expert's weights.
+    # Fixed times of a fused-MoE decode kernel beyond streaming the experts' weights: per call, per expert touched.
+    moe_call_seconds: float = DEFAULT_FUSED_MOE_CALL_S
     moe_expert_seconds: float = DEFAULT_FUSED_MOE_EXPERT_S
 
     @classmethod
@@ -120,8 +124,9 @@ class GPURates:
         gemm_efficiency = measured_gemm / gpu.peak_flops("bf16") if measured_gemm else DEFAULT_GEMM_EFFICIENCY
         stream = gpu.measured.hbm_stream_bytes_per_s or gpu.hbm_bytes_per_s * DEFAULT_HBM_EFFICIENCY
         sm_count = gpu.sm_count.value if gpu.sm_count is not None else None
-        moe_expert = gpu.measured.fused_moe_expert_seconds
+        moe_call, moe_expert = gpu.measured.fused_moe_call_seconds, gpu.measured.fused_moe_expert_seconds
         rates = cls(gpu.name, peak, peak * gemm_efficiency, stream, gpu.memory_bytes, sm_count,
+                    moe_call_seconds=DEFAULT_FUSED_MOE_CALL_S if moe_call is None else moe_call,
                     moe_expert_seconds=DEFAULT_FUSED_MOE_EXPERT_S if moe_expert is None else moe_expert)
         if gpu.calibration is not None:
             rates = rates._calibrated(gpu.calibration, dtype.strip().lower())

@@ -521,7 +521,7 @@ class EngineCosts:
                 flops = 2.0 * rows * in_features * out_features
                 nbytes = weights * self._weight_bytes + act * rows * (in_features + out_features)
                 if name.startswith(_ROUTED_EXPERTS):
-                    nbytes += self._expert_fixed_bytes(weights)
+                    nbytes += self._expert_fixed_bytes(in_features * out_features, weights)
                 kernels.append(_Kernel(name, layers, "gemm", flops, 0.0, nbytes, shape=(rows, out_features, in_features)))
             kernels.extend(self._elementwise_kernels(kind, tokens, kv_per_layer, layers))
             if self.overheads.launches_op_by_op:
@@ -546,12 +546,14 @@ class EngineCosts:
         kernels.append(_Kernel("final_norm", 1, "memory", nbytes=2 * act * tokens * hidden))
         return kernels, collectives
 
-    def _expert_fixed_bytes(self, weights: float) -> float:
-        """The fused-MoE kernel's fixed time per expert touched (`GPURates.moe_expert_seconds`), as the bytes the stream
-        would move meanwhile, shared between the kernel's GEMMs by their weights: `weights` is one GEMM's weight
-        elements over the experts it touches."""
-        experts_touched = weights / self._expert_weight_elements
-        return experts_touched * self.rates.moe_expert_seconds * self.rates.hbm_bytes_per_s
+    def _expert_fixed_bytes(self, per_expert: float, weights: float) -> float:
+        """The fused-MoE kernel's fixed times (`GPURates.moe_call_seconds` per call, `moe_expert_seconds` per expert
+        touched) as the bytes the stream would move meanwhile, shared between the kernel's GEMMs by their weights:
+        `per_expert` is one GEMM's weight elements for one expert, `weights` over the experts it touches."""
+        rates = self.rates
+        share = per_expert / self._expert_weight_elements
+        experts_touched = weights / per_expert
+        return share * (rates.moe_call_seconds + experts_touched * rates.moe_expert_seconds) * rates.hbm_bytes_per_s
 
     @cached_property
     def _expert_weight_elements(self) -> float:
