@@ -114,6 +114,16 @@ def test_a_stage_figure_adds_up_the_stages_it_joins():
     assert check_name("share_pct.rollout+reward") is not None  # only stage times add up
 
 
+def test_the_rollout_share_counts_the_weight_switch_as_verl_times_it():
+    class Run:  # verl's gen timer wraps generate_sequences, which reshards the weights before generating
+        metrics = {"stages_s": {"gen": 60.0, "weight_sync": 10.0, "reward": 5.0, "old_log_prob": 7.0, "ref": 3.0,
+                                "values": 0.0, "update_actor": 15.0, "update_critic": 0.0, "wait": 0.0}}
+
+    assert read_figure("share_pct.rollout", None, Run()) == 70.0
+    assert read_figure("share_pct.reward", None, Run()) == 5.0
+    assert read_figure("share_pct.training", None, Run()) == 25.0
+
+
 def test_a_pair_naming_a_missing_case_suggests_the_closest(tmp_path):
     path = _manifest(tmp_path, CASE + 'pairs:\n  - {name: p, what: w, baseline: "b:weight_sync_s.per_tensor",\n'
                      '     contender: "a:weight_sync_s.checkpoint_engine"}\n')

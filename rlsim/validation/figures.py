@@ -17,11 +17,12 @@ from rlsim.config.schema import Scenario, WeightSync
 from rlsim.costs.weight_sync import disaggregated_sync_for
 from rlsim.events import STAGES
 
-# The verl stages a synchronous step spends in each share of RollPacker's Table 1 (rollout / reward / training).
+# The stages a synchronous step spends in each share of RollPacker's Table 1 (rollout / reward / training), as verl
+# times them: its gen timer wraps the worker's generate_sequences, whose sharding manager reshards the weights first.
 SHARE_STAGES = {
-    "rollout": ("gen",),
+    "rollout": ("gen", "weight_sync"),
     "reward": ("reward",),
-    "training": ("old_log_prob", "ref", "values", "update_actor", "update_critic", "weight_sync", "wait"),
+    "training": ("old_log_prob", "ref", "values", "update_actor", "update_critic", "wait"),
 }
 WEIGHT_SYNC_METHODS: tuple[str, ...] = get_args(WeightSync.model_fields["method"].annotation)
 SUM = "+"  # joins the stages a summed stage figure adds up
@@ -114,7 +115,8 @@ FIGURE_KINDS: dict[str, FigureKind] = {
                                           "response tokens the engines finish per second of the measured window, "
                                           "not counting time the staleness bound holds them back"),
     "share_pct": FigureKind("%", True, False, tuple(SHARE_STAGES), True, _share_pct,
-                            "share of the step's stage seconds: rollout (gen), reward, training (the rest)"),
+                            "share of the step's stage seconds: rollout (gen with the weight switch), reward, "
+                            "training (the rest)"),
     "weight_sync_s": FigureKind("s", False, True, WEIGHT_SYNC_METHODS, False, _weight_sync_s,
                                 "seconds to push new weights from training to every rollout engine by a method "
                                 "(rlsim.costs.weight_sync.disaggregated_sync_for, no simulation)"),
