@@ -123,8 +123,13 @@ def estimate_step(bound: Bound) -> StepEstimate:
     mini_batch = _pack(math.ceil(per_rank / algo.mini_batches), sequence, layout.micro_batch_tokens * layout.cp)
     updates = algo.mini_batches * algo.ppo_epochs
     forward_pad, update_pad = pipeline_pad_to(layout, everything), pipeline_pad_to(layout, mini_batch)
+    switch = colocated_switch_for(bound, topology) if placement.mode == "colocated" else None
+    # Weights offloaded per call (verl's param_offload) go out after the log-prob pass and back in for the update.
+    call_out, call_in = (switch.call_weights_out_s, switch.call_weights_in_s) if (
+        switch is not None and algo.recompute_old_log_prob) else (0.0, 0.0)
     stages["old_log_prob"] = StageEstimate(
-        "old_log_prob", actor.forward_pass(everything, forward_pad).seconds if algo.recompute_old_log_prob else 0.0)
+        "old_log_prob", actor.forward_pass(everything, forward_pad).seconds + call_out
+        if algo.recompute_old_log_prob else 0.0, f"weights copied back out: {call_out:.2f} s" if call_out else "")
     reference = reference_load_seconds(bound, topology)
     stages["ref"] = StageEstimate(
         "ref", actor.forward_pass(everything, forward_pad).seconds + reference if algo.ref_model else 0.0,
@@ -133,14 +138,17 @@ def estimate_step(bound: Bound) -> StepEstimate:
         "values", critic.forward_pass(everything, forward_pad).seconds if algo.critic else 0.0)
     stages["adv"] = StageEstimate("adv", scenario.framework.trainer_step_overhead_s, "the driver's Python work")
     note = f"{updates} optimizer step(s) of {len(mini_batch)} micro-batch(es) per DP rank"
-    stages["update_actor"] = StageEstimate("update_actor", updates * actor.update(mini_batch, update_pad).seconds, note)
+    if call_in:
+        note += f"; weights copied back in: {call_in:.2f} s"
+    stages["update_actor"] = StageEstimate(
+        "update_actor", updates * actor.update(mini_batch, update_pad).seconds + call_in, note)
     stages["update_critic"] = StageEstimate(
         "update_critic", updates * critic.update(mini_batch, update_pad).seconds if algo.critic else 0.0)
-    if placement.mode == "colocated":
-        switch = colocated_switch_for(bound, topology)
+    if switch is not None:
         stages["weight_sync"] = StageEstimate(
             "weight_sync", switch.total_s, f"reshard {switch.reshard_s:.2f} s, offload+reload "
-            f"{switch.offload_s + switch.reload_s:.2f} s, wake {switch.wake_s:.2f} s")
+            f"{switch.offload_s + switch.reload_s + switch.call_weights_in_s + switch.call_weights_out_s:.2f} s, "
+            f"wake {switch.wake_s:.2f} s")
     else:
         sync = disaggregated_sync_for(bound, topology)
         stages["weight_sync"] = StageEstimate(

@@ -54,7 +54,8 @@ def test_candidates_keep_the_frameworks_training_settings_and_host_offload_only_
     base = read_yaml(WORKLOAD).data
     training = base["placement"]["training"]
     training.update(sequence_packing=False, logprob_kernel="fp32_unfused", logprob_micro_batch_tokens=32768,
-                    pp_pads_micro_batches=True, offload_while_generating=True, offload_host_memory={"optimizer": "pageable"})
+                    pp_pads_micro_batches=True, offload_while_generating=True, offload_weights_per_call=True,
+                    offload_host_memory={"optimizer": "pageable"})
     for candidate in candidates(base, 16, "h100-sxm", 8):
         layout = candidate.overrides["placement"]["training"]
         assert layout["sequence_packing"] is False and layout["logprob_kernel"] == "fp32_unfused"
@@ -62,6 +63,7 @@ def test_candidates_keep_the_frameworks_training_settings_and_host_offload_only_
         assert layout["logprob_micro_batch_tokens"] == 32768
         colocated = candidate.placement == "colocated"
         assert ("offload_host_memory" in layout) == ("offload_while_generating" in layout) == colocated
+        assert ("offload_weights_per_call" in layout) == colocated
 
 
 def test_plan_ranks_simulated_candidates_and_explains_the_winner(small_workload, capsys):

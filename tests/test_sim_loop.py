@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from rlsim.config import parse_scenario
 from rlsim.config.bound import bind
+from rlsim.costs.weight_sync import colocated_switch_for
 from rlsim.events import LABELS
 from rlsim.metrics import gpu_label_seconds, summary
 from rlsim.sim.run import simulate_log
@@ -380,3 +381,30 @@ def test_a_streaming_step_pays_the_driver_once_in_shares():
     # neighbouring GPUs when their previous spans ended a rounding error apart.)
     waiting = {g for s in log.spans if s.stage == "adv" for g in range(s.first_gpu, s.first_gpu + s.gpu_count)}
     assert waiting == {4, 5, 6, 7}
+
+
+def test_weights_offloaded_per_call_cost_a_round_trip_around_the_log_prob_pass_and_the_export():
+    """verl's param_offload: the log-prob call puts the weights back on the host (booked in old_log_prob), the update
+    loads them again (update_actor), and the export to the engines loads them and puts them back (weight_sync)."""
+    text = scenario_yaml(model="Qwen2.5-1.5B", steps=2)
+    assert text.count("micro_batch_tokens: 8192}") == 1
+
+    def run_with(extra: str):
+        training = "micro_batch_tokens: 8192, offload_while_generating: {weights: true}" + extra + "}"
+        scenario = bind(parse_scenario(text.replace("micro_batch_tokens: 8192}", training)))
+        return scenario, simulate_log(scenario).log
+
+    _, once = run_with("")
+    per_call_bound, per_call = run_with(", offload_weights_per_call: true, offload_host_memory: {weights: pageable}")
+    _, pageable_once = run_with(", offload_host_memory: {weights: pageable}")
+    switch = colocated_switch_for(per_call_bound)
+    out, back = switch.call_weights_out_s, switch.call_weights_in_s
+    assert out > back > 0  # out through fresh pageable memory, back from it faster
+    for before, after in zip(pageable_once.steps, per_call.steps, strict=True):
+        assert after.stages["old_log_prob"] == pytest.approx(before.stages["old_log_prob"] + out, rel=1e-9)
+        assert after.stages["update_actor"] == pytest.approx(before.stages["update_actor"] + back, rel=1e-9)
+        assert after.stages["weight_sync"] == pytest.approx(before.stages["weight_sync"] + out + back, rel=1e-9)
+        assert (after.end - after.start) - (before.end - before.start) == pytest.approx(2 * (out + back), rel=1e-6)
+    # Offloaded once per cycle (NeMo-RL's refit, slime's --offload), the passes pay nothing of the kind.
+    assert not any(s.stage in ("old_log_prob", "update_actor") and s.label in ("offload", "reload") for s in once.spans)
+    assert {s.label for s in per_call.spans if s.stage == "old_log_prob"} >= {"offload", "logprob"}

@@ -232,6 +232,27 @@ def test_state_offloaded_to_pageable_memory_moves_at_the_pageable_rates():
     assert both.reshard_s == pinned.reshard_s and both.wake_s == pinned.wake_s
 
 
+def test_weights_offloaded_per_call_pay_a_round_trip_per_extra_call_in_their_host_memory():
+    """verl's param_offload loads the weights for each worker call and puts them back after it: the export and the
+    log-prob pass each copy them in and out once more, at the rates of the memory they go to."""
+    def switch(extra: str):
+        training = "{backend: megatron, zero_stage: 1, offload_while_generating: {weights: true}" + extra + "}"
+        return colocated_switch_for(scenario("Qwen2.5-7B", gpu="h100-sxm", nodes=1, rollout_gpus=8, rollout_tp=2,
+                                             mode="colocated", training=training))
+
+    weights, host = 2 * colocated("Qwen2.5-7B", "h100-sxm", 2).model.total_params, 63e9 * 0.83
+    once = switch("")
+    assert once.call_weights_in_s == once.call_weights_out_s == 0
+    pinned = switch(", offload_weights_per_call: true")
+    assert pinned.call_weights_in_s == pinned.call_weights_out_s == pytest.approx(weights / host, rel=1e-9)
+    pageable = switch(", offload_weights_per_call: true, offload_host_memory: {weights: pageable}")
+    assert pageable.call_weights_out_s == pytest.approx(weights / PAGEABLE_COPY_OUT_BYTES_PER_S, rel=1e-9)
+    assert pageable.call_weights_in_s == pytest.approx(weights / PAGEABLE_COPY_IN_BYTES_PER_S, rel=1e-9)
+    # The cycle's own terms are those of the once-per-cycle offload; its total adds the export's round trip.
+    assert (pinned.offload_s, pinned.reload_s, pinned.reshard_s) == (once.offload_s, once.reload_s, once.reshard_s)
+    assert pinned.total_s == pytest.approx(once.total_s + 2 * weights / host, rel=1e-9)
+
+
 def test_colocated_engines_receive_the_layers_other_pipeline_stages_hold():
     """With training PP 2 over two nodes, the engine on each node loads every layer, half of which the other node's
     stage holds: its TP shard of them crosses the inter-node link (400 Gb/s per H100) before the engine has them."""

@@ -188,6 +188,12 @@ def _check_capacity(scenario: Scenario, check: _Checker) -> None:
                    "only colocated training moves its state to the host to make room for the engines",
                    value=True, valid="false, or placement.mode: colocated")
     moved, memory = training.moved_while_generating, training.offload_host_memory
+    if training.offload_weights_per_call and not moved.weights:
+        check.fail(("placement", "training", "offload_weights_per_call"),
+                   "copies the weights out and back around each worker call, but they do not move to the host "
+                   "between phases",
+                   value=True, valid="false, or placement.mode: colocated with training.offload_while_generating "
+                   "moving the weights (and not offload_params)")
     for state, what in (("weights", "the weights are"), ("optimizer", "the optimizer state is")):
         if getattr(memory, state) != getattr(OffloadHostMemory(), state) and not getattr(moved, state):
             check.fail(("placement", "training", "offload_host_memory", state),

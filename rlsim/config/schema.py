@@ -230,6 +230,12 @@ class TrainingPlacement(Frozen):
         "{weights, optimizer} one of them (verl's param_offload, optimizer_offload). State that lives on the host "
         "throughout (offload_params, offload_optimizer) has nothing to move"
     )
+    offload_weights_per_call: Flag = Field(
+        False, description="colocated, with offload_while_generating moving the weights: they also go back to host "
+        "memory after every worker call that loads them, as verl's param_offload does: its log-prob pass and its "
+        "export to the engines each copy the weights in and out again, besides the update (the log-prob pass's copy "
+        "out is booked in old_log_prob, the copy back in update_actor, the export's pair in weight_sync)"
+    )
     offload_host_memory: OffloadHostMemory = Field(
         default_factory=OffloadHostMemory,
         description="colocated: the host memory offloaded weights and optimizer state are copied into (and back from)",

@@ -28,6 +28,8 @@ The terms add up: verl runs them one after another (its `overlap_broadcast_and_c
 reshard from the training to the inference layout (gather, over the pipeline stages too, then each engine takes its
 shard), moving offloaded training state to host memory and back (pinned or pageable), the rollout engine's wake-up
 (vLLM sleep mode level 1 reloads the weights it offloaded and re-maps its KV cache), and optionally a checkpoint save.
+Weights offloaded per worker call (verl's param_offload) make the export and the log-prob pass each copy them in and
+out once more.
 
 Tensors are counted as Hugging Face checkpoints store them (`ModelSpec.layer_weights` × layers, one per routed expert,
 plus embedding, output head and final norm), since both the export and vLLM's loader walk that list.
@@ -101,10 +103,16 @@ class SwitchCost:
     reload_s: float  # and back before training
     wake_s: float  # rollout engine wake-up from sleep level 1 (weights back from host, KV cache re-mapped)
     checkpoint_s: float  # optional checkpoint save
+    # Weights offloaded per worker call (verl's param_offload): their copy back in before a call and out after it,
+    # paid again by the export and by the log-prob pass (the latter is booked in its stages, not in total_s).
+    call_weights_in_s: float = 0.0
+    call_weights_out_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return self.reshard_s + self.offload_s + self.reload_s + self.wake_s + self.checkpoint_s
+        """One cycle's switch: the export's extra round trip of the weights included, the log-prob pass's not."""
+        return (self.reshard_s + self.offload_s + self.reload_s + self.wake_s + self.checkpoint_s
+                + self.call_weights_in_s + self.call_weights_out_s)
 
 
 # ---------------------------------------------------------------------------------------------------- tensors
@@ -371,13 +379,15 @@ def colocated_switch(
     pageable_bytes_per_s: tuple[float, float] = (PAGEABLE_COPY_OUT_BYTES_PER_S, PAGEABLE_COPY_IN_BYTES_PER_S),
     checkpoint_bytes_per_gpu: float = 0.0,
     storage_bytes_per_s: float | None = None,
+    per_call_weights: tuple[float, float] = (0.0, 0.0),
 ) -> SwitchCost:
     """Switching cost of one train <-> generate cycle on shared `gpus` (training rank order).
 
     `offload_bytes_per_gpu` is the training state each GPU parks in pinned host memory while it generates (moved out
     and back once per cycle at the host link's rate); `pageable_offload_bytes_per_gpu` the state it parks in pageable
     memory, copied out and back at `pageable_bytes_per_s` (out, in). A checkpoint of `checkpoint_bytes_per_gpu` is
-    written at `storage_bytes_per_s` per GPU when that rate is given.
+    written at `storage_bytes_per_s` per GPU when that rate is given. `per_call_weights` (pinned, pageable bytes per
+    GPU) are the weights copied in and out again around each worker call that loads them (verl's param_offload).
     """
     if storage_bytes_per_s is not None and storage_bytes_per_s <= 0:
         raise ValueError("storage_bytes_per_s must be positive")
@@ -393,7 +403,10 @@ def colocated_switch(
     reload = offload_bytes_per_gpu / host + pageable_offload_bytes_per_gpu / copy_in
     wake = SLEEP_WAKE_FLOOR_S + engine_shard_bytes(spec, rollout) / host
     checkpoint = checkpoint_bytes_per_gpu / storage_bytes_per_s if storage_bytes_per_s else 0.0
-    return SwitchCost(reshard_s=reshard, offload_s=offload, reload_s=reload, wake_s=wake, checkpoint_s=checkpoint)
+    pinned_call, pageable_call = per_call_weights
+    return SwitchCost(reshard_s=reshard, offload_s=offload, reload_s=reload, wake_s=wake, checkpoint_s=checkpoint,
+                      call_weights_in_s=pinned_call / host + pageable_call / copy_in,
+                      call_weights_out_s=pinned_call / host + pageable_call / copy_out)
 
 
 # ---------------------------------------------------------------------------------------------------- from a scenario
@@ -455,7 +468,8 @@ def colocated_switch_for(
     (state that lives on the host throughout has nothing to move), to the host memory `offload_host_memory` says (of
     the optimizer state, only the Adam moments go to pageable memory: the fp32 master copy is a parameter, not
     optimizer state), and with `save_checkpoint` writes each GPU's weights and optimizer state at
-    `storage_bytes_per_s`."""
+    `storage_bytes_per_s`. With `offload_weights_per_call` the moved weights' round trip per extra worker call is
+    priced too, in the weights' host memory."""
     topology = topology or ClusterTopology.build(bound)
     scenario = bound.scenario
     training = scenario.placement.training
@@ -471,10 +485,13 @@ def colocated_switch_for(
     if save_checkpoint and storage_bytes_per_s is None:
         raise ValueError("save_checkpoint needs storage_bytes_per_s, the write rate one GPU gets from storage")
     checkpoint = state["weights"] + state["optimizer"] if save_checkpoint else 0.0
+    per_call = weights if training.offload_weights_per_call else 0.0
+    per_call_weights = (0.0, per_call) if memory.weights == "pageable" else (per_call, 0.0)
     framework = scenario.framework
     return colocated_switch(bound.model, training, scenario.placement.rollout, gpus, scenario.schedule.weight_sync,
                             topology, offload_bytes_per_gpu=weights + optimizer - pageable,
                             pageable_offload_bytes_per_gpu=pageable,
                             pageable_bytes_per_s=(framework.pageable_copy_out_bytes_per_s,
                                                   framework.pageable_copy_in_bytes_per_s),
-                            checkpoint_bytes_per_gpu=checkpoint, storage_bytes_per_s=storage_bytes_per_s)
+                            checkpoint_bytes_per_gpu=checkpoint, storage_bytes_per_s=storage_bytes_per_s,
+                            per_call_weights=per_call_weights)

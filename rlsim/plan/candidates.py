@@ -22,7 +22,7 @@ TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_
                         "activation_recompute", "offload_params", "offload_optimizer", "virtual_pipeline_stages",
                         "reference_weights", "sequence_packing", "pp_pads_micro_batches", "logprob_kernel")
 # Settings of moving training state to the host while generating: they only mean something where the roles share GPUs.
-COLOCATED_TRAINING_KEYS = ("offload_while_generating", "offload_host_memory")
+COLOCATED_TRAINING_KEYS = ("offload_while_generating", "offload_weights_per_call", "offload_host_memory")
 
 
 @dataclass(frozen=True)

@@ -261,10 +261,15 @@ class RLLoop:
                 yield from self._span([self._training_range()], "reload", sim.reference_load_s, name)
             if used:
                 yield from sim.trainer.forward_pass(name, costs, lengths)
+            if used and name == "old_log_prob" and sim.switch is not None:
+                # verl's param_offload: the log-prob call puts the weights back on the host; the update loads them.
+                yield from self._span_all("offload", sim.switch.call_weights_out_s, name)
             stages[name] = stages.get(name, 0.0) + env.now - began
         yield from self._advantages(stages, share=mini_batches / algo.mini_batches)
         for name, costs, used in (("update_critic", sim.critic, algo.critic), ("update_actor", sim.actor, True)):
             began = env.now
+            if name == "update_actor" and algo.recompute_old_log_prob and sim.switch is not None:
+                yield from self._span_all("reload", sim.switch.call_weights_in_s, name)
             if used:
                 yield from sim.trainer.update(name, costs, lengths, mini_batches, algo.ppo_epochs)
             stages[name] = stages.get(name, 0.0) + env.now - began
@@ -312,7 +317,9 @@ class RLLoop:
         self._training_context(began, env.now, "barrier", "weight_sync")
         if sim.switch is not None:
             switch = sim.switch
-            for label, seconds in (("offload", switch.offload_s), ("reshard", switch.reshard_s),
+            # With the weights offloaded per call, the export loads them back first and puts them out again after.
+            for label, seconds in (("offload", switch.offload_s), ("reload", switch.call_weights_in_s),
+                                   ("reshard", switch.reshard_s), ("offload", switch.call_weights_out_s),
                                    ("reload", switch.wake_s + switch.checkpoint_s)):
                 yield from self._span_all(label, seconds, "weight_sync")
         else:
