@@ -77,6 +77,16 @@ def test_fixed_lengths_scale_with_engines_until_the_tail():
     assert two.stage("gen") < one.stage("gen")
 
 
+def test_a_group_concurrency_cap_limits_the_decode_batch():
+    """64 prompts × 8 on 8 engines: 64 sequences each. A cap of 2 groups per engine decodes 16 at a time."""
+    fixed = "{kind: fixed, tokens: 1000}"
+    free = estimate(scenario_text(8, 1, fixed))
+    capped = estimate(scenario_text(8, 1, fixed) + "schedule: {max_concurrent_groups_per_engine: 2}\n")
+    assert "concurrency 64" in free.stages[0].note
+    assert "concurrency 16" in capped.stages[0].note and "at most 2 groups per engine" in capped.stages[0].note
+    assert capped.stage("gen") > 2 * free.stage("gen")
+
+
 def test_cli_table_and_json(capsys):
     path = str(ROOT / "scenarios" / "quickstart.yaml")
     assert main(["estimate", path]) == 0

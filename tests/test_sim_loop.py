@@ -93,6 +93,41 @@ def test_april_raises_rollout_throughput_on_a_long_tail():
     assert metrics["staleness"]["max"] >= 1  # carried-over sequences finish under newer weights
 
 
+def groups_generating_at_once(log) -> int:
+    """The most groups in flight at one instant: from a group's first submission to its last sample's finish."""
+    spans: dict[int, list[float]] = {}
+    for r in log.sequences:
+        if r.finished >= 0:
+            span = spans.setdefault(r.group, [r.submitted, r.finished])
+            span[0], span[1] = min(span[0], r.submitted), max(span[1], r.finished)
+    # A group that frees its place at t lets the next one go at t: ends sort before starts at the same instant.
+    edges = sorted([(end, -1) for _, end in spans.values()] + [(start, 1) for start, _ in spans.values()])
+    most = current = 0
+    for _, change in edges:
+        current += change
+        most = max(most, current)
+    return most
+
+
+@pytest.mark.parametrize("schedule", [dict(schedule="sync", mode="colocated"),
+                                      dict(schedule="async", mode="disaggregated", rollout_gpus=4, training_gpus=4,
+                                           staleness=1, partial="interrupt")])
+def test_a_group_concurrency_cap_keeps_at_most_that_many_groups_per_engine_generating(schedule):
+    """verl fully_async's rollouter: 16 prompt groups per server in flight, each holding its place until its last
+    sample finishes. A place frees only with a whole group, so a long sample keeps the engines under-filled."""
+    base = dict(prompts=64, samples=8, response=HEAVY, max_response=8192, steps=3, **schedule)
+    engines = schedule.get("rollout_gpus", 8)
+    free_log, free = run(**base)
+    capped_log, capped = run(group_cap=2, **base)
+    assert groups_generating_at_once(free_log) > 2 * engines
+    assert groups_generating_at_once(capped_log) == 2 * engines
+    assert capped["step_time_s"]["mean"] > 1.3 * free["step_time_s"]["mean"]
+    # A cap no tighter than the batch changes nothing.
+    loose_log, loose = run(group_cap=64, **base)
+    assert loose["step_time_s"]["mean"] == pytest.approx(free["step_time_s"]["mean"], rel=1e-12)
+    assert [r.finished for r in loose_log.sequences] == [r.finished for r in free_log.sequences]
+
+
 def test_length_aware_balancing_beats_round_robin_on_skewed_lengths():
     base = dict(gpus=8, prompts=64, samples=8, response="{kind: lognormal, median_tokens: 300, sigma: 1.0}",
                 max_response=4096, max_num_seqs=8)
@@ -147,6 +182,7 @@ def small_scenario(draw):
         dp_balance=draw(st.sampled_from(["none", "sorted_greedy", "karmarkar_karp"])),
         dynamic_sampling=draw(st.booleans()), informative=draw(st.sampled_from([0.5, 1.0])),
         mini_batches=draw(st.sampled_from([1, 2])), schedule=schedule,
+        group_cap=draw(st.sampled_from([None, None, 1, 3])),
     )
     if schedule == "sync":
         kwargs["mode"] = draw(st.sampled_from(["colocated", "disaggregated", "hybrid"]))
@@ -257,6 +293,16 @@ def test_fast_and_exact_modes_agree(seed):
     kwargs = dict(seed=seed, prompts=8, samples=4, steps=2, max_response=1024, max_num_seqs=4,
                   response="{kind: lognormal, median_tokens: 150, sigma: 1.2}", **schedules[seed % len(schedules)])
     assert_fast_matches_exact(kwargs)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_and_exact_modes_agree_under_a_group_concurrency_cap(seed):
+    schedule = [dict(schedule="sync", mode="colocated"),
+                dict(schedule="async", mode="disaggregated", rollout_gpus=4, training_gpus=4, staleness=1,
+                     partial="interrupt")][seed % 2]
+    assert_fast_matches_exact(dict(seed=seed, prompts=8, samples=4, steps=2, max_response=1024, max_num_seqs=4,
+                                   response="{kind: lognormal, median_tokens: 150, sigma: 1.2}", group_cap=1,
+                                   **schedule))
 
 
 @pytest.mark.parametrize("seed", range(6))

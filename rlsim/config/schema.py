@@ -329,6 +329,12 @@ class Schedule(Frozen):
     group_placement: Literal["together", "spread"] = Field(
         "spread", description="keep a prompt's samples on one engine, or spread them"
     )
+    max_concurrent_groups_per_engine: PositiveInt | None = Field(
+        None, description="prompt groups sent to the engines at once, per engine (times the engines for the whole "
+        "rollout): the rest wait, and a group's place frees only when its last sample finishes, so a long sample "
+        "keeps its group's place. verl's fully_async rollouter sends 16 per server (max_concurrent_samples); "
+        "default: every admitted group at once"
+    )
     dp_balance: Literal["none", "sorted_greedy", "karmarkar_karp"] = Field(
         "sorted_greedy", description="how sequences are assigned to data-parallel ranks"
     )

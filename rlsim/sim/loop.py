@@ -10,6 +10,9 @@ async         the producer keeps engines busy, admitting a group while fewer tha
               in-flight sequences and recompute their KV cache (partial_rollout: interrupt), or land between two
               engine iterations with in-flight sequences and their KV cache kept (partial_rollout: in_flight).
 
+A concurrency cap (`schedule.max_concurrent_groups_per_engine`, verl fully_async's 16 groups per server) holds launched
+groups back from the engines until a group in flight has finished its last sample, in any schedule.
+
 Groups come from the workload's sampler, drawn for the policy version that generates them (lengths may drift); a
 group of a multi-turn workload is a set of trajectories whose tool calls the engines run. Whether a group is
 informative (what dynamic sampling keeps) is decided when it is drawn. Rewards are scored by a CPU pool, a reward
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import math
 from bisect import insort
+from collections import deque
 from collections.abc import Generator
 
 import simpy
@@ -67,6 +71,10 @@ class RLLoop:
         self._complete: list[tuple[int, int]] = []
         self._complete_changed = self.env.event()
         self._version_changed = self.env.event()
+        cap = scenario.schedule.max_concurrent_groups_per_engine
+        self._group_cap = None if cap is None else cap * len(sim.engines)
+        self._held: deque[list[Rollout]] = deque()  # launched groups the concurrency cap keeps from the engines
+        self._generating = 0  # groups sent to the engines whose last sample has not finished
         self._dropped_groups = 0  # groups dropped by the staleness bound or dynamic sampling; the producer replaces them
         self._trained: dict[int, list[Rollout]] = {}  # group -> its rollouts, once trained
         self._updates = 0  # optimizer steps so far
@@ -333,14 +341,29 @@ class RLLoop:
     def _launch(self, count: int) -> None:
         if count <= 0:
             return
-        rollouts = []
+        launched = []
         for group in self.sim.sampler.draw(count, self.version):
             members = [self._rollout(group, i) for i in range(len(group.response_tokens))]
             self._members[group.group] = members
             self._left[group.group] = len(members)
             self._informative[group.group] = group.informative
-            rollouts.extend(members)
-        self.dispatcher.dispatch(rollouts)
+            launched.append(members)
+        if self._group_cap is None:
+            self.dispatcher.dispatch(r for members in launched for r in members)
+            return
+        self._held.extend(launched)
+        self._send_held()
+
+    def _send_held(self) -> None:
+        """Send held groups to the engines while the concurrency cap has room, in launch order; a group waits in the
+        framework's queue, not the engine's, so its samples count as submitted when sent."""
+        assert self._group_cap is not None
+        while self._held and self._generating < self._group_cap:
+            members = self._held.popleft()
+            for rollout in members:
+                rollout.submitted = self.env.now
+            self._generating += 1
+            self.dispatcher.dispatch(members)
 
     def _rollout(self, group: PromptGroup, i: int) -> Rollout:
         if group.turns is not None:
@@ -358,6 +381,10 @@ class RLLoop:
         self._left[group] -= 1
         if self._left[group]:
             return
+        if self._group_cap is not None:
+            # The group's place frees now; the next group goes out once the engine's callback has returned.
+            self._generating -= 1
+            self.env.timeout(0).callbacks.append(lambda _: self._send_held())
         if self.schedule.mode == "sync":
             self._group_complete(group)
             return
