@@ -58,6 +58,7 @@ def test_the_fill_follows_how_far_generation_may_run_ahead():
     scenario = load_scenario(scenario_path(DEFAULT_MANIFEST, case), case.overrides)
     assert steady_state_warmup(scenario) == 2
     assert steady_state_warmup(with_(scenario, {"schedule.max_staleness": 3})) == 4
+    assert steady_state_warmup(with_(scenario, {"schedule.max_staleness": 0.5})) == 2  # part of a batch ahead
     assert steady_state_warmup(with_(scenario, {"schedule.max_staleness": 64})) == MAX_FILL_STEPS + 1
     synchronous = with_(scenario, {"schedule.mode": "sync", "schedule.max_staleness": None,
                                    "schedule.partial_rollout": {"mode": "off"}, "placement.mode": "colocated",

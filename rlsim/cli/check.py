@@ -54,7 +54,7 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
                  f"tp{t.tp} pp{t.pp} cp{t.cp} dp{t.dp}{f' ep{t.ep}' if t.ep > 1 else ''}, {t.backend} "
                  f"ZeRO-{t.zero_stage}, recompute {t.activation_recompute}")
     sched = s.schedule
-    staleness = f" (max staleness {sched.max_staleness})" if sched.mode == "async" else ""
+    staleness = f" (max staleness {sched.max_staleness:g})" if sched.mode == "async" else ""
     lines.append(f"schedule   {sched.mode}{staleness}; load balancer {sched.load_balancer}; partial rollout "
                  f"{sched.partial_rollout.mode}; weight sync {sched.weight_sync.method}; {s.run.steps} step(s)")
     f = s.framework

@@ -97,7 +97,7 @@ def page(title: str, body: Iterable[str]) -> str:
 def scenario_context(scenario: Scenario) -> str:
     placement, algorithm = scenario.placement, scenario.algorithm
     pools = ", ".join(f"{p.name}: {p.gpus} × {p.gpu}" for p in scenario.cluster.pools)
-    schedule = scenario.schedule.mode + (f" (η = {scenario.schedule.max_staleness})"
+    schedule = scenario.schedule.mode + (f" (η = {scenario.schedule.max_staleness:g})"
                                          if scenario.schedule.mode == "async" else "")
     return (f"{scenario.model.name}, {algorithm.name.upper()} {algorithm.prompts_per_step} prompts × "
             f"{algorithm.samples_per_prompt}; {placement.mode} on {pools}; rollout {placement.rollout.gpus} GPUs "

@@ -4,11 +4,12 @@ sync          generate a batch (all of it, or under APRIL the first `prompts_per
               rest over), score it, run the log-prob passes and updates, then move the new weights to the engines.
 one_step_off  generation of batch k+1 overlaps training on batch k: a producer may start batch b once the policy has
               version b − 1; weights move at batch boundaries (engines drain first).
-async         the producer keeps engines busy, admitting a group while fewer than (version + η + 1)·batch groups have
-              been admitted (AReaL's rule); the trainer takes complete groups in the order they complete, dropping any
-              that would exceed staleness η (policy "staleness_bound"). Weight updates drain the engines, interrupt
-              in-flight sequences and recompute their KV cache (partial_rollout: interrupt), or land between two
-              engine iterations with in-flight sequences and their KV cache kept (partial_rollout: in_flight).
+async         the producer keeps engines busy, admitting a group while fewer than ⌊(version + η + 1)·batch⌋ groups have
+              been admitted (AReaL's rule; a fractional η is verl's staleness_threshold); the trainer takes complete
+              groups in the order they complete, dropping any that would exceed staleness ⌈η⌉ (policy
+              "staleness_bound"). Weight updates drain the engines, interrupt in-flight sequences and recompute
+              their KV cache (partial_rollout: interrupt), or land between two engine iterations with in-flight
+              sequences and their KV cache kept (partial_rollout: in_flight).
 
 A concurrency cap (`schedule.max_concurrent_groups_per_engine`, verl fully_async's 16 groups per server) holds launched
 groups back from the engines until a group in flight has finished its last sample, in any schedule.
@@ -165,7 +166,7 @@ class RLLoop:
 
     # ------------------------------------------------------------------------------------------- off-policy
 
-    def _producer(self, eta: int) -> Generator:
+    def _producer(self, eta: float) -> Generator:
         """Admit groups while the staleness bound allows; rollout GPUs it holds back are `staleness_block`."""
         per_step = self.algorithm.prompts_per_step
         per_version = per_step
@@ -176,7 +177,8 @@ class RLLoop:
         blocked_from = None
         try:
             while True:
-                allowed = (self.version + eta + 1) * per_version + self._dropped_groups
+                # A fractional bound (verl's staleness_threshold) admits that fraction of a batch ahead.
+                allowed = math.floor((self.version + eta + 1) * per_version) + self._dropped_groups
                 if admitted < allowed:
                     batch = per_step if self.schedule.mode == "one_step_off" else allowed - admitted
                     self._launch(batch)
@@ -194,7 +196,7 @@ class RLLoop:
         first, count = self.sim.rollout_gpus
         self.recorder.context(first, count, since, self.env.now, label, "gen")
 
-    def _off_policy_step(self, step: int, eta: int) -> Generator:
+    def _off_policy_step(self, step: int, eta: float) -> Generator:
         """One RL step of the trainer; with streaming, one optimizer step per mini-batch as soon as its groups are in."""
         self.recorder.phase.step = step
         start = self.env.now
@@ -216,8 +218,8 @@ class RLLoop:
                 yield from self._publish(stages)
         self._record_step(step, start, trained, stages)
 
-    def _collect(self, count: int, eta: int) -> Generator:
-        """Wait for `count` complete groups fresh enough to train: older than the staleness bound are dropped."""
+    def _collect(self, count: int, eta: float) -> Generator:
+        """Wait for `count` complete groups fresh enough to train: more than ⌈η⌉ versions old are dropped."""
         groups: list[int] = []
         while len(groups) < count:
             while not self._complete:
@@ -225,7 +227,7 @@ class RLLoop:
             yield from self._settle()
             group = self._take(1)[0]
             oldest = min(r.version_started for r in self._members[group])
-            if self.version - oldest > eta:
+            if self.version - oldest > math.ceil(eta):
                 self._drop(group, "staleness_bound")
                 self._dropped_groups += 1
                 self._notify_version()  # the producer may admit a replacement

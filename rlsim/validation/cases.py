@@ -5,6 +5,7 @@ Bad input raises ScenarioError naming the manifest, the line and the field, as s
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ def versions_ahead(scenario: Scenario) -> int:
     synchronous run that carries unfinished responses into the next step, none otherwise."""
     schedule = scenario.schedule
     if schedule.mode == "async":
-        return schedule.max_staleness if schedule.max_staleness is not None else MAX_FILL_STEPS
+        return math.ceil(schedule.max_staleness) if schedule.max_staleness is not None else MAX_FILL_STEPS
     if schedule.mode == "one_step_off" or schedule.partial_rollout.mode != "off":
         return 1
     return 0
