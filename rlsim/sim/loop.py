@@ -384,9 +384,11 @@ class RLLoop:
         if self._left[group]:
             return
         if self._group_cap is not None:
-            # The group's place frees now; the next group goes out once the engine's callback has returned.
+            # The group's place frees now; a held group goes out once the engine's callback has returned (a launch
+            # sends its own groups, so nothing need be scheduled while none is held).
             self._generating -= 1
-            self.env.timeout(0).callbacks.append(lambda _: self._send_held())
+            if self._held:
+                self.env.timeout(0).callbacks.append(lambda _: self._send_held())
         if self.schedule.mode == "sync":
             self._group_complete(group)
             return
