@@ -177,10 +177,11 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
     # Tool responses are prefilled like prompt; a trajectory's context holds them too.
     prompt, response = max(1, round(lengths.prompt + lengths.appended)), max(1, round(lengths.response))
     concurrency = max(1, min(per_engine, engine_layout.max_num_seqs, int(kv_tokens // (prompt + response))))
-    group_cap = scenario.schedule.max_concurrent_groups_per_engine
-    if group_cap is not None:
+    group_cap = scenario.schedule.group_cap(engine_layout.engines)
+    groups_per_engine = None if group_cap is None else group_cap / engine_layout.engines
+    if groups_per_engine is not None:
         samples_per_group = lengths.trained / scenario.algorithm.prompts_per_step
-        concurrency = min(concurrency, max(1, round(group_cap * samples_per_group)))
+        concurrency = min(concurrency, max(1, round(groups_per_engine * samples_per_group)))
     per_prefill = max(1, engine_layout.max_num_batched_tokens // prompt)
     prefill = math.ceil(per_engine / per_prefill) * engine.prefill_seconds(prompt, 0, min(per_prefill, per_engine))
     waves = per_engine / concurrency
@@ -192,9 +193,9 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
     else:
         note = (f"throughput-bound: {per_engine} sequences per engine at concurrency {concurrency} "
                 f"({waves:.1f} waves); tail bound {tail:.1f} s")
-    if group_cap is not None:
-        note += (f"; at most {group_cap} groups per engine at once (a group keeps its place until its longest "
-                 "sample ends, which these waves do not price)")
+    if groups_per_engine is not None:
+        note += (f"; at most {groups_per_engine:g} groups per engine at once (a group keeps its place until its "
+                 "longest sample ends, which these waves do not price)")
     if lengths.truncated > 0.001:
         note += f"; {lengths.truncated:.1%} of responses hit the cap"
     if lengths.tool_s > 0:

@@ -15,13 +15,15 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
                   dynamic_sampling: bool = False, informative: float = 1.0, seed: int = 0,
                   micro_batch_tokens: int = 8192, max_num_seqs: int = 256,
                   streaming: bool = False, every_updates: int = 1, workload: str = "", placement: str = "",
-                  algorithm: str = "grpo", group_cap: int | None = None) -> str:
+                  algorithm: str = "grpo", group_cap: int | None = None, rollout_group_cap: int | None = None) -> str:
     """`prompt` / `response` None leave those models out (replay, joint and multi-turn workloads); `workload` and
     `placement` are extra YAML lines under those sections."""
     rollout_gpus = rollout_gpus if rollout_gpus is not None else gpus
     training = f"gpus: {training_gpus}, " if training_gpus is not None else ""
     staleness_line = f"  max_staleness: {staleness}\n" if staleness is not None else ""
     cap_line = f"  max_concurrent_groups_per_engine: {group_cap}\n" if group_cap is not None else ""
+    if rollout_group_cap is not None:
+        cap_line += f"  max_concurrent_groups: {rollout_group_cap}\n"
     response_line = f"  response_tokens: {response}\n" if response is not None else ""
     prompt_line = f"  prompt_tokens: {prompt}\n" if prompt is not None else ""
     workload_lines = "".join(f"  {line}\n" for line in workload.splitlines() if line.strip())

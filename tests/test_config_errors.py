@@ -103,6 +103,9 @@ CASES = [
     ("a log-prob kernel rlsim does not know",
      edit("    tp: 1\n    zero_stage", "    tp: 1\n    logprob_kernel: liger\n    zero_stage"),
      "placement.training.logprob_kernel", "logprob_kernel: liger", ["fused", "fp32_vocab_parallel", "fp32_unfused"]),
+    ("a group cap both per engine and over the whole rollout",
+     edit("  mode: one_step_off", "  mode: one_step_off\n  max_concurrent_groups_per_engine: 16\n  max_concurrent_groups: 512"),
+     "schedule.max_concurrent_groups", "max_concurrent_groups: 512", ["per engine", "one of the two"]),
     ("missing trace file", edit("{kind: lognormal, median_tokens: 1000, sigma: 0.8}", "{kind: trace, path: nowhere.jsonl}"),
      "workload.response_tokens.path", "  response_tokens:", ["no such"]),
 ]

@@ -85,6 +85,9 @@ def test_a_group_concurrency_cap_limits_the_decode_batch():
     assert "concurrency 64" in free.stages[0].note
     assert "concurrency 16" in capped.stages[0].note and "at most 2 groups per engine" in capped.stages[0].note
     assert capped.stage("gen") > 2 * free.stage("gen")
+    # The same cap over the whole rollout (AReaL's max_concurrent_rollouts): 16 groups over 8 engines.
+    whole = estimate(scenario_text(8, 1, fixed) + "schedule: {max_concurrent_groups: 16}\n")
+    assert whole.stages[0].note == capped.stages[0].note and whole.stage("gen") == capped.stage("gen")
 
 
 def test_cli_table_and_json(capsys):

@@ -140,6 +140,11 @@ def test_a_group_concurrency_cap_keeps_at_most_that_many_groups_per_engine_gener
     loose_log, loose = run(group_cap=64, **base)
     assert loose["step_time_s"]["mean"] == pytest.approx(free["step_time_s"]["mean"], rel=1e-12)
     assert [r.finished for r in loose_log.sequences] == [r.finished for r in free_log.sequences]
+    # AReaL's max_concurrent_rollouts caps the whole rollout: 2 per engine is the same cap.
+    whole_log, _ = run(rollout_group_cap=2 * engines, **base)
+    assert [r.finished for r in whole_log.sequences] == [r.finished for r in capped_log.sequences]
+    odd_log, _ = run(rollout_group_cap=2 * engines + 3, **base)
+    assert groups_generating_at_once(odd_log) == 2 * engines + 3
 
 
 def test_length_aware_balancing_beats_round_robin_on_skewed_lengths():
@@ -198,6 +203,8 @@ def small_scenario(draw):
         mini_batches=draw(st.sampled_from([1, 2])), schedule=schedule,
         group_cap=draw(st.sampled_from([None, None, 1, 3])),
     )
+    if kwargs["group_cap"] is None:
+        kwargs["rollout_group_cap"] = draw(st.sampled_from([None, 1, 5]))
     if schedule == "sync":
         kwargs["mode"] = draw(st.sampled_from(["colocated", "disaggregated", "hybrid"]))
         if draw(st.booleans()):

@@ -331,6 +331,10 @@ def _check_schedule(original: Scenario, scenario: Scenario, check: _Checker) -> 
         check.fail(("schedule", "partial_rollout", "mode"), "updating weights under generation in flight needs "
                    "generation to overlap training (schedule.mode one_step_off or async)", value=partial.mode,
                    valid="off, april")
+    if schedule.max_concurrent_groups is not None and schedule.max_concurrent_groups_per_engine is not None:
+        check.fail(("schedule", "max_concurrent_groups"), "caps the groups in flight over the whole rollout, as "
+                   "max_concurrent_groups_per_engine does per engine; both are set", value=schedule.max_concurrent_groups,
+                   valid="one of the two")
     if schedule.streaming and schedule.mode == "sync":
         check.fail(("schedule", "streaming"), "streaming trains while generation continues, which sync forbids",
                    value=True, valid="false, or schedule.mode async")

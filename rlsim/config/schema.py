@@ -338,10 +338,21 @@ class Schedule(Frozen):
         "keeps its group's place. verl's fully_async rollouter sends 16 per server (max_concurrent_samples); "
         "default: every admitted group at once"
     )
+    max_concurrent_groups: PositiveInt | None = Field(
+        None, description="the same cap for the whole rollout, whatever the number of engines: AReaL's "
+        "max_concurrent_rollouts (prompt groups in flight; its v0.3 default is the training batch's prompts). Set "
+        "this or max_concurrent_groups_per_engine, not both"
+    )
     dp_balance: Literal["none", "sorted_greedy", "karmarkar_karp"] = Field(
         "sorted_greedy", description="how sequences are assigned to data-parallel ranks"
     )
     weight_sync: WeightSync = Field(default_factory=WeightSync)
+
+    def group_cap(self, engines: int) -> int | None:
+        """Prompt groups the engines may hold at once, over the whole rollout of `engines` engines (None: no cap)."""
+        if self.max_concurrent_groups_per_engine is not None:
+            return self.max_concurrent_groups_per_engine * engines
+        return self.max_concurrent_groups
 
 
 class Run(Frozen):

@@ -11,8 +11,9 @@ async         the producer keeps engines busy, admitting a group while fewer tha
               their KV cache (partial_rollout: interrupt), or land between two engine iterations with in-flight
               sequences and their KV cache kept (partial_rollout: in_flight).
 
-A concurrency cap (`schedule.max_concurrent_groups_per_engine`, verl fully_async's 16 groups per server) holds launched
-groups back from the engines until a group in flight has finished its last sample, in any schedule.
+A concurrency cap (`schedule.max_concurrent_groups_per_engine`, verl fully_async's 16 groups per server, or
+`schedule.max_concurrent_groups` for the whole rollout, AReaL's max_concurrent_rollouts) holds launched groups back
+from the engines until a group in flight has finished its last sample, in any schedule.
 
 Groups come from the workload's sampler, drawn for the policy version that generates them (lengths may drift); a
 group of a multi-turn workload is a set of trajectories whose tool calls the engines run. Whether a group is
@@ -72,8 +73,7 @@ class RLLoop:
         self._complete: list[tuple[int, int]] = []
         self._complete_changed = self.env.event()
         self._version_changed = self.env.event()
-        cap = scenario.schedule.max_concurrent_groups_per_engine
-        self._group_cap = None if cap is None else cap * len(sim.engines)
+        self._group_cap = scenario.schedule.group_cap(len(sim.engines))
         self._held: deque[list[Rollout]] = deque()  # launched groups the concurrency cap keeps from the engines
         self._generating = 0  # groups sent to the engines whose last sample has not finished
         self._dropped_groups = 0  # groups dropped by the staleness bound or dynamic sampling; the producer replaces them
