@@ -181,6 +181,10 @@ def test_speedups_winners_and_ties():
     tie = PairRow("p", "w", "a", "b", 1.0, 0.85)
     assert tie.published_winner == "tie" and tie.winner_correct
     assert not PairRow("p", "w", "a", "b", 1.0, 0.7).winner_correct
+    # A simulation that does not move picks no winner, even when rounding leaves it a hair above 1.
+    unmoved = PairRow("p", "w", "a", "b", 1.17, 1.000000000000002)
+    assert unmoved.simulated_winner == "tie" and not unmoved.winner_correct
+    assert PairRow("p", "w", "a", "b", 1.09, 1.04).winner_correct  # a small gain, foreseen
 
 
 def test_time_pairs_invert_and_throughput_pairs_do_not():
