@@ -55,10 +55,6 @@ class PairRow:
     simulated_speedup: float
 
     @property
-    def tie(self) -> bool:
-        return abs(self.published_speedup - 1.0) < TIE_BAND
-
-    @property
     def published_winner(self) -> str:
         return _winner(self.published_speedup, TIE_BAND)
 
@@ -72,7 +68,7 @@ class PairRow:
 
     @property
     def winner_correct(self) -> bool:
-        if self.tie:
+        if self.published_winner == "tie":
             return abs(self.ratio_error_pct) <= RATIO_BOUND_PCT
         return self.published_winner == self.simulated_winner
 
