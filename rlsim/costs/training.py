@@ -350,10 +350,10 @@ class TrainingCosts:
     layout: TrainingPlacement
     collectives: GroupCollectives
     head: Literal["lm", "value"] = "lm"
-    # (layer kind, tokens, backward) -> GEMM seconds: micro-batches of equal token counts repeat across DP ranks and
-    # passes, and the GEMMs do not depend on how the tokens split into sequences.
-    _gemm_memo: dict[tuple[str, float, bool], float] = field(default_factory=dict, init=False, repr=False,
-                                                             compare=False)
+    # (layer kind, tokens, backward) -> (GEMM, elementwise) seconds: micro-batches of equal token counts repeat across
+    # DP ranks and passes, and neither depends on how the tokens split into sequences.
+    _token_memo: dict[tuple[str, float, bool], tuple[float, float]] = field(default_factory=dict, init=False,
+                                                                            repr=False, compare=False)
 
     def __post_init__(self) -> None:
         layout = self.layout
@@ -428,18 +428,15 @@ class TrainingCosts:
 
     def _layer(self, kind: LayerKind, sequence_lengths: Sequence[int], pad_to: int, *, backward: bool) -> LayerTime:
         tokens = self._tokens(sequence_lengths, pad_to)
-        gemm = self._gemm_seconds(kind, tokens, backward=backward)
+        key = (kind, tokens, backward)
+        per_token = self._token_memo.get(key)
+        if per_token is None:
+            per_token = self._token_memo[key] = (self._price_gemms(kind, tokens, backward=backward),
+                                                 self._elementwise_seconds(kind, tokens, backward=backward))
+        gemm, elementwise = per_token
         attention = self._attention_seconds(sequence_lengths, backward=backward)
-        elementwise = self._elementwise_seconds(kind, tokens, backward=backward)
         collective = self._layer_collectives(kind, tokens, attention, backward=backward)
         return LayerTime(gemm, attention, elementwise, collective)
-
-    def _gemm_seconds(self, kind: LayerKind, tokens: float, *, backward: bool) -> float:
-        key = (kind, tokens, backward)
-        seconds = self._gemm_memo.get(key)
-        if seconds is None:
-            seconds = self._gemm_memo[key] = self._price_gemms(kind, tokens, backward=backward)
-        return seconds
 
     def _price_gemms(self, kind: LayerKind, tokens: float, *, backward: bool) -> float:
         rates = self.rates
@@ -819,6 +816,8 @@ class TrainingCosts:
         if forward_only:
             return f_layers, {}, {}
         b_layers = {kind: self.layer_backward(kind, lengths, pad_to) for kind in kinds}
+        if self.layout.activation_recompute == "full":
+            return f_layers, b_layers, f_layers  # full recompute re-runs exactly the forward pass
         r_layers = {kind: self.layer_recompute(kind, lengths, pad_to) for kind in kinds}
         return f_layers, b_layers, r_layers
 
@@ -843,6 +842,13 @@ class TrainingCosts:
 
     def optimizer_step(self, stage: int = 0) -> TrainingTime:
         """Gradient clipping and Adam over the parameters this GPU updates, then ZeRO-1/2's weight all-gather."""
+        # A function of the layout alone, asked once per update (FSDP prices every micro-batch as one).
+        cache = self.__dict__.setdefault("_optimizer_step_cache", {})
+        if stage not in cache:
+            cache[stage] = self._price_optimizer_step(stage)
+        return cache[stage]
+
+    def _price_optimizer_step(self, stage: int) -> TrainingTime:
         layout, c = self.layout, self.collectives
         dense, expert = self._params_of(range(stage, self._chunks, layout.pp))
         if layout.zero_stage >= 1:
