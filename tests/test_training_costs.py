@@ -19,6 +19,7 @@ from rlsim.costs.training import (
     ADAM_BYTES_PER_PARAM,
     CLIP_BYTES_PER_PARAM,
     GroupCollectives,
+    LayerTime,
     TrainingCosts,
     TrainingTime,
     model_training_flops,
@@ -237,6 +238,9 @@ def test_recompute_adds_a_forward_or_the_attention():
     lengths = [4096, 2048]
     forward = full.layer_forward("dense", lengths)
     assert full.layer_recompute("dense", lengths) == forward
+    priced = LayerTime(gemm=1.0)  # a forward already priced is taken as it is, not priced again
+    assert full.layer_recompute("dense", lengths, forward=priced) is priced
+    assert selective.layer_recompute("dense", lengths, forward=priced).compute == pytest.approx(forward.attention)
     assert selective.layer_recompute("dense", lengths).compute == pytest.approx(forward.attention)
     assert none.layer_recompute("dense", lengths).compute == 0
     t_full = full.update([lengths]).stages[0]

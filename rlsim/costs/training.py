@@ -417,11 +417,13 @@ class TrainingCosts:
         """Backward pass of one layer (input and weight gradients), recompute excluded."""
         return self._layer(kind, sequence_lengths, pad_to, backward=True)
 
-    def layer_recompute(self, kind: LayerKind, sequence_lengths: Sequence[int], pad_to: int = 0) -> LayerTime:
-        """What activation recompute re-runs for one layer during the backward pass."""
+    def layer_recompute(self, kind: LayerKind, sequence_lengths: Sequence[int], pad_to: int = 0, *,
+                        forward: LayerTime | None = None) -> LayerTime:
+        """What activation recompute re-runs for one layer during the backward pass; `forward`: the layer's forward
+        time over the same micro-batch, when already priced."""
         mode = self.layout.activation_recompute
         if mode == "full":
-            return self.layer_forward(kind, sequence_lengths, pad_to)
+            return forward if forward is not None else self.layer_forward(kind, sequence_lengths, pad_to)
         if mode == "selective":
             return LayerTime(attention=self._attention_seconds(sequence_lengths, backward=False))
         return LayerTime()
@@ -816,9 +818,7 @@ class TrainingCosts:
         if forward_only:
             return f_layers, {}, {}
         b_layers = {kind: self.layer_backward(kind, lengths, pad_to) for kind in kinds}
-        if self.layout.activation_recompute == "full":
-            return f_layers, b_layers, f_layers  # full recompute re-runs exactly the forward pass
-        r_layers = {kind: self.layer_recompute(kind, lengths, pad_to) for kind in kinds}
+        r_layers = {kind: self.layer_recompute(kind, lengths, pad_to, forward=f_layers[kind]) for kind in kinds}
         return f_layers, b_layers, r_layers
 
     def _run_pipeline(self, forward: list[list[TrainingTime]],
