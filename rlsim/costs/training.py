@@ -842,7 +842,8 @@ class TrainingCosts:
 
     def optimizer_step(self, stage: int = 0) -> TrainingTime:
         """Gradient clipping and Adam over the parameters this GPU updates, then ZeRO-1/2's weight all-gather."""
-        # A function of the layout alone, asked once per update (FSDP prices every micro-batch as one).
+        # A function of the layout alone, asked for every update priced (FSDP's lock-step path prices each micro-batch
+        # as an update of its own).
         cache = self.__dict__.setdefault("_optimizer_step_cache", {})
         if stage not in cache:
             cache[stage] = self._price_optimizer_step(stage)
