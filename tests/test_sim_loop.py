@@ -2,6 +2,7 @@
 and determinism. Scenarios are small (Qwen2.5-0.5B, a few hundred sequences) so that each runs in well under a second."""
 from __future__ import annotations
 
+import gc
 import json
 import math
 from collections import Counter
@@ -10,12 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import rlsim.sim.run as run_module
 from rlsim.config import parse_scenario
 from rlsim.config.bound import bind
 from rlsim.costs.weight_sync import colocated_switch_for
 from rlsim.events import LABELS
 from rlsim.metrics import gpu_label_seconds, summary
-from rlsim.sim.run import simulate_log
+from rlsim.sim.run import SIMULATION_GC_THRESHOLD, simulate_log
 from tests.sim_scenarios import bound, scenario_yaml
 from tests.test_sim_rollout import assert_same_samples
 
@@ -347,6 +349,21 @@ def test_same_scenario_and_seed_give_identical_metrics():
     assert first == second
     other = json.dumps(summary(simulate_log(bound(seed=1, **kwargs)).log, 1), sort_keys=True)
     assert other != first
+
+
+def test_a_run_collects_garbage_less_often_and_restores_the_interpreters_setting(monkeypatch):
+    during = []
+    build = run_module.build
+
+    def build_and_look(*args, **kwargs):
+        during.append(gc.get_threshold())
+        return build(*args, **kwargs)
+
+    before = gc.get_threshold()
+    monkeypatch.setattr(run_module, "build", build_and_look)
+    simulate_log(bound(steps=1))
+    assert during[0][0] >= SIMULATION_GC_THRESHOLD and during[0][1:] == before[1:]
+    assert gc.get_threshold() == before
 
 
 @pytest.mark.parametrize("schedule", ["sync", "one_step_off"])
