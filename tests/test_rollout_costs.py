@@ -248,6 +248,28 @@ def test_prefill_emits_logits_only_for_the_last_token_of_each_sequence():
     assert many["lm_head"] > 5 * last["lm_head"]
 
 
+@pytest.mark.parametrize("model, tp, ep", [("Llama-3.1-8B", 1, 1), ("Qwen3-30B-A3B", 4, 4), ("DeepSeek-V3", 8, 1)])
+def test_an_iteration_is_priced_the_same_whatever_was_priced_before(model, tp, ep):
+    """The context-free kernels are priced once per token count and once per count of sampled rows: an iteration that
+    shares its tokens with an earlier one but samples other rows (or the reverse) costs what a fresh engine prices,
+    and what its kernels cost one by one (no CPU-bound overheads here)."""
+    iterations = [
+        (0, 0, (PrefillChunk(512),)),
+        (0, 0, (PrefillChunk(256, logits=False), PrefillChunk(256))),  # same tokens, one row sampled
+        (0, 0, (PrefillChunk(511, 100), PrefillChunk(1, 40))),  # same tokens, two rows
+        (64, 64 * 900, (PrefillChunk(448, 3000),)),  # same tokens again, 65 rows
+        (65, 65 * 900, ()),  # 65 rows again, other tokens
+    ]
+    graphs = EngineOverheads(kernel_launch_seconds=0.0, step_cpu_seconds=0.0, step_cpu_per_sequence_seconds=0.0,
+                             kernel_gap_seconds=0.0)
+    warm = engine(model, tp=tp, ep=ep, overheads=graphs)
+    for batch, context, chunks in iterations:
+        fresh = engine(model, tp=tp, ep=ep, overheads=graphs)
+        priced = warm.iteration_seconds(batch, context, chunks)
+        assert priced == fresh.iteration_seconds(batch, context, chunks)
+        assert priced == pytest.approx(sum(fresh.breakdown(batch, context, chunks).values()), rel=1e-12)
+
+
 def test_moe_decode_at_batch_one_reads_a_small_share_of_the_weights():
     costs = engine("Qwen3-30B-A3B")
     spec = costs.spec

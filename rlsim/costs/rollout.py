@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal, NamedTuple
@@ -296,8 +296,12 @@ class EngineCosts:
     overheads: EngineOverheads = EngineOverheads()
     weight_dtype_bytes: float | None = None  # None: the spec's dtype_bytes
     _profiles: dict[int, DecodeProfile] = field(default_factory=dict, init=False, repr=False, compare=False)
-    # (tokens, logit rows, latent rows) -> (seconds, launches) of the kernels that do not depend on the context.
-    _context_free: dict[tuple[int, int, int], tuple[float, int]] = field(
+    # The kernels that do not depend on the context, priced: (tokens, latent rows) -> (the layers' kernel seconds,
+    # the seconds of the kernels every token passes after the head, the collectives' seconds, launches); logit rows
+    # -> (the output head's and sampler's seconds, launches).
+    _layers_priced: dict[tuple[int, int], tuple[float, tuple[float, ...], float, int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    _logits_priced: dict[int, tuple[tuple[float, ...], int]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -376,20 +380,16 @@ class EngineCosts:
         work = _work(decode_batch, prefill)
         if work.tokens == 0:
             return 0.0
-        # Only attention depends on the context and the prefill's cached prefix; the rest is a function of a few
-        # counts that repeat across iterations, so it is priced once per distinct key (prefill-heavy runs price
-        # tens of thousands of iterations).
-        key = (work.tokens, work.logit_rows, self._latent_rows(work))
-        context_free = self._context_free.get(key)
-        if context_free is None:
-            kernels, collectives = self._context_free_kernels(*key)
-            seconds = sum(self._kernel_seconds(kernel, 0.0) for kernel in kernels)
-            seconds += sum(c.count * c.seconds for c in collectives)
-            context_free = self._context_free[key] = (seconds, sum(k.count for k in kernels) + sum(
-                c.count for c in collectives))
-        attention = self._attention_kernels(work)
-        gpu = context_free[0] + sum(self._kernel_seconds(kernel, decode_context) for kernel in attention)
-        launches = context_free[1] + sum(k.count for k in attention)
+        # Only attention depends on the context and the prefill's cached prefix; the rest is a function of the
+        # tokens and of the rows sampled, counts that repeat across iterations, so each part is priced once per
+        # value (prefill-heavy runs price tens of thousands of iterations). Summed in `_context_free_kernels`' order.
+        layers, after_head, collectives, layer_launches = self._layers_priced_for(work.tokens, self._latent_rows(work))
+        head, head_launches = self._logits_priced_for(work.logit_rows)
+        seconds = layers
+        for part in (*head, *after_head):
+            seconds += part
+        gpu = seconds + collectives + self._attention_seconds(work, decode_context)
+        launches = layer_launches + head_launches + sum(self._attention_layers)
         busy_until, then = self._cpu_bounds(work.tokens, launches, work.decode + work.prefill_sequences)
         return max(gpu + launches * self.overheads.kernel_gap_seconds, busy_until) + then
 
@@ -502,13 +502,38 @@ class EngineCosts:
         """Layers of each kind that has any (dense, then MoE): one attention kernel each per iteration."""
         return tuple(self.spec.layer_count(kind) for kind in ("dense", "moe") if self.spec.layer_count(kind))
 
+    def _layers_priced_for(self, tokens: int, latent_rows: int) -> tuple[float, tuple[float, ...], float, int]:
+        priced = self._layers_priced.get((tokens, latent_rows))
+        if priced is None:
+            kernels, collectives = self._layer_kernels(tokens, latent_rows)
+            after_head = self._after_head_kernels(tokens)
+            priced = self._layers_priced[tokens, latent_rows] = (
+                sum(self._kernel_seconds(kernel, 0.0) for kernel in kernels),
+                tuple(self._kernel_seconds(kernel, 0.0) for kernel in after_head),
+                sum(c.count * c.seconds for c in collectives),
+                sum(k.count for k in (*kernels, *after_head)) + sum(c.count for c in collectives),
+            )
+        return priced
+
+    def _logits_priced_for(self, rows: int) -> tuple[tuple[float, ...], int]:
+        priced = self._logits_priced.get(rows)
+        if priced is None:
+            kernels = self._logit_kernels(rows)
+            priced = self._logits_priced[rows] = (
+                tuple(self._kernel_seconds(kernel, 0.0) for kernel in kernels), sum(k.count for k in kernels))
+        return priced
+
     def _context_free_kernels(
         self, tokens: int, logit_rows: int, latent_rows: int
     ) -> tuple[list[_Kernel], list[_Collective]]:
         """Every kernel and collective of an iteration but attention: functions of the tokens in it, the rows whose
         logits are sampled and (MLA) the latent rows kv_b_proj expands."""
+        kernels, collectives = self._layer_kernels(tokens, latent_rows)
+        return [*kernels, *self._logit_kernels(logit_rows), *self._after_head_kernels(tokens)], collectives
+
+    def _layer_kernels(self, tokens: int, latent_rows: int) -> tuple[list[_Kernel], list[_Collective]]:
+        """The decoder layers' kernels (but attention) and collectives for an iteration of `tokens` tokens."""
         spec, arch, tp, act = self.spec, self.spec.architecture, self.tp, ACTIVATION_BYTES
-        hidden = arch.hidden_size
         kv_per_layer = kv_bytes_per_token_per_gpu(spec, tp) / arch.num_hidden_layers
         kernels: list[_Kernel] = []
         collectives: list[_Collective] = []
@@ -532,19 +557,25 @@ class EngineCosts:
                 if unpriced > 0:
                     kernels.append(_Kernel("eager_small_ops", unpriced * layers, "memory"))
             collectives.extend(self._layer_collectives(kind, tokens, layers))
-
-        # The output head (vocabulary split over tp) for the rows that are sampled, then the sampler on their
-        # full-vocabulary logits; the embedding lookup and the final norm for every token.
-        vocab, rows = arch.vocab_size, logit_rows
-        if rows:
-            head_weights = hidden * vocab / tp
-            flops = 2.0 * rows * head_weights
-            nbytes = head_weights * self._weight_bytes + act * rows * (hidden + vocab / tp)
-            kernels.append(_Kernel("lm_head", 1, "gemm", flops, 0.0, nbytes, shape=(rows, vocab / tp, hidden)))
-            kernels.append(_Kernel("sampler", 1, "memory", nbytes=SAMPLER_LOGIT_PASSES * LOGIT_BYTES * rows * vocab))
-        kernels.append(_Kernel("embedding", 1, "memory", nbytes=2 * act * tokens * hidden))
-        kernels.append(_Kernel("final_norm", 1, "memory", nbytes=2 * act * tokens * hidden))
         return kernels, collectives
+
+    def _logit_kernels(self, rows: int) -> list[_Kernel]:
+        """The output head (vocabulary split over tp) for the `rows` rows that are sampled, then the sampler on their
+        full-vocabulary logits."""
+        if not rows:
+            return []
+        arch, act = self.spec.architecture, ACTIVATION_BYTES
+        hidden, vocab = arch.hidden_size, arch.vocab_size
+        head_weights = hidden * vocab / self.tp
+        flops = 2.0 * rows * head_weights
+        nbytes = head_weights * self._weight_bytes + act * rows * (hidden + vocab / self.tp)
+        return [_Kernel("lm_head", 1, "gemm", flops, 0.0, nbytes, shape=(rows, vocab / self.tp, hidden)),
+                _Kernel("sampler", 1, "memory", nbytes=SAMPLER_LOGIT_PASSES * LOGIT_BYTES * rows * vocab)]
+
+    def _after_head_kernels(self, tokens: int) -> list[_Kernel]:
+        """The embedding lookup and the final norm, for every token (listed after the head, as they are summed)."""
+        nbytes = 2 * ACTIVATION_BYTES * tokens * self.spec.architecture.hidden_size
+        return [_Kernel("embedding", 1, "memory", nbytes=nbytes), _Kernel("final_norm", 1, "memory", nbytes=nbytes)]
 
     def _expert_fixed_bytes(self, per_expert: float, weights: float) -> float:
         """The fused-MoE kernel's fixed times (`GPURates.moe_call_seconds` per call, `moe_expert_seconds` per expert
@@ -627,6 +658,17 @@ class EngineCosts:
             absorbed = expanded
             query_width = heads * 2 * arch.attention_head_dim
         return expanded, absorbed, query_width
+
+    def _attention_seconds(self, work: _Work, decode_context: float) -> float:
+        """The attention kernels' time in an iteration: `_attention_kernels` priced at `decode_context`, without
+        building them (every iteration asks for it)."""
+        expanded, absorbed, query_width = self._attention_widths
+        kv_per_layer = self._kv_per_layer
+        flops = absorbed * work.decode + expanded * work.prefill_pairs
+        nbytes = kv_per_layer * (work.decode + work.prefill + work.prefill_cached) + (
+            ACTIVATION_BYTES * (work.decode + work.prefill) * query_width)
+        seconds = self.rates.attention_seconds(flops + absorbed * decode_context, nbytes + kv_per_layer * decode_context)
+        return sum(layers * seconds for layers in self._attention_layers)
 
     def _attention_kernel(self, work: _Work, kv_per_layer: float, layers: int) -> _Kernel:
         """Fused attention of one layer on one GPU: KV reads of every key attended, FLOPs per (query, key) pair."""
@@ -749,18 +791,18 @@ class EngineCosts:
 
 
 def _work(decode_batch: int, prefill: Iterable[PrefillChunk]) -> _Work:
-    chunks: Sequence[PrefillChunk] = tuple(prefill)
-    for chunk in chunks:
-        if chunk.tokens < 0 or chunk.cached_tokens < 0:
+    new = cached = pairs = logits = sequences = 0
+    for chunk in prefill:
+        tokens = chunk.tokens
+        if tokens < 0 or chunk.cached_tokens < 0:
             raise ValueError(f"prefill chunk sizes must be >= 0, got {chunk}")
-    return _Work(
-        decode=decode_batch,
-        prefill=sum(c.tokens for c in chunks),
-        prefill_cached=sum(c.cached_tokens for c in chunks if c.tokens),
-        prefill_pairs=float(sum(c.tokens * c.cached_tokens + c.tokens * (c.tokens + 1) // 2 for c in chunks)),
-        prefill_logits=sum(1 for c in chunks if c.logits and c.tokens),
-        prefill_sequences=sum(1 for c in chunks if c.tokens),
-    )
+        if tokens:
+            new += tokens
+            cached += chunk.cached_tokens
+            pairs += tokens * chunk.cached_tokens + tokens * (tokens + 1) // 2
+            logits += chunk.logits
+            sequences += 1
+    return _Work(decode_batch, new, cached, float(pairs), logits, sequences)
 
 
 def _apply_cpu_bounds(
