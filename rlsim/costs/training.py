@@ -41,7 +41,7 @@ compute kernels that share the GPU with overlapped NCCL kernels.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Literal
@@ -224,6 +224,20 @@ class TrainingTime:
                             self.pipeline_bubble + other.pipeline_bubble, self.optimizer + other.optimizer,
                             self.barrier + other.barrier)
 
+    @staticmethod
+    def sum(times: Iterable[TrainingTime]) -> TrainingTime:
+        """Σ times, added in order as `+` would, without making a TrainingTime per addition."""
+        forward = backward = recompute = exposed = bubble = optimizer = barrier = 0.0
+        for t in times:
+            forward += t.forward
+            backward += t.backward
+            recompute += t.recompute
+            exposed += t.exposed_collective
+            bubble += t.pipeline_bubble
+            optimizer += t.optimizer
+            barrier += t.barrier
+        return TrainingTime(forward, backward, recompute, exposed, bubble, optimizer, barrier)
+
     def labels(self, forward_label: str = "train_forward") -> dict[str, float]:
         """GPU-seconds by simulator label; recompute runs inside the backward pass. Log-prob passes use "logprob"."""
         return {
@@ -284,11 +298,14 @@ class _BackwardOverlap:
 def _sum_by_kind(counts: dict[LayerKind, int], times: dict[LayerKind, LayerTime]) -> LayerTime:
     """Σ over layers of their times, as count × time per kind (the same result, without a sum per layer); `counts`
     in a fixed order, so the floating-point sum is the same in every process."""
-    total = LayerTime()
+    gemm = attention = elementwise = collective = 0.0
     for kind, count in counts.items():
         t = times[kind]
-        total = total + LayerTime(t.gemm * count, t.attention * count, t.elementwise * count, t.collective * count)
-    return total
+        gemm += t.gemm * count
+        attention += t.attention * count
+        elementwise += t.elementwise * count
+        collective += t.collective * count
+    return LayerTime(gemm, attention, elementwise, collective)
 
 
 # Megatron-Core computes Q, K and V with one fused column-parallel GEMM (linear_qkv) and SwiGLU's gate and up with one
@@ -620,10 +637,13 @@ class TrainingCosts:
 
     def chunk_layers(self, chunk: int) -> tuple[LayerKind, ...]:
         """Layer kinds of model chunk `chunk` (stage chunk % pp); layers split as evenly as possible, earlier chunks larger."""
-        kinds = self.spec.layer_kinds
-        base, extra = divmod(len(kinds), self._chunks)
-        start = chunk * base + min(chunk, extra)
-        return kinds[start:start + base + (1 if chunk < extra else 0)]
+        cache = self.__dict__.setdefault("_chunk_layers_cache", {})
+        if chunk not in cache:
+            kinds = self.spec.layer_kinds
+            base, extra = divmod(len(kinds), self._chunks)
+            start = chunk * base + min(chunk, extra)
+            cache[chunk] = kinds[start:start + base + (1 if chunk < extra else 0)]
+        return cache[chunk]
 
     def _unit_params(self, kind: LayerKind) -> tuple[float, float]:
         """(dense, routed-expert) parameters of one layer on this GPU before ZeRO sharding."""
@@ -832,11 +852,8 @@ class TrainingCosts:
         makespan = pipeline_makespan(f_seconds, b_seconds, p)
         stages = []
         for stage in range(p):
-            busy = TrainingTime()
-            for per_batch in (forward, backward or []):
-                for ops in per_batch:
-                    for op in ops[stage::p]:
-                        busy = busy + op
+            busy = TrainingTime.sum(op for per_batch in (forward, backward or []) for chunk_ops in per_batch
+                                    for op in chunk_ops[stage::p])
             stages.append(busy + TrainingTime(pipeline_bubble=max(0.0, makespan - busy.total)))
         return stages
 
