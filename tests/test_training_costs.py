@@ -209,6 +209,26 @@ def test_pipeline_stages_report_their_bubble_and_share_the_wall_time():
         assert sum(stage.labels().values()) == pytest.approx(stage.total)
 
 
+def test_a_pass_is_priced_the_same_whatever_was_priced_before():
+    """Micro-batches are priced once per (tokens, causal attention pairs, gradient reduction): the same tokens split
+    otherwise, or the same micro-batch reducing gradients or not, price as a fresh cost model prices them."""
+    layout = TrainingPlacement(gpus=4, pp=2, dp=2, backend="megatron", zero_stage=1, micro_batch_tokens=8192,
+                               activation_recompute="selective")
+    passes = [
+        ("update", [[2048, 2048], [4000, 96]]),
+        ("update", [[4000, 96], [2048, 2048]]),  # the same micro-batches, the last one now reducing gradients
+        ("update", [[4095, 1], [2048, 2048]]),  # same tokens as the first, other attention
+        ("forward_pass", [[2048, 2048], [4096]]),
+        ("update", [[4096], [2048, 2048]]),
+    ]
+    warm = TrainingCosts(MODELS.spec("Qwen2.5-7B"), RATES, layout, GroupCollectives(pp=free, dp=ring(2)))
+    for kind, micro_batches in passes:
+        fresh = TrainingCosts(MODELS.spec("Qwen2.5-7B"), RATES, layout, GroupCollectives(pp=free, dp=ring(2)))
+        assert getattr(warm, kind)(micro_batches) == getattr(fresh, kind)(micro_batches), (kind, micro_batches)
+    first, other_attention = (warm.update(mbs) for _, mbs in passes[1:3])
+    assert first.seconds != other_attention.seconds
+
+
 # ---------------------------------------------------------------------------------------------------- the pieces
 
 

@@ -295,6 +295,11 @@ class _BackwardOverlap:
     after: float
 
 
+def _causal_pairs(sequence_lengths: Sequence[int]) -> float:
+    """(query, key) pairs of causal attention within each sequence, summed in order."""
+    return sum(n * (n + 1) / 2 for n in sequence_lengths)
+
+
 def _sum_by_kind(counts: dict[LayerKind, int], times: dict[LayerKind, LayerTime]) -> LayerTime:
     """Σ over layers of their times, as count × time per kind (the same result, without a sum per layer); `counts`
     in a fixed order, so the floating-point sum is the same in every process."""
@@ -407,8 +412,7 @@ class TrainingCosts:
 
     def _attention_flops(self, sequence_lengths: Sequence[int]) -> float:
         """Forward attention FLOPs of one layer on this GPU: causal per sequence, heads split by TP, tokens by CP."""
-        pairs = sum(n * (n + 1) / 2 for n in sequence_lengths)
-        return self._attention_flops_per_pair * pairs / (self.layout.tp * self.layout.cp)
+        return self._attention_flops_per_pair * _causal_pairs(sequence_lengths) / (self.layout.tp * self.layout.cp)
 
     @cached_property
     def _attention_flops_per_pair(self) -> float:
@@ -809,13 +813,11 @@ class TrainingCosts:
         zero = self.layout.zero_stage
         forward, backward = [], []
         for index, lengths in enumerate(micro_batches):
-            f_layers, b_layers, r_layers = self._layer_times(lengths, pad_to)
             # ZeRO-2/3 reduce gradients on every micro-batch; ZeRO-0/1 once, under the last micro-batch's backward.
             reduce_now = zero >= 2 or index == len(micro_batches) - 1
-            forward.append([self._chunk_forward(g, lengths, f_layers, pad_to) for g in range(self._chunks)])
-            backward.append([self._chunk_backward(g, lengths, b_layers, r_layers, reduce_gradients=reduce_now,
-                                                  pad_to=pad_to)
-                             for g in range(self._chunks)])
+            f_ops, b_ops = self._micro_batch_ops(lengths, pad_to, reduce_now)
+            forward.append(f_ops)
+            backward.append(b_ops)
         stages = self._run_pipeline(forward, backward)
         steps = [self.optimizer_step(stage) for stage in range(self.layout.pp)]
         return _finish(stages, steps)
@@ -826,12 +828,26 @@ class TrainingCosts:
         gathers weights layer by layer."""
         if not micro_batches:
             raise ValueError("a forward pass needs at least one micro-batch")
-        forward = []
-        for lengths in micro_batches:
-            f_layers, _, _ = self._layer_times(lengths, pad_to, forward_only=True)
-            forward.append([self._chunk_forward(g, lengths, f_layers, pad_to) for g in range(self._chunks)])
+        forward = [self._micro_batch_ops(lengths, pad_to, None)[0] for lengths in micro_batches]
         stages = self._run_pipeline(forward, None)
         return _finish(stages, [TrainingTime()] * self.layout.pp)
+
+    def _micro_batch_ops(self, lengths: Sequence[int], pad_to: int, reduce_gradients: bool | None) -> tuple[
+            tuple[TrainingTime, ...], tuple[TrainingTime, ...]]:
+        """Each chunk's forward op over a micro-batch and, unless `reduce_gradients` is None (a forward-only pass), its
+        backward op. A micro-batch enters them only through its tokens and its attention's causal pairs, so equal
+        ones are priced once (an async run prices tens of thousands of micro-batches, many alike)."""
+        memo = self.__dict__.setdefault("_micro_batch_memo", {})
+        key = (sum(lengths), pad_to, _causal_pairs(lengths), reduce_gradients)
+        ops = memo.get(key)
+        if ops is None:
+            f_layers, b_layers, r_layers = self._layer_times(lengths, pad_to, forward_only=reduce_gradients is None)
+            forward = tuple(self._chunk_forward(g, lengths, f_layers, pad_to) for g in range(self._chunks))
+            backward = () if reduce_gradients is None else tuple(
+                self._chunk_backward(g, lengths, b_layers, r_layers, reduce_gradients=reduce_gradients, pad_to=pad_to)
+                for g in range(self._chunks))
+            ops = memo[key] = (forward, backward)
+        return ops
 
     def _layer_times(self, lengths: Sequence[int], pad_to: int = 0, *, forward_only: bool = False) -> tuple[
             dict[LayerKind, LayerTime], dict[LayerKind, LayerTime], dict[LayerKind, LayerTime]]:
