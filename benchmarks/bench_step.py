@@ -3,7 +3,8 @@
 Scenario: scenarios/deepcoder-14b-grpo-64xh100.yaml — 512 prompts × 16 = 8,192 rollouts with DeepCoder-14B trace lengths
 (16K cap) on 64 engines, colocated training. Runs: fast mode; the same with every response ×4 (cap ×4); and the exact
 reference that steps every decode iteration (slow: minutes). Targets from the Event engine issue: ≤ 0.2 s per step on one
-core, ×4 lengths ≤ 1.2× the time, fast ≥ 50× faster than exact.
+core, ×4 lengths ≤ 1.2× the time, fast ≥ 50× faster than exact. Fast-mode figures are the best of three runs after an
+untimed one (the first run in a process also pays one-off imports); the exact run is timed once.
 
     python -m benchmarks.bench_step [--skip-exact]
 """
@@ -21,11 +22,15 @@ SCENARIO = Path(__file__).parents[1] / "scenarios" / "deepcoder-14b-grpo-64xh100
 LONGER = {"workload.response_tokens.scale": 4.0, "algorithm.max_response_tokens": 65536}
 
 
-def measure(label: str, overrides: dict, mode: str = "fast") -> float:
-    bound = bind(load_scenario(SCENARIO, overrides))
-    began = time.perf_counter()
-    output = simulate_log(bound, mode=mode)
-    seconds = time.perf_counter() - began
+def measure(label: str, overrides: dict, mode: str = "fast", repeats: int = 3) -> float:
+    if repeats > 1:
+        simulate_log(bind(load_scenario(SCENARIO, overrides)), mode=mode)
+    seconds = float("inf")
+    for _ in range(repeats):
+        bound = bind(load_scenario(SCENARIO, overrides))
+        began = time.perf_counter()
+        output = simulate_log(bound, mode=mode)
+        seconds = min(seconds, time.perf_counter() - began)
     log = output.log
     rollouts = sum(1 for r in log.sequences if r.step_trained >= 0)
     gen = sum(s.stages["gen"] for s in log.steps)
@@ -42,7 +47,7 @@ def main() -> None:
     longer = measure("fast, responses ×4", LONGER)
     print(f"×4 lengths cost {longer / fast:.2f}× the time (target ≤ 1.2×); one step {fast:.2f} s (target ≤ 0.2 s)")
     if not args.skip_exact:
-        exact = measure("exact (every iteration)", {}, mode="exact")
+        exact = measure("exact (every iteration)", {}, mode="exact", repeats=1)
         print(f"fast is {exact / fast:.0f}× faster than exact (target ≥ 50×)")
 
 
