@@ -503,6 +503,7 @@ class EngineCosts:
         return tuple(self.spec.layer_count(kind) for kind in ("dense", "moe") if self.spec.layer_count(kind))
 
     def _layers_priced_for(self, tokens: int, latent_rows: int) -> tuple[float, tuple[float, ...], float, int]:
+        """The layers' and the after-head kernels' prices for `tokens` tokens (`_layers_priced`), priced once."""
         priced = self._layers_priced.get((tokens, latent_rows))
         if priced is None:
             kernels, collectives = self._layer_kernels(tokens, latent_rows)
@@ -516,6 +517,7 @@ class EngineCosts:
         return priced
 
     def _logits_priced_for(self, rows: int) -> tuple[tuple[float, ...], int]:
+        """The output head's and sampler's prices for `rows` sampled rows (`_logits_priced`), priced once."""
         priced = self._logits_priced.get(rows)
         if priced is None:
             kernels = self._logit_kernels(rows)
@@ -660,14 +662,9 @@ class EngineCosts:
         return expanded, absorbed, query_width
 
     def _attention_seconds(self, work: _Work, decode_context: float) -> float:
-        """The attention kernels' time in an iteration: `_attention_kernels` priced at `decode_context`, without
-        building them (every iteration asks for it)."""
-        expanded, absorbed, query_width = self._attention_widths
-        kv_per_layer = self._kv_per_layer
-        flops = absorbed * work.decode + expanded * work.prefill_pairs
-        nbytes = kv_per_layer * (work.decode + work.prefill + work.prefill_cached) + (
-            ACTIVATION_BYTES * (work.decode + work.prefill) * query_width)
-        seconds = self.rates.attention_seconds(flops + absorbed * decode_context, nbytes + kv_per_layer * decode_context)
+        """The attention kernels' time in an iteration at `decode_context`: one layer's kernel priced once, times the
+        layers of each kind (`_attention_kernels` builds one kernel per kind; every iteration asks for this)."""
+        seconds = self._kernel_seconds(self._attention_kernel(work, self._kv_per_layer, 1), decode_context)
         return sum(layers * seconds for layers in self._attention_layers)
 
     def _attention_kernel(self, work: _Work, kv_per_layer: float, layers: int) -> _Kernel:
