@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pydantic import TypeAdapter
-from scipy import stats
+from scipy import integrate, stats
 
 from rlsim.config.workload import (
     EmpiricalLength,
@@ -18,6 +18,7 @@ from rlsim.config.workload import (
     TraceLength,
 )
 from rlsim.workload import length_distribution
+from rlsim.workload.lengths import ScipyLengths
 
 
 def lognormal_clipped_mean(median: float, sigma: float, cap: float) -> float:
@@ -32,6 +33,19 @@ def test_lognormal_clipped_mean_matches_closed_form():
     dist = length_distribution(LognormalLength(kind="lognormal", median_tokens=2000, sigma=0.9))
     assert dist.clipped_mean(8192) == pytest.approx(lognormal_clipped_mean(2000, 0.9, 8192), rel=1e-6)
     assert dist.clipped_fraction(8192) == pytest.approx(stats.norm.sf(math.log(8192 / 2000) / 0.9), rel=1e-9)
+
+
+@pytest.mark.parametrize("dist", [
+    stats.lognorm(s=0.9, scale=2000), stats.lognorm(s=0.5, loc=100, scale=900), stats.gamma(a=0.5, scale=1000),
+    stats.gamma(a=2.5, scale=400), stats.norm(loc=3000, scale=900), stats.norm(loc=-5, scale=3),
+    stats.weibull_min(c=1.5, scale=2000),  # a family without a closed form here
+])
+@pytest.mark.parametrize("cap", [50, 8192, 1e6])
+def test_clipped_means_agree_with_numerical_integration(dist, cap):
+    """The clipped mean, in closed form for the families the length models build, agrees with another route to it:
+    E[min(max(X, 1), c)] = 1 + ∫₁^c P(X > t) dt, integrated numerically where P(X > t) is not negligible."""
+    integrated = 1 + integrate.quad(dist.sf, 1, min(cap, max(1.0, dist.isf(1e-16))), limit=500)[0]
+    assert ScipyLengths("any", dist).clipped_mean(cap) == pytest.approx(integrated, rel=1e-9)
 
 
 @pytest.mark.parametrize("model", [
