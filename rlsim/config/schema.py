@@ -137,8 +137,14 @@ class RolloutPlacement(Frozen):
     tp: PositiveInt = 1
     ep: PositiveInt = Field(1, description="expert parallelism inside an engine (MoE models)")
     gpu_memory_utilization: Fraction = Field(0.9, description="fraction of HBM the engine may use (vLLM's knob)")
-    max_num_seqs: PositiveInt = Field(256, description="cap on sequences decoded together per engine")
-    max_num_batched_tokens: PositiveInt = Field(8192, description="token budget per iteration (chunked prefill)")
+    # 256 and 8,192 are vllm.LLM's defaults on GPUs under 70 GiB and on A100s; what a framework's engines get depends on
+    # how it builds them (docs/validation.md, "the engines' batch limits").
+    max_num_seqs: PositiveInt = Field(
+        256, description="cap on sequences decoded together per engine (vLLM's max_num_seqs; vllm.LLM on an H100-class "
+        "GPU: 1024, AsyncLLM: 128, verl: 1024)")
+    max_num_batched_tokens: PositiveInt = Field(
+        8192, description="token budget per iteration, chunked prefill (vLLM's max_num_batched_tokens; vllm.LLM on an "
+        "H100-class GPU: 16384, AsyncLLM: 2048)")
     engine: Literal["vllm", "sglang"] = "vllm"
     cuda_graphs: Flag = True
 
