@@ -136,7 +136,9 @@ def estimate_step(bound: Bound) -> StepEstimate:
         f"reference weights brought in: {reference:.2f} s" if reference else "")
     stages["values"] = StageEstimate(
         "values", critic.forward_pass(everything, forward_pad).seconds if algo.critic else 0.0)
-    stages["adv"] = StageEstimate("adv", scenario.framework.trainer_step_overhead_s, "the driver's Python work")
+    # The driver runs on a training node's host.
+    driver = bound.framework(placement.training.pool)
+    stages["adv"] = StageEstimate("adv", driver.trainer_step_overhead_s, "the driver's Python work")
     note = f"{updates} optimizer step(s) of {len(mini_batch)} micro-batch(es) per DP rank"
     if call_in:
         note += f"; weights copied back in: {call_in:.2f} s"
@@ -170,7 +172,7 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
         spec, GPURates.from_profile(gpu, scenario.model.dtype), engine_layout,
         (lambda n: collective_time("all_reduce", n, group).seconds) if engine_layout.tp > 1 else None,
         (lambda n: collective_time("all_to_all", n, group).seconds) if engine_layout.ep > 1 else None,
-        framework=scenario.framework,
+        framework=bound.framework(engine_layout.pool),
     )
     kv_tokens = rollout_memory(scenario, spec, gpu).kv_cache_bytes / kv_bytes_per_token_per_gpu(spec, engine_layout.tp)
     per_engine = math.ceil(lengths.generated / engine_layout.engines)
@@ -234,7 +236,7 @@ def _judge(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageE
     gpu = bound.gpu(placement.pool)
     layout = judge_scenario(scenario).placement.rollout
     engine = EngineCosts.for_placement(spec, GPURates.from_profile(gpu, scenario.model.dtype), layout, None, None,
-                                       framework=scenario.framework)
+                                       framework=bound.framework(placement.pool))
     kv_tokens = rollout_memory(judge_scenario(scenario), spec, gpu).kv_cache_bytes / kv_bytes_per_token_per_gpu(
         spec, layout.tp)
     verdict = max(1, round(length_schedule(judge.verdict_tokens).at(0).clipped_mean(1 << 30)))

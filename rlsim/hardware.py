@@ -258,6 +258,14 @@ class Node(Frozen):
     nics_per_node: SourcedCount | None = None
     scale_out: ProfileName | None = None  # interconnect name of one NIC
     host_link: ProfileName
+    # How much longer the host's CPU takes for the same Python and PyTorch work (a kernel launch from Python, an
+    # engine's scheduling step) than the x86 hosts of DGX H100-class servers, where rlsim.config.framework's CPU times
+    # were measured. Absent: such a host (1).
+    host_cpu_time_factor: SourcedNumber | None = None
+
+    @property
+    def cpu_time_factor(self) -> float:
+        return self.host_cpu_time_factor.value if self.host_cpu_time_factor is not None else 1.0
 
     @model_validator(mode="after")
     def _nics_and_their_kind(self) -> Node:

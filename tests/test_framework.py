@@ -6,10 +6,12 @@ from pathlib import Path
 import pytest
 
 import rlsim
+from rlsim.config.bound import bind
 from rlsim.config.framework import (
     CUDA_GRAPH_MAX_TOKENS,
     ENGINE_STEP_CPU_PER_SEQUENCE_S,
     ENGINE_STEP_CPU_S,
+    HOST_CPU_TIMES,
     KERNEL_GAP_S,
     KERNEL_LAUNCH_S,
     Framework,
@@ -124,3 +126,36 @@ def test_the_cpu_step_grows_with_the_sequences_an_iteration_schedules(scenario):
     chunks = [PrefillChunk(100), PrefillChunk(50, logits=False)]
     assert paying.iteration_seconds(10, 10_000, chunks) - not_paying.iteration_seconds(10, 10_000, chunks) \
         == pytest.approx(12 * 1e-5)
+
+
+def test_a_slower_host_scales_the_cpu_times_and_nothing_else():
+    framework = Framework(engine_step_cpu_s=0.002)
+    assert framework.on_host(1) is framework
+    grace = framework.on_host(2.75)
+    for name in Framework.model_fields:
+        expected = getattr(framework, name) * 2.75 if name in HOST_CPU_TIMES else getattr(framework, name)
+        assert getattr(grace, name) == pytest.approx(expected), name
+    assert grace.engine_step_cpu_s == pytest.approx(0.0055)  # a value the user set scales as the defaults do
+
+
+def test_a_grace_hosted_pool_pays_its_hosts_cpu_time(scenario, tmp_path):
+    hardware = HardwareCatalog.load()
+    # TransformerEngine#2053: one torch Linear forward takes 37.08 us of CPU on a GB200, 13.48 us on a DGX H100.
+    assert hardware.gpu("gb200").node.cpu_time_factor == pytest.approx(37.08 / 13.48, rel=1e-3)
+    assert hardware.gpu("h100-sxm").node.cpu_time_factor == 1
+    gb200 = rlsim.with_(scenario, {"cluster.pools[0].gpu": "gb200", "cluster.pools[0].gpus_per_node": 4,
+                                   "cluster.pools[0].nodes": 2})
+    on_grace = bind(gb200).framework(gb200.placement.rollout.pool)
+    assert on_grace == gb200.framework.on_host(2.75)
+    assert bind(scenario).framework(scenario.placement.rollout.pool) == scenario.framework
+    # The driver's Python work is the training hosts' too: verl's adv stage, 2.75 times the x86 figure.
+    adv = rlsim.simulate(gb200).metrics["stages_s"]["adv"]
+    assert adv == pytest.approx(2.75 * Framework().trainer_step_overhead_s)
+    # The same GPUs behind an x86 host: the engines' CPU steps are shorter, so generation is too.
+    text = (Path(rlsim.hardware.shipped_profiles_dir()) / "gb200.yaml").read_text()
+    x86 = [line for line in text.splitlines() if not line.strip().startswith(("host_cpu_time_factor", "aliases"))]
+    (tmp_path / "gb200-x86.yaml").write_text("\n".join(x86).replace("name: gb200", "name: gb200-x86"))
+    on_x86 = rlsim.with_(gb200, {"cluster.pools[0].gpu": "gb200-x86", "cluster.profile_dirs": [str(tmp_path)]})
+    x86_metrics, grace_metrics = rlsim.simulate(on_x86).metrics, rlsim.simulate(gb200).metrics
+    assert x86_metrics["stages_s"]["adv"] == pytest.approx(Framework().trainer_step_overhead_s)
+    assert grace_metrics["stages_s"]["gen"] > 1.02 * x86_metrics["stages_s"]["gen"]

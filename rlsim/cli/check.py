@@ -57,11 +57,13 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
     staleness = f" (max staleness {sched.max_staleness:g})" if sched.mode == "async" else ""
     lines.append(f"schedule   {sched.mode}{staleness}; load balancer {sched.load_balancer}; partial rollout "
                  f"{sched.partial_rollout.mode}; weight sync {sched.weight_sync.method}; {s.run.steps} step(s)")
-    f = s.framework
+    f = bound.framework(s.placement.rollout.pool)  # as the engines' hosts run it
     overlap = "overlapped with the GPU" if f.overlaps(s.placement.rollout.engine) else "between GPU steps"
     graphs = f"CUDA graphs up to {f.cuda_graph_max_tokens} tokens" if s.placement.rollout.cuda_graphs else "no CUDA graphs"
+    factor = bound.gpu(s.placement.rollout.pool).node.cpu_time_factor
+    host = f" (the host's CPU takes {factor:g}× an x86 host's time)" if factor != 1 else ""
     lines.append(f"framework  engine CPU {f.engine_step_cpu_s * 1e3:.2g} ms per step, {overlap}; kernel launch "
-                 f"{f.kernel_launch_s * 1e6:.3g} µs, gap {f.kernel_gap_s * 1e6:.2g} µs; {graphs}")
+                 f"{f.kernel_launch_s * 1e6:.3g} µs, gap {f.kernel_gap_s * 1e6:.2g} µs; {graphs}{host}")
     lines.append("memory per GPU (GiB)")
     for role in memory:
         verdict = "fits" if role.fits else "DOES NOT FIT"

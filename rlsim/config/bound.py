@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlsim.config.framework import Framework
 from rlsim.config.schema import Pool, Scenario
 from rlsim.hardware import GPUProfile, HardwareCatalog, Interconnect
 from rlsim.models import ModelSpec
@@ -26,6 +27,10 @@ class Bound:
 
     def gpu(self, pool: str | None) -> GPUProfile:
         return self.pools[pool or self.scenario.cluster.pools[0].name].gpu
+
+    def framework(self, pool: str | None) -> Framework:
+        """The scenario's framework overheads for work whose CPU side runs on `pool`'s hosts."""
+        return self.scenario.framework.on_host(self.gpu(pool).node.cpu_time_factor)
 
 
 def pool_hardware(pool: Pool, hardware: HardwareCatalog) -> PoolHardware:

@@ -65,6 +65,10 @@ CUDA_GRAPH_MAX_TOKENS = 512
 # sglang-v0-4, --disable-overlap-schedule turns it off); vLLM's async scheduling (vllm-project/vllm#19970) is opt-in
 # (--async-scheduling), so a vLLM engine pays its step's CPU time between GPU steps.
 OVERLAP_BY_ENGINE = {"sglang": True, "vllm": False}
+# The fields above that are CPU time of Python and PyTorch work, measured on x86 hosts (the sources' servers are
+# DGX-class H100 and Llama-serving machines); a host with a slower CPU for that work scales them
+# (`Framework.on_host`). The kernel gap is the GPU's, the copy rates the host link's.
+HOST_CPU_TIMES = ("engine_step_cpu_s", "engine_step_cpu_per_sequence_s", "kernel_launch_s", "trainer_step_overhead_s")
 
 
 class Framework(Frozen):
@@ -115,6 +119,13 @@ class Framework(Frozen):
     def kernel_efficiency(self, backend: str) -> float:
         """The share of the modelled kernel rates a training step on `backend` sustains."""
         return self.megatron_kernel_efficiency if backend == "megatron" else self.training_kernel_efficiency
+
+    def on_host(self, cpu_time_factor: float) -> Framework:
+        """These overheads on a host whose CPU takes `cpu_time_factor` times as long for the same Python and PyTorch
+        work (a GPU profile's node.host_cpu_time_factor): the CPU times scale, the GPU-side ones do not."""
+        if cpu_time_factor == 1:
+            return self
+        return self.model_copy(update={name: getattr(self, name) * cpu_time_factor for name in HOST_CPU_TIMES})
 
     def overlaps(self, engine: str) -> bool:
         """Whether an engine of kind `engine` (placement.rollout.engine) overlaps its CPU work with the GPU."""

@@ -86,7 +86,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
         spec, rates, engine_layout,
         _memoised("all_reduce", first_group) if engine_layout.tp > 1 else None,
         _memoised("all_to_all", first_group) if engine_layout.ep > 1 else None,
-        framework=scenario.framework,
+        framework=bound.framework(engine_layout.pool),
     )
     engines = []
     for e in range(engine_layout.engines):
@@ -169,7 +169,7 @@ def _judges(env, bound: Bound, topology: ClusterTopology, index: dict[GPU, int],
     group = topology.group(gpus[:layout.tp])
     costs = EngineCosts.for_placement(spec, GPURates.from_profile(gpu, scenario.model.dtype), layout,
                                       _memoised("all_reduce", group) if layout.tp > 1 else None, None,
-                                      framework=scenario.framework)
+                                      framework=bound.framework(placement.pool))
     engines = []
     for e in range(layout.engines):
         mine = gpus[e * layout.tp:(e + 1) * layout.tp]

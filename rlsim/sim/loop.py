@@ -56,6 +56,8 @@ class RLLoop:
         self.env = sim.env
         scenario = sim.bound.scenario
         self.scenario = scenario
+        # The RL driver runs on a training node's host.
+        self.driver = sim.bound.framework(scenario.placement.training.pool)
         self.algorithm = scenario.algorithm
         self.schedule = scenario.schedule
         self.recorder = sim.recorder
@@ -290,7 +292,7 @@ class RLLoop:
     def _advantages(self, stages: dict[str, float], share: float) -> Generator:
         """The driver's Python work between the forward passes and the updates (verl's adv stage, with the step's other
         bookkeeping): `share` of a step's worth when a step trains in several pieces. The training GPUs wait."""
-        seconds = self.scenario.framework.trainer_step_overhead_s * share
+        seconds = self.driver.trainer_step_overhead_s * share
         if seconds <= 0:
             return
         start = self.env.now
