@@ -259,8 +259,8 @@ class Node(Frozen):
     scale_out: ProfileName | None = None  # interconnect name of one NIC
     host_link: ProfileName
     # How much longer the host's CPU takes for the same Python and PyTorch work (a kernel launch from Python, an
-    # engine's scheduling step) than the x86 hosts of DGX H100-class servers, where rlsim.config.framework's CPU times
-    # were measured. Absent: such a host (1).
+    # engine's scheduling step) than the x86 hosts rlsim.config.framework's CPU times stand for (a DGX H100's Xeon
+    # in the measurement behind GB200's factor). Absent: such a host (1).
     host_cpu_time_factor: SourcedNumber | None = None
 
     @property

@@ -65,9 +65,9 @@ CUDA_GRAPH_MAX_TOKENS = 512
 # sglang-v0-4, --disable-overlap-schedule turns it off); vLLM's async scheduling (vllm-project/vllm#19970) is opt-in
 # (--async-scheduling), so a vLLM engine pays its step's CPU time between GPU steps.
 OVERLAP_BY_ENGINE = {"sglang": True, "vllm": False}
-# The fields above that are CPU time of Python and PyTorch work, measured on x86 hosts (the sources' servers are
-# DGX-class H100 and Llama-serving machines); a host with a slower CPU for that work scales them
-# (`Framework.on_host`). The kernel gap is the GPU's, the copy rates the host link's.
+# The fields above that are CPU time of Python and PyTorch work. Their sources ran on x86 servers or do not name
+# the host, and none ran on a Grace; a host slower at that work scales them (`Framework.on_host`). The kernel gap
+# is the GPU's, the copy rates the host link's.
 HOST_CPU_TIMES = ("engine_step_cpu_s", "engine_step_cpu_per_sequence_s", "kernel_launch_s", "trainer_step_overhead_s")
 
 
