@@ -229,6 +229,24 @@ def test_a_pass_is_priced_the_same_whatever_was_priced_before():
     assert first.seconds != other_attention.seconds
 
 
+def test_a_lock_step_micro_batch_is_its_one_micro_batch_update_without_the_optimizer():
+    """FSDP's ranks run micro-batch by micro-batch (`micro_step`): each is what an update of that micro-batch alone
+    costs, less its optimizer step; a pipelined layout has no such unit."""
+    layout = TrainingPlacement(gpus=8, dp=8, backend="fsdp", zero_stage=3, micro_batch_tokens=16384,
+                               activation_recompute="full")
+    costs = costs_on_h100s("Qwen2.5-7B", layout)
+    for micro_batch in ([4096] * 4, [9000, 300, 7], [1]):
+        step = costs.micro_step(micro_batch)
+        whole = costs.update([micro_batch]).stages[0]
+        optimizer = costs.optimizer_step(0)
+        assert step.optimizer == 0 and step.pipeline_bubble == 0
+        assert step.total + optimizer.total == pytest.approx(whole.total, rel=1e-12)
+        assert step.exposed_collective > 0  # gathers and gradient reduce-scatters
+    pipelined = TrainingPlacement(gpus=4, pp=4, dp=1, backend="megatron", zero_stage=1, micro_batch_tokens=4096)
+    with pytest.raises(ValueError, match="one pipeline stage"):
+        TrainingCosts(MODELS.spec("Llama-3.1-70B"), RATES, pipelined, GroupCollectives(pp=free)).micro_step([4096])
+
+
 # ---------------------------------------------------------------------------------------------------- the pieces
 
 

@@ -822,6 +822,14 @@ class TrainingCosts:
         steps = [self.optimizer_step(stage) for stage in range(self.layout.pp)]
         return _finish(stages, steps)
 
+    def micro_step(self, lengths: Sequence[int]) -> TrainingTime:
+        """Forward and backward of one micro-batch on a single-stage rank, its gradients reduced as ZeRO-2/3 do after
+        every micro-batch: the unit FSDP's ranks run in lock step (`rlsim.sim.trainer`), with no optimizer step."""
+        if self._chunks != 1:
+            raise ValueError(f"a lock-step micro-batch runs on one pipeline stage, not {self._chunks} model chunks")
+        forward, backward = self._micro_batch_ops(lengths, 0, True)
+        return TrainingTime.sum((*forward, *backward))
+
     def forward_pass(self, micro_batches: Sequence[Sequence[int]], pad_to: int = 0) -> PipelineTime:
         """A forward-only pass over micro-batches (each padded up to `pad_to` tokens): old-policy or reference
         log-probs ("lm" head), critic values ("value" head). No recompute, no backward, no optimizer; FSDP still

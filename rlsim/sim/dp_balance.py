@@ -42,7 +42,8 @@ def sorted_greedy(lengths: Sequence[int], ranks: int) -> Assignment:
     """Longest first, each to the least-loaded rank (LPT scheduling; within 4/3 of optimal)."""
     heap = [(0.0, rank) for rank in range(ranks)]
     out: Assignment = [[] for _ in range(ranks)]
-    for index in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+    # Descending length, ties in index order: the sort is stable under reverse=True too.
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True):
         load, rank = heapq.heappop(heap)
         out[rank].append(index)
         heapq.heappush(heap, (load + work(lengths[index]), rank))

@@ -10,7 +10,7 @@ faster ranks is recorded as `barrier`. Seconds per rank come from `costs.trainin
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import simpy
 
@@ -90,13 +90,7 @@ class Trainer:
         steps = max(len(mbs) for mbs in per_rank)
         totals = [dict.fromkeys(LABEL_ORDER, 0.0) for _ in range(ranks)]
         for i in range(steps):
-            micro = []
-            for mbs in per_rank:
-                if i < len(mbs):
-                    whole = self._priced("update", costs, [mbs[i]]).stages[0]
-                    micro.append(_minus(whole, optimizer))
-                else:
-                    micro.append(TrainingTime())
+            micro = [costs.micro_step(mbs[i]) if i < len(mbs) else TrainingTime() for mbs in per_rank]
             slowest = max(t.total for t in micro)
             for rank, t in enumerate(micro):
                 for label, seconds in t.labels().items():
@@ -150,6 +144,3 @@ class Trainer:
             self._cache[key] = price(micro_batches, pad_to)
         return self._cache[key]
 
-
-def _minus(a: TrainingTime, b: TrainingTime) -> TrainingTime:
-    return TrainingTime(*(max(0.0, getattr(a, f.name) - getattr(b, f.name)) for f in fields(a)))
