@@ -10,14 +10,14 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+source"
 
-__all__ = ["Comparison", "Result", "Scenario", "ScenarioError", "__version__", "compare", "load_scenario", "simulate",
-           "with_"]
+__all__ = ["Comparison", "MeasuredWindowWarning", "Result", "Scenario", "ScenarioError", "__version__", "compare",
+           "load_scenario", "simulate", "with_"]
 
 # Where each public name lives. They load on first use, so `rlsim --version` and the CLI's start-up do not pay for
 # the simulator and plotly.
-_PUBLIC = {"Comparison": "rlsim.api", "Result": "rlsim.api", "compare": "rlsim.api", "load_scenario": "rlsim.api",
-           "simulate": "rlsim.api", "with_": "rlsim.api", "Scenario": "rlsim.config.schema",
-           "ScenarioError": "rlsim.errors"}
+_PUBLIC = {"Comparison": "rlsim.api", "MeasuredWindowWarning": "rlsim.api", "Result": "rlsim.api",
+           "compare": "rlsim.api", "load_scenario": "rlsim.api", "simulate": "rlsim.api", "with_": "rlsim.api",
+           "Scenario": "rlsim.config.schema", "ScenarioError": "rlsim.errors"}
 
 
 def __getattr__(name: str):

@@ -13,18 +13,22 @@ Nothing here holds state between calls except which file (and overrides) each lo
 from __future__ import annotations
 
 import dataclasses
+import sys
+import warnings
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import yaml
+from rich.console import Console
 
 from rlsim.config.bound import bind
 from rlsim.config.loader import scenario_from_document
 from rlsim.config.schema import Scenario
 from rlsim.events import EventLog
 from rlsim.metrics import RunFacts, engine_rows, gpu_rows, run_metrics, step_rows
+from rlsim.progress import Progress
 from rlsim.report.compare import (
     COMPARE_FIGURES,
     NamedMetrics,
@@ -41,7 +45,7 @@ from rlsim.report.text import headline_text
 from rlsim.sim.run import simulate_log
 from rlsim.yamlsource import YamlDocument, parse_yaml, read_yaml
 
-__all__ = ["Comparison", "Result", "compare", "load_scenario", "simulate", "with_"]
+__all__ = ["Comparison", "MeasuredWindowWarning", "Result", "compare", "load_scenario", "simulate", "with_"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,19 +167,38 @@ class Result:
 
     def __repr__(self) -> str:
         m = self.metrics
-        return (f"<Result {self.scenario.name}: {len(self.log.steps)} steps, mean step {m['step_time_s']['mean']:.2f} s,"
+        return (f"<Result {self.scenario.name}: {m['measured']['window']}, mean step {m['step_time_s']['mean']:.2f} s,"
                 f" {m['throughput']['tokens_per_s']:,.0f} tokens/s, busy {m['utilisation']['busy']:.1%}>")
 
     def _data(self) -> RunData:
         return RunData(self.log, self.facts, self.metrics)
 
 
-def simulate(scenario: Scenario, *, mode: Literal["fast", "exact"] = "fast") -> Result:
-    """Simulate the scenario's RL loop and compute its metrics (what `rlsim run` does, without writing files)."""
+class MeasuredWindowWarning(UserWarning):
+    """The steps a result averages include the pipeline's fill: its step time is not the steady state's."""
+
+
+def simulate(scenario: Scenario, *, mode: Literal["fast", "exact"] = "fast", progress: bool | None = None) -> Result:
+    """Simulate the scenario's RL loop and compute its metrics (what `rlsim run` does, without writing files).
+
+    Unless the scenario sets run.steps / run.warmup_steps, the result is measured after the schedule's pipeline has
+    filled (`result.metrics["measured"]` says over which steps); a warm-up set shorter than the fill warns
+    (MeasuredWindowWarning). `progress`: a bar over the steps (default: in Jupyter only)."""
     bound = bind(scenario)
-    output = simulate_log(bound, mode=mode)
+    with Progress(scenario.run.steps, "steps", _progress_stream(progress)) as bar:
+        output = simulate_log(bound, mode=mode, on_step=lambda step: bar.advance())
     facts = RunFacts.from_bound(bound)
-    return Result(scenario, output.log, facts, run_metrics(output.log, facts), output.simulator_wall_s)
+    result = Result(scenario, output.log, facts, run_metrics(output.log, facts), output.simulator_wall_s)
+    warning = result.metrics["measured"]["warning"]
+    if warning:
+        warnings.warn(warning, MeasuredWindowWarning, stacklevel=2)
+    return result
+
+
+def _progress_stream(progress: bool | None) -> TextIO | None:
+    if progress is None:
+        progress = Console().is_jupyter
+    return sys.stderr if progress else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,8 @@ IDLE_LABELS = ("tail", "starved", "barrier", "staleness_block", "pipeline_bubble
 LABELS = BUSY_LABELS + COMMUNICATION_LABELS + MEMORY_LABELS + IDLE_LABELS
 
 # Stage names as verl logs them (timing_s/...).
+# What `SequenceRecord.dropped_by` says of a rollout still generating or waiting when the last step ended.
+RUN_END = "run_end"
 STAGES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_actor", "update_critic", "weight_sync", "wait")
 
 
@@ -55,7 +57,7 @@ class SequenceRecord:
     version_trained: int  # policy version being trained when it was consumed (-1: dropped)
     step_trained: int  # RL step that consumed it (-1: dropped)
     preemptions: int = 0
-    dropped_by: str = ""  # the policy that dropped it, when it was not trained
+    dropped_by: str = ""  # the policy that dropped it, when it was not trained (RUN_END: still in flight at the end)
     admitted: float = -1.0  # when an engine first admitted it (-1: never)
     readmissions: int = 0  # admissions after the first: after a preemption, an interruption, or a released tool call
 

@@ -15,8 +15,8 @@ from rlsim.events import LABELS, STAGES
 from tests.sim_scenarios import scenario_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-PUBLIC = ["Comparison", "Result", "Scenario", "ScenarioError", "__version__", "compare", "load_scenario", "simulate",
-          "with_"]
+PUBLIC = ["Comparison", "MeasuredWindowWarning", "Result", "Scenario", "ScenarioError", "__version__", "compare",
+          "load_scenario", "simulate", "with_"]
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_result_renders_in_a_notebook_and_as_text(result):
     assert "<table" in html and result.scenario.name in html and "plotly" not in html.lower()
     assert f'data-value="{result.metrics["step_time_s"]["mean"]!r}"' in html
     assert "mean step time" in result.summary() and "GPU-time:" in result.summary()
-    assert repr(result).startswith(f"<Result {result.scenario.name}: 2 steps")
+    assert repr(result).startswith(f"<Result {result.scenario.name}: steps 0–1 (no warm-up)")
 
 
 def test_tables_are_plain_records_without_pandas(result, monkeypatch):

@@ -159,7 +159,7 @@ HYBRIDFLOW_GAP = ("not reproduced: at 128 H100s with sync GRPO the simulator ran
 @pytest.mark.parametrize("gpus", [16, 64, pytest.param(128, marks=pytest.mark.xfail(strict=True, reason=HYBRIDFLOW_GAP))])
 def test_hybridflow_placement_choice(gpus):
     # Synchronous steps do not overlap, so one measured step after a warm-up one is the steady state.
-    result = plan(WORKLOAD, gpus=gpus, schedules=("sync",), simulate=3, steps=2, workers=2)
+    result = plan(WORKLOAD, gpus=gpus, schedules=("sync",), simulate=3, measured_steps=1, workers=2)
     expected = "colocated" if gpus <= 64 else ("disaggregated", "hybrid")
     assert result.winner.candidate.placement in expected, [e.candidate.label for e in result.ranked]
 

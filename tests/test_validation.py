@@ -11,15 +11,9 @@ import pytest
 
 from rlsim.api import load_scenario, with_
 from rlsim.cli import main
+from rlsim.config.run_length import MAX_FILL_STEPS, fill_steps
 from rlsim.errors import ScenarioError
-from rlsim.validation.cases import (
-    DEFAULT_MANIFEST,
-    MAX_FILL_STEPS,
-    MEASURED_STEPS,
-    load_manifest,
-    scenario_path,
-    steady_state_warmup,
-)
+from rlsim.validation.cases import DEFAULT_MANIFEST, MEASURED_STEPS, load_manifest, scenario_path
 from rlsim.validation.docs import MARKER, PARITY_FILE, write_docs
 from rlsim.validation.figures import check_name, kind_of, read_figure
 from rlsim.validation.parity import parity_svg
@@ -48,7 +42,7 @@ def test_simulated_cases_are_measured_after_the_pipeline_fills(case):
     if not any(kind_of(f.figure).needs_run for f in case.figures):
         return
     scenario = case_scenario(DEFAULT_MANIFEST, case)
-    warmup = steady_state_warmup(scenario)
+    warmup = fill_steps(scenario.schedule)
     assert scenario.run.warmup_steps >= warmup
     assert scenario.run.steps - scenario.run.warmup_steps >= (MEASURED_STEPS if warmup else 1)
 
@@ -56,14 +50,14 @@ def test_simulated_cases_are_measured_after_the_pipeline_fills(case):
 def test_the_fill_follows_how_far_generation_may_run_ahead():
     case = next(c for c in MANIFEST.cases if c.name == "v5-staleness-1")
     scenario = load_scenario(scenario_path(DEFAULT_MANIFEST, case), case.overrides)
-    assert steady_state_warmup(scenario) == 2
-    assert steady_state_warmup(with_(scenario, {"schedule.max_staleness": 3})) == 4
-    assert steady_state_warmup(with_(scenario, {"schedule.max_staleness": 0.5})) == 2  # part of a batch ahead
-    assert steady_state_warmup(with_(scenario, {"schedule.max_staleness": 64})) == MAX_FILL_STEPS + 1
+    assert fill_steps(scenario.schedule) == 2
+    assert fill_steps(with_(scenario, {"schedule.max_staleness": 3}).schedule) == 4
+    assert fill_steps(with_(scenario, {"schedule.max_staleness": 0.5}).schedule) == 2  # part of a batch ahead
+    assert fill_steps(with_(scenario, {"schedule.max_staleness": 64}).schedule) == MAX_FILL_STEPS + 1
     synchronous = with_(scenario, {"schedule.mode": "sync", "schedule.max_staleness": None,
                                    "schedule.partial_rollout": {"mode": "off"}, "placement.mode": "colocated",
                                    "placement.training.gpus": None})
-    assert steady_state_warmup(synchronous) == 0
+    assert fill_steps(synchronous.schedule) == 0
 
 
 @pytest.mark.parametrize("path", sorted(FOLDER.glob("*.yaml")), ids=lambda p: p.name)

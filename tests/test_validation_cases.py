@@ -1,26 +1,27 @@
 """Every validation case runs and yields its figures, and the validation issue's error bounds are asserted over them.
 
-Off-policy cases keep their warm-up (the pipeline's fill) and measure one step after it here (`rlsim validate` measures
-two): steps after the fill have the same shape, so the figures move little. The cases run once, in two processes (CI has
-two cores), so the whole module takes about as long as the slowest half of `rlsim validate`.
+The cases run once, as `rlsim validate` runs them (the pipeline's fill, then two measured steps), in two processes (CI
+has two cores), so the results are the ones `rlsim validate --json` prints and the README's accuracy sentence states.
 """
 from __future__ import annotations
 
 import math
 from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
+from pathlib import Path
 
 import pytest
 
 from rlsim.api import simulate
-from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
+from rlsim.validation.cases import DEFAULT_MANIFEST, MEASURED_STEPS, load_manifest
+from rlsim.validation.docs import accuracy_sentence, readme_accuracy
 from rlsim.validation.figures import FIGURE_KINDS
 from rlsim.validation.run import CaseRun, run_case
 from rlsim.validation.table import MEDIAN_BOUND_PCT, RATIO_BOUND_PCT, WORST_BOUND_PCT, Validation, compare_pairs
 from tests.sim_scenarios import bound
 
 MANIFEST = load_manifest()
-SUITE_MEASURED = 1
+README = Path(__file__).resolve().parent.parent / "README.md"
 PROCESSES = 2
 
 
@@ -28,7 +29,7 @@ PROCESSES = 2
 def runs() -> dict[str, CaseRun]:
     """Every case, run once for the module."""
     with ProcessPoolExecutor(max_workers=PROCESSES) as pool:
-        runs = pool.map(run_case, repeat(DEFAULT_MANIFEST), MANIFEST.cases, repeat(SUITE_MEASURED))
+        runs = pool.map(run_case, repeat(DEFAULT_MANIFEST), MANIFEST.cases, repeat(MEASURED_STEPS))
         return {run.case: run for run in runs}
 
 
@@ -46,6 +47,11 @@ def test_case_runs_and_produces_its_figures(case, runs):
         assert math.isfinite(row.simulated) and row.simulated > 0, f"{row.figure} = {row.simulated}"
         if row.unit == "%":
             assert row.simulated <= 100
+
+
+def test_the_readme_states_the_accuracy_validate_measures(validation):
+    # `rlsim validate` (writing docs) rewrites the sentence; a change that moves the figures must rewrite it too.
+    assert readme_accuracy(README) == accuracy_sentence(validation)
 
 
 def test_shares_of_a_step_add_up(validation):

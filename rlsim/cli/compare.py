@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
+from rlsim.cli.file_names import bounded_name
 from rlsim.errors import Problem, ScenarioError
 from rlsim.report.compare import NamedMetrics, compare_html, compare_text, read_run_metrics
 
@@ -15,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "print the runs side by side, the figures that differ most from the first run "
                                    "first; write the same as a self-contained HTML page.")
     parser.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR", help="run folders (the first is the baseline)")
-    parser.add_argument("--out", type=Path, default=Path("compare.html"), help="HTML file to write (default: %(default)s)")
+    parser.add_argument("--out", type=Path, help="HTML file to write (default: compare-<first>-vs-<second>….html beside "
+                        "the first run folder)")
     parser.set_defaults(handler=compare)
 
 
@@ -29,8 +31,16 @@ def compare(args: argparse.Namespace) -> int:
     if len(args.runs) < 2:
         raise ScenarioError(Problem("compare needs at least two run folders", file="rlsim compare"))
     runs = [NamedMetrics(name, read_run_metrics(folder)) for name, folder in zip(run_names(args.runs), args.runs, strict=True)]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(compare_html(runs))
+    out = args.out or default_compare_path(args.runs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(compare_html(runs))
     print(compare_text(runs))
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
     return OK
+
+
+def default_compare_path(folders: list[Path]) -> Path:
+    """Beside the first run folder (where its runs live, not wherever the command happens to run), named after the
+    runs; a long name ends in a digest of them."""
+    name = bounded_name("compare-" + "-vs-".join(folder.resolve().name for folder in folders))
+    return folders[0].resolve().parent / f"{name}.html"

@@ -10,7 +10,7 @@ from rlsim.cli.exitcodes import OK
 from rlsim.errors import Problem, ScenarioError
 from rlsim.plan import plan
 from rlsim.plan.candidates import SCHEDULES
-from rlsim.plan.planner import REFINE
+from rlsim.plan.planner import MEASURED_STEPS, REFINE
 from rlsim.plan.text import budget_summary, plan_dict, plan_text
 
 SCHEDULE_MODES = tuple(dict.fromkeys(schedule.mode for schedule in SCHEDULES))  # the modes the planner enumerates
@@ -38,8 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="extra simulations that move the winner's split one eighth of the GPUs at a time, and an "
                         "async winner's staleness bound one step or its weight updates between interrupt and in-flight, "
                         "while it improves; 0 ranks the shortlist only (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=3, help="steps per simulation, the first one warm-up "
-                        "(default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=MEASURED_STEPS,
+                        help="steps each simulation measures, after its schedule's pipeline fill (a one-step-off run "
+                        "warms up for 2 steps, an async one for its staleness bound + 1) (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="simulations at once (default: this machine's cores)")
     parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
@@ -53,11 +54,11 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not schedules:
         raise ScenarioError(Problem(f"unknown schedule mode(s): {', '.join(unknown) or '(none given)'}",
                                     file="rlsim plan --schedules", valid=", ".join(SCHEDULE_MODES)))
-    if args.steps < 2 or args.simulate < 1 or args.workers < 1 or args.refine < 0:
-        raise ScenarioError(Problem("--steps must be at least 2 (one warm-up, one measured); --simulate and --workers "
-                                    "at least 1; --refine at least 0", file="rlsim plan"))
+    if args.steps < 1 or args.simulate < 1 or args.workers < 1 or args.refine < 0:
+        raise ScenarioError(Problem("--steps, --simulate and --workers must be at least 1; --refine at least 0",
+                                    file="rlsim plan"))
     plans = [plan(args.scenario, gpus=n, gpu=args.gpu, model=args.model,
-                  schedules=schedules, simulate=args.simulate, steps=args.steps, warmup_steps=1, workers=args.workers,
+                  schedules=schedules, simulate=args.simulate, measured_steps=args.steps, workers=args.workers,
                   refine=args.refine)
              for n in budgets]
     if args.json:

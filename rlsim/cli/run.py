@@ -2,19 +2,24 @@
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import shutil
+import sys
 from pathlib import Path
 
 import yaml
 
 from rlsim.cli.exitcodes import OK
+from rlsim.cli.file_names import bounded_name
 from rlsim.config import load_scenario
 from rlsim.config.bound import bind
 from rlsim.errors import Problem, ScenarioError
-from rlsim.events import STAGES, EventLog
+from rlsim.events import StepRecord
 from rlsim.metrics import RunFacts, run_metrics
 from rlsim.report.figures import RunData
 from rlsim.report.run_folder import metrics_json, write_run_folder
-from rlsim.report.text import headline_text
+from rlsim.report.text import STEP_HEADER, headline_text, step_line
 from rlsim.sim.run import simulate_log
 
 
@@ -24,8 +29,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "and the headline figures, and write the run folder: resolved.yaml, metrics.json, "
                                    "timing.json, spans/sequences/steps.csv.gz, trace.json (Perfetto) and report.html.")
     parser.add_argument("scenario", type=Path, help="scenario YAML file")
-    parser.add_argument("--steps", type=int, help="override run.steps")
-    parser.add_argument("--out", type=Path, help="run folder (default: runs/<scenario name>)")
+    parser.add_argument("--steps", type=int, help="override run.steps: steps simulated, warm-up included (default: "
+                        "the schedule's pipeline fill, then 3 measured steps)")
+    parser.add_argument("--out", type=Path, help="run folder (default: runs/<scenario name>, then --<path>=<value> "
+                        "for each --set and --steps, so a what-if never overwrites its baseline)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                         help="override a field, e.g. --set placement.rollout.gpus=48 (repeatable; VALUE is YAML)")
     parser.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the table")
@@ -48,20 +55,34 @@ def run(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.overrides)
     scenario = load_scenario(args.scenario, overrides)
     if args.steps is not None:
-        # Fewer steps than the file's warm-up would leave nothing to measure: keep at least the last step measured.
         overrides["run.steps"] = args.steps
-        overrides["run.warmup_steps"] = min(scenario.run.warmup_steps, max(0, args.steps - 1))
+        # A warm-up as long as the run would leave nothing to measure: keep at least the last step measured. A warm-up
+        # the scenario leaves unset follows the new length by itself.
+        if scenario.run.warmup_steps >= args.steps:
+            overrides["run.warmup_steps"] = max(0, args.steps - 1)
         scenario = load_scenario(args.scenario, overrides)
     bound = bind(scenario)
-    output = simulate_log(bound, mode="exact" if args.exact else "fast")
+    out = args.out or Path("runs") / run_folder_name(scenario.name, overrides)
+    streaming = not args.json
+    width = shutil.get_terminal_size().columns
+    if streaming:
+        print(f"simulating {scenario.name}: {scenario.run.steps} steps, the first {scenario.run.warmup_steps} "
+              "warm-up" if scenario.run.warmup_steps else f"simulating {scenario.name}: {scenario.run.steps} steps")
+        print(STEP_HEADER, flush=True)
+
+    def show(step: StepRecord) -> None:
+        print(step_line(step, scenario.run.warmup_steps, width), flush=True)
+
+    output = simulate_log(bound, mode="exact" if args.exact else "fast", on_step=show if streaming else None)
     facts = RunFacts.from_bound(bound)
     data = RunData(output.log, facts, run_metrics(output.log, facts))
-    out = args.out or Path("runs") / scenario.name
     write_run_folder(out, scenario, data, output.simulator_wall_s)
+    warning = data.metrics["measured"]["warning"]
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print(metrics_json(data.metrics), end="")
     else:
-        print(step_table(output.log))
         print(headline_text(data.metrics))
         sim = data.metrics["simulator"]
         print(f"simulated {sim['wall_s']:.1f} s in {output.simulator_wall_s:.2f} s ({sim['events']:,} events); "
@@ -69,9 +90,12 @@ def run(args: argparse.Namespace) -> int:
     return OK
 
 
-def step_table(log: EventLog) -> str:
-    shown = [s for s in STAGES if any(step.stages.get(s, 0.0) > 0 for step in log.steps)]
-    lines = [f"{'step':>4}{'time s':>10}" + "".join(f"{name:>14}" for name in shown)]
-    for step in log.steps:
-        lines.append(f"{step.step:>4}{step.seconds:>10.2f}" + "".join(f"{step.stages.get(n, 0.0):>14.2f}" for n in shown))
-    return "\n".join(lines)
+def run_folder_name(scenario_name: str, overrides: dict[str, object]) -> str:
+    """The default run folder: the scenario's name, then each override, so a what-if never overwrites its baseline
+    (`runs/quickstart--placement.rollout.tp=2`). Names too long for a file system end in a digest of the overrides."""
+    if not overrides:
+        return scenario_name
+    changes = ",".join(f"{path}={json.dumps(value, sort_keys=True, separators=(',', ':'))}"
+                       for path, value in sorted(overrides.items()))
+    safe = re.sub(r"[^A-Za-z0-9._=,+\-\[\]]+", "_", changes)
+    return bounded_name(f"{scenario_name}--{safe}")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.run import parse_overrides
+from rlsim.progress import Progress
 from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
-from rlsim.validation.docs import write_docs
-from rlsim.validation.run import CaseRun, run_validation
+from rlsim.validation.docs import write_docs, write_readme_accuracy
+from rlsim.validation.run import run_validation, select_cases
 
 # The page of a source checkout; an installed rlsim has none and writes a page only where --docs says.
 _CHECKOUT_DOCS = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
@@ -42,11 +43,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     probe = parse_overrides(args.probe)
-    validation = run_validation(args.cases_file, args.cases, max(1, args.jobs), on_case=_progress, probe=probe)
+    total = len(select_cases(load_manifest(args.cases_file), args.cases))
+    # On stderr, so `--json` output stays a single document.
+    with Progress(total, "cases", sys.stderr) as bar:
+        validation = run_validation(args.cases_file, args.cases, max(1, args.jobs),
+                                    on_case=lambda case: bar.advance(), probe=probe)
     written = []
     # The page documents the shipped assumptions, so a probe never rewrites it.
     if not args.cases and not probe and not args.no_docs and args.docs is not None:
         written = write_docs(validation, load_manifest(args.cases_file), args.docs)
+        readme = args.docs.resolve().parent.parent / "README.md"
+        # Only the checkout's own README, whose docs/ the page is in: a page written elsewhere leaves it alone.
+        if args.docs.resolve() == _CHECKOUT_DOCS and readme.is_file() and write_readme_accuracy(validation, readme):
+            written.append(readme)
     if args.json:
         print(json.dumps({**validation.as_dict(), **({"probe": probe} if probe else {})}, indent=2))
     else:
@@ -58,8 +67,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(validation.host_seconds)} cases in {host:.0f} s of simulation"
               + (f"; wrote {', '.join(str(p) for p in written)}" if written else ""))
     return OK
-
-
-def _progress(run: CaseRun) -> None:
-    # On stderr, so `--json` output stays a single document.
-    print(f"  {run.case}: {run.host_seconds:.1f} s", file=sys.stderr, flush=True)

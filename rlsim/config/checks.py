@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rlsim.config.schema import OffloadHostMemory, Placement, Pool, Scenario
+from rlsim.config.run_length import resolve_run_length
+from rlsim.config.schema import OffloadHostMemory, Placement, Pool, Run, Scenario
 from rlsim.config.workload import Workload
 from rlsim.errors import Problem, ScenarioError, UnknownName
 from rlsim.hardware import HardwareCatalog
@@ -50,7 +51,9 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
     if schedule.mode == "async" and schedule.max_staleness is None:
         schedule = schedule.model_copy(update={"max_staleness": 1})
     workload = _resolve_trace_paths(scenario.workload, base_dir, check)
+    length = resolve_run_length(scenario.run, schedule)
     resolved = scenario.model_copy(update={
+        "run": Run(steps=length.steps, warmup_steps=length.warmup_steps),
         "cluster": cluster, "model": model, "placement": placement, "schedule": schedule, "workload": workload,
     })
     if not any(p.path.startswith(("cluster", "placement")) for p in check.problems):

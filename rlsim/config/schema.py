@@ -362,8 +362,15 @@ class Schedule(Frozen):
 
 
 class Run(Frozen):
-    steps: PositiveInt = 3
-    warmup_steps: NonNegativeInt = 0
+    """How long a run is and which steps it measures. Left unset, a run warms up for its schedule's pipeline fill
+    (none for synchronous runs; one-step-off and async runs fill for their staleness bound plus one step) and then
+    measures three steps: the steady-state answer. The resolved scenario holds the numbers chosen."""
+
+    steps: PositiveInt | None = Field(
+        None, description="steps simulated, warm-up included (default: the warm-up plus three measured steps)")
+    warmup_steps: NonNegativeInt | None = Field(
+        None, description="leading steps left out of the averages, so the results are steady state (default: the "
+        "schedule's pipeline fill: 0 for sync, 2 for one-step-off, ⌈max_staleness⌉ + 1 for async, at most 5)")
 
 
 class Scenario(Frozen):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlsim.config.bound import Bound
+from rlsim.config.run_length import fill_steps
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
 from rlsim.costs.rollout import EngineCosts
@@ -78,6 +79,8 @@ class RunFacts:
     # (the cost model's `weight_bytes_read`: every weight once, an MoE layer only the experts its tokens touch);
     # batches past the end read the last entry's.
     decode_weight_bytes: tuple[float, ...]
+    # Steps the schedule's pipeline takes to fill (rlsim.config.run_length): a warm-up shorter than this measures the fill.
+    pipeline_fill_steps: int = 0
 
     @classmethod
     def from_bound(cls, bound: Bound) -> RunFacts:
@@ -116,6 +119,7 @@ class RunFacts:
             kv_capacity_tokens=int(rollout_memory(scenario, spec, rollout_gpu).kv_cache_bytes // kv_per_gpu),
             kv_bytes_per_token=kv_per_gpu * engine.tp,
             decode_weight_bytes=decode_weight_bytes(bound),
+            pipeline_fill_steps=fill_steps(scenario.schedule),
         )
 
     def weight_bytes(self, batch: np.ndarray) -> np.ndarray:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlsim.events import EventLog
+from rlsim.config.run_length import RunLength, measured_window, short_warmup_warning
+from rlsim.events import RUN_END, EventLog
 from rlsim.metrics.cost import cost
 from rlsim.metrics.efficiency import decode_hbm_utilisation, mfu, model_flops
 from rlsim.metrics.engines import engine_summary
@@ -31,7 +32,9 @@ def summary(log: EventLog, warmup_steps: int) -> dict:
         "throughput": throughput(steps, log.gpus),
         "gpu_seconds_by_label": gpu_seconds_by_label(log),
         "staleness": {"mean": float(staleness.mean()), "max": int(staleness.max())},
-        "sequences": {"trained": len(done), "dropped": len(log.sequences) - len(done),
+        # Rollouts still in flight when the last step ends are the run's horizon, not data a policy threw away.
+        "sequences": {"trained": len(done), "dropped": sum(1 for r in log.sequences if r.dropped_by not in ("", RUN_END)),
+                      "in_flight_at_end": sum(1 for r in log.sequences if r.dropped_by == RUN_END),
                       "truncated_fraction": float(np.mean([r.truncated for r in done])) if done else 0.0},
         "simulator": {"events": log.events, "wall_s": log.wall_s},
     }
@@ -59,5 +62,14 @@ def run_metrics(log: EventLog, facts: RunFacts) -> dict:
                       "tail_gpu_s_per_step": float(np.mean([t["tail_gpu_s"] for t in tails])) if tails else 0.0},
         "response_tokens": response_length_stats(log),
         "cost": cost(metrics["step_time_s"]["mean"], facts),
+        "measured": measured(log, facts),
     })
     return metrics
+
+
+def measured(log: EventLog, facts: RunFacts) -> dict:
+    """Which steps the averages describe, and a warning when they include the pipeline's fill (not steady state)."""
+    length = RunLength(steps=len(log.steps), warmup_steps=facts.warmup_steps)
+    return {"warmup_steps": length.warmup_steps, "steps": length.steps,
+            "pipeline_fill_steps": facts.pipeline_fill_steps, "window": measured_window(length),
+            "warning": short_warmup_warning(length, facts.pipeline_fill_steps, facts.schedule)}

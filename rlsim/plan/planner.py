@@ -4,7 +4,7 @@
 2. prune those whose per-GPU memory does not fit (as `rlsim check` judges it);
 3. price the rest with `rlsim estimate` (napkin math, milliseconds each);
 4. simulate a shortlist: the best estimate of each placement (colocated, disaggregated, hybrid), then the best of
-   the other placement-and-schedule families in order of estimate, for `run.steps` steps each;
+   the other placement-and-schedule families in order of estimate, each measured after its pipeline has filled;
 5. refine: while the best simulated candidate divides the GPUs between roles, simulate its neighbours — one eighth
    of the GPUs either side (same placement, schedule and engine size) and, when it runs async, the next staleness
    bound either side and the other way of taking new weights (same split) — and move to the best — the estimate
@@ -21,7 +21,7 @@ from typing import Any
 
 from rlsim.config.bound import bind
 from rlsim.config.loader import scenario_from_document
-from rlsim.config.schema import Scenario
+from rlsim.config.schema import Run, Scenario
 from rlsim.costs.memory import GIB, memory_report
 from rlsim.errors import Problem, ScenarioError
 from rlsim.estimate import estimate_step
@@ -65,7 +65,7 @@ class Plan:
     infeasible: dict[str, int]  # role that does not fit -> candidates
     estimated: tuple[Evaluated, ...]  # memory-feasible candidates, best estimate first
     ranked: tuple[Evaluated, ...]  # simulated candidates, best first
-    steps: int
+    measured_steps: int  # per simulation, after its schedule's pipeline fill
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -77,17 +77,20 @@ class Plan:
 # the other way of taking weights), so 12 allow two full rounds and most of a third. On the documented workload at 64
 # H100s, 4 stopped after one round at η=2 interrupted (201k tokens/s); the climb ends at η=2 in flight (212k) after 11.
 REFINE = 12
+# Steps each shortlisted simulation measures after its warm-up, as validation cases do.
+MEASURED_STEPS = 2
 
 
 def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *, gpus: int, gpu: str | None = None,
          model: str | None = None, overrides: Mapping[str, Any] | None = None,
-         schedules: tuple[str, ...] | None = None, simulate: int = 4, steps: int = 3, warmup_steps: int = 1,
+         schedules: tuple[str, ...] | None = None, simulate: int = 4, measured_steps: int = MEASURED_STEPS,
          workers: int = 1, refine: int = REFINE) -> Plan:
     """Plan the model, algorithm and workload of `base` (a scenario file, or its parsed document with the folder its
     relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
     the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
     one_step_off, async); `refine` bounds the extra simulations spent moving the winner to a neighbouring split,
-    staleness bound or way of updating weights."""
+    staleness bound or way of updating weights. Each candidate is simulated for `measured_steps` after its own
+    schedule's pipeline fill (rlsim.config.run_length), so an async η = 4 warms up longer than a one-step-off run."""
     if not isinstance(base, YamlDocument):
         base_dir = Path(base).resolve().parent
         base = read_yaml(base)
@@ -108,7 +111,8 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     if gpus < 2 or (gpus > per_node and gpus % per_node):
         raise ScenarioError(Problem(f"{gpus} GPUs of {gpu} are not whole nodes of {per_node}", file="rlsim plan --gpus",
                                     value=gpus, valid=f"2 to {per_node}, or a multiple of {per_node}"))
-    fixed: dict[str, Any] = {"run.steps": steps, "run.warmup_steps": warmup_steps}
+    # The run length is each candidate's own (set below), whatever the base file says.
+    fixed: dict[str, Any] = {"run.steps": None, "run.warmup_steps": None}
     if model:
         fixed["model"] = model
     invalid: dict[str, int] = {}
@@ -122,6 +126,8 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
             reason = f"{err.first.path}: {err.first.message}"
             invalid[reason] = invalid.get(reason, 0) + 1
             continue
+        warmup = scenario.run.warmup_steps  # the schedule's fill
+        scenario = scenario.model_copy(update={"run": Run(steps=warmup + measured_steps, warmup_steps=warmup)})
         bound = bind(scenario)
         memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()})
         short = [m for m in memory if not m.fits]
@@ -151,7 +157,7 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     workload = (f"{first.model.name} {first.algorithm.name.upper()}: {first.algorithm.prompts_per_step} prompts × "
                 f"{first.algorithm.samples_per_prompt} samples per step, prompts ≤ {first.algorithm.max_prompt_tokens}"
                 f" and responses ≤ {first.algorithm.max_response_tokens} tokens")
-    return Plan(gpus, gpu, first.model.name, workload, len(found), invalid, infeasible, tuple(estimated), ranked, steps,
+    return Plan(gpus, gpu, first.model.name, workload, len(found), invalid, infeasible, tuple(estimated), ranked, measured_steps,
                 tuple(notes))
 
 

@@ -14,7 +14,8 @@ def plan_text(result: Plan) -> str:
     lines = [f"plan for {result.workload} on {result.gpus} × {result.gpu}",
              f"{result.considered} candidates: {sum(result.invalid.values())} invalid, "
              f"{sum(result.infeasible.values())} do not fit in memory, {len(result.estimated)} estimated "
-             f"({pruned} pruned); simulated the best {len(result.ranked)} for {result.steps} steps (1 warm-up)"]
+             f"({pruned} pruned); simulated the best {len(result.ranked)} for {result.measured_steps} steps each "
+             f"after its pipeline filled"]
     for reason, count in sorted(result.infeasible.items(), key=lambda item: -item[1])[:3]:
         lines.append(f"  does not fit ({count}): {reason}")
     head = (f"{'rank':>4}  {'candidate':<{LABEL_WIDTH}}{'est. step s':>12}{'step s':>9}{'tokens/s':>11}{'per GPU':>9}"

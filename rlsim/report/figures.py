@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from rlsim.events import BUSY_LABELS, LABELS, STAGES, EventLog, Span
+from rlsim.events import BUSY_LABELS, LABELS, RUN_END, STAGES, EventLog, Span
 from rlsim.metrics.engines import engine_series
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.groups import GpuGroup, gpu_groups, group_spans
@@ -188,7 +188,9 @@ def step_figure(data: RunData) -> go.Figure:
 def length_figure(data: RunData) -> go.Figure:
     records = data.log.sequences
     kept = np.array([r.response_tokens for r in trained(data.log)], dtype=np.float64)
-    dropped = np.array([r.response_tokens for r in records if r.step_trained < 0], dtype=np.float64)
+    # In flight at the run's end is the horizon, not a policy's drop: such sequences are not drawn.
+    dropped = np.array([r.response_tokens for r in records if r.step_trained < 0 and r.dropped_by != RUN_END],
+                       dtype=np.float64)
     everything = np.concatenate([kept, dropped])
     edges = np.histogram_bin_edges(everything, bins=60) if everything.size else np.array([0.0, 1.0])
     centres, width = (edges[:-1] + edges[1:]) / 2, edges[1] - edges[0]

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import time
 from pathlib import Path
 
 import yaml
@@ -19,8 +22,35 @@ def metrics_json(metrics: dict) -> str:
 
 def write_run_folder(out: Path, scenario: Scenario, data: RunData, host_seconds: float) -> list[Path]:
     """resolved.yaml, metrics.json, timing.json (host time, the only file that varies between identical runs), the
-    event tables, trace.json and report.html. Returns the paths written."""
-    out.mkdir(parents=True, exist_ok=True)
+    event tables, trace.json and report.html. Returns the paths written.
+
+    The files are written into a sibling folder first and moved into place once complete, so an interrupted write
+    leaves the previous run folder (if any) as it was, never a half-written one."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # mkdir, not tempfile.mkdtemp: the folder keeps the user's umask instead of mkdtemp's owner-only mode.
+    staging = out.parent / f".{out.name[:50]}.{os.getpid()}.{time.monotonic_ns()}.partial"
+    staging.mkdir()
+    try:
+        written = _write_files(staging, scenario, data, host_seconds)
+        _replace_folder(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return [out / path.relative_to(staging) for path in written]
+
+
+def _replace_folder(new: Path, out: Path) -> None:
+    """Move `new` to `out`; an existing `out` is set aside first and removed only once `new` is in place."""
+    if not out.exists():
+        new.rename(out)
+        return
+    old = out.parent / f".{out.name[:50]}.{os.getpid()}.old"
+    out.rename(old)
+    new.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_files(out: Path, scenario: Scenario, data: RunData, host_seconds: float) -> list[Path]:
     written = [out / "resolved.yaml", out / "metrics.json", out / "timing.json"]
     written[0].write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
     written[1].write_text(metrics_json(data.metrics))

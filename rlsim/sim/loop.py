@@ -32,7 +32,7 @@ from collections.abc import Generator
 
 import simpy
 
-from rlsim.events import STAGES, SequenceRecord, StepRecord
+from rlsim.events import RUN_END, STAGES, SequenceRecord, StepRecord
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.build import Simulation, judge_max_verdict
 from rlsim.sim.rollout import MultiTurnRollout, PauseMode
@@ -515,7 +515,7 @@ class RLLoop:
     def _drop_leftovers(self) -> None:
         """Rollouts still generating or waiting when the last step ends are dropped by the run's end, and named so."""
         for group in list(self._members):
-            self._drop(group, "run_end")
+            self._drop(group, RUN_END)
 
     def _record(self, r: Rollout, version: int, step: int, dropped_by: str = "") -> SequenceRecord:
         # A trajectory's prompt tokens are all it did not generate: its prompt and every tool response appended.

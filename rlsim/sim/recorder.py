@@ -59,6 +59,14 @@ class Recorder:
     def step(self, record: StepRecord) -> None:
         self._steps.append(record)
 
+    @property
+    def step_count(self) -> int:
+        return len(self._steps)
+
+    def steps_after(self, count: int) -> list[StepRecord]:
+        """The steps recorded after the first `count`, in the order they ended (a run's live progress)."""
+        return self._steps[count:]
+
     def freeze(self, wall_s: float, events: int) -> EventLog:
         spans = self._busy_clipped(wall_s) + self._idle_spans(wall_s)
         spans.sort(key=lambda s: (s.first_gpu, s.start, s.end))

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
 from rlsim.config.bound import Bound
-from rlsim.events import EventLog
+from rlsim.events import EventLog, StepRecord
 from rlsim.sim.build import build
 from rlsim.sim.loop import RLLoop
 
@@ -40,17 +40,20 @@ def _rare_collections() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
-def simulate_log(bound: Bound, *, mode: Literal["fast", "exact"] = "fast") -> RunOutput:
+def simulate_log(bound: Bound, *, mode: Literal["fast", "exact"] = "fast",
+                 on_step: Callable[[StepRecord], None] | None = None) -> RunOutput:
+    """Simulate the scenario; `on_step` is called with each RL step as it ends (a live per-step table)."""
     with _rare_collections():
-        return _simulate_log(bound, mode)
+        return _simulate_log(bound, mode, on_step)
 
 
-def _simulate_log(bound: Bound, mode: Literal["fast", "exact"]) -> RunOutput:
+def _simulate_log(bound: Bound, mode: Literal["fast", "exact"],
+                  on_step: Callable[[StepRecord], None] | None) -> RunOutput:
     began = time.perf_counter()
     sim = build(bound, mode=mode)
     loop = RLLoop(sim)
     done = sim.env.process(loop.run())
-    events = 0
+    events = reported = 0
     env = sim.env
     # Stepping by hand (rather than env.run) counts the events: the simulator's work, which must scale with sequences.
     # Until the loop's end is *processed*: a loop that fails is triggered at once, and only processing re-raises.
@@ -60,6 +63,10 @@ def _simulate_log(bound: Bound, mode: Literal["fast", "exact"]) -> RunOutput:
                                "left: a process waits for an event nothing will trigger (a bug in rlsim)")
         env.step()
         events += 1
+        if on_step is not None and sim.recorder.step_count > reported:
+            for record in sim.recorder.steps_after(reported):
+                on_step(record)
+                reported += 1
     for engine in sim.engines:
         engine.close()
     log = sim.recorder.freeze(env.now, events)

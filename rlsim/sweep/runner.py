@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TextIO
 
 from rlsim.errors import Problem, ScenarioError
+from rlsim.progress import Progress
 from rlsim.sweep.compute import PointTask, blank_row
 from rlsim.sweep.executors import EXECUTORS
 from rlsim.sweep.points import Expansion, expand
-from rlsim.sweep.progress import Progress
 from rlsim.sweep.spec import SweepSpec, load_sweep
 from rlsim.sweep.store import SweepStore
 from rlsim.sweep.table import columns, csv_text, parquet_bytes
@@ -73,12 +73,11 @@ def run_sweep(sweep: SweepSpec | str | Path, out: str | Path, *, workers: int = 
             axes = blank_row(point, spec.axis_paths)
             rows[point.id] = {**row, **{path: axes[path] for path in spec.axis_paths}}
     tasks = [PointTask(point, spec.axis_paths, full_run_folders) for point in expansion.points if point.id not in rows]
-    bar = Progress(len(tasks), progress)
-    for outcome in EXECUTORS[executor](tasks, workers, address):
-        store.write_point(outcome.id, outcome.files, outcome.row)
-        rows[outcome.id] = outcome.row
-        bar.advance(outcome.row["status"])
-    bar.finish()
+    with Progress(len(tasks), "points", progress) as bar:
+        for outcome in EXECUTORS[executor](tasks, workers, address):
+            store.write_point(outcome.id, outcome.files, outcome.row)
+            rows[outcome.id] = outcome.row
+            bar.advance(outcome.row["status"])
     table = tuple(rows[point.id] for point in expansion.points)
     store.write("results.csv", csv_text(table, names))
     store.write("results.parquet", parquet_bytes(table, names))

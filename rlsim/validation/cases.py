@@ -5,7 +5,6 @@ Bad input raises ScenarioError naming the manifest, the line and the field, as s
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,6 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from rlsim.config import load_scenario
-from rlsim.config.schema import Scenario
 from rlsim.errors import Problem, ScenarioError
 from rlsim.fields import Frozen, NonNegativeInt, PositiveFloat, PositiveInt
 from rlsim.loading import closest, validate_document
@@ -24,11 +22,7 @@ from rlsim.yamlsource import YamlDocument, dotted, read_yaml
 # The manifest shipped with rlsim (in a wheel or a source checkout); `rlsim validate --cases-file FILE` reads another.
 DEFAULT_MANIFEST = shipped("validation/cases.yaml", "scenarios/validation/cases.yaml")
 CASE_NAME = r"^[a-z0-9][a-z0-9.\-]*$"
-# A pipeline that may run η policy versions ahead fills for about η steps, and early steps train the short responses
-# that finish first; published figures are long-run means, so cases measure after the fill. The cap bounds the cost of
-# large and unbounded staleness: generation only builds a lead that long when training is the bottleneck, and then the
-# pace is training's from the first steps.
-MAX_FILL_STEPS = 4
+# Cases measure two steps after the fill (rlsim.config.run_length): published figures are long-run means.
 MEASURED_STEPS = 2
 OVERRIDE_PREFIX = "--set "  # how the scenario loader names a problem in an override (rlsim.yamlsource)
 
@@ -64,23 +58,6 @@ class Case(Frozen):
     def overrides(self) -> dict[str, Any]:
         run = {f"run.{k}": v for k, v in (("steps", self.steps), ("warmup_steps", self.warmup_steps)) if v is not None}
         return {**self.set, **run}
-
-
-def versions_ahead(scenario: Scenario) -> int:
-    """How many policy versions generation may run ahead of training: η for async, one for one-step-off and for a
-    synchronous run that carries unfinished responses into the next step, none otherwise."""
-    schedule = scenario.schedule
-    if schedule.mode == "async":
-        return math.ceil(schedule.max_staleness) if schedule.max_staleness is not None else MAX_FILL_STEPS
-    if schedule.mode == "one_step_off" or schedule.partial_rollout.mode != "off":
-        return 1
-    return 0
-
-
-def steady_state_warmup(scenario: Scenario) -> int:
-    """Warm-up steps before a case's figures are measured: the fill, plus the first step (nothing overlaps yet)."""
-    ahead = versions_ahead(scenario)
-    return min(ahead, MAX_FILL_STEPS) + 1 if ahead else 0
 
 
 class Pair(Frozen):

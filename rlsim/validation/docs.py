@@ -16,6 +16,9 @@ from rlsim.validation.table import (
 )
 
 MARKER = "<!-- Everything below is written by `rlsim validate`; edit the text above this line only. -->"
+# The README's accuracy sentence sits between these two lines; `rlsim validate` rewrites what is between them.
+README_START = "<!-- accuracy: written by `rlsim validate` from its results; do not edit by hand -->"
+README_END = "<!-- /accuracy -->"
 PARITY_FILE = "validation-parity.svg"
 
 
@@ -60,6 +63,42 @@ def generated_section(validation: Validation, manifest: Manifest) -> str:
         case = titles[name]
         lines.append(f"| {name} | {case.title} | {case.source} | `scenarios/validation/{case.scenario}` |")
     return "\n".join(lines) + "\n"
+
+
+def accuracy_sentence(validation: Validation) -> str:
+    """What the validation means for a user, in one paragraph of the README's first screen: the measured errors, and
+    whether comparisons between setups are more reliable than absolute times (they are when the speed-ups' median
+    error is the smaller)."""
+    v = validation
+    sentence = (f"**How accurate is it?** Against {len(v.time_errors)} step and stage times published for real RL "
+                f"runs ([docs/validation.md](docs/validation.md)), rlsim's median error is "
+                f"{v.median_abs_error_pct:.0f} % (worst {v.worst_abs_error_pct:.0f} %); it names the faster of two "
+                f"published setups in {v.winners_correct} of {len(v.pairs)} comparisons, with a median error of "
+                f"{v.median_ratio_error_pct:.0f} % on the speed-up.")
+    if v.median_ratio_error_pct < v.median_abs_error_pct:
+        sentence += (" Trust its ratios between setups more than its absolute times: much of the absolute error comes "
+                     "from inputs a source does not publish (response lengths above all), which both setups of a "
+                     "comparison share.")
+    return sentence
+
+
+def write_readme_accuracy(validation: Validation, readme: Path) -> bool:
+    """Rewrite the accuracy sentence between README_START and README_END; False when the README has no such place."""
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        return False
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    readme.write_text(f"{head}{README_START}\n{accuracy_sentence(validation)}\n{README_END}{tail}")
+    return True
+
+
+def readme_accuracy(readme: Path) -> str | None:
+    """The accuracy sentence the README holds now, or None."""
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        return None
+    return text.split(README_START, 1)[1].split(README_END, 1)[0].strip()
 
 
 def write_docs(validation: Validation, manifest: Manifest, markdown: Path) -> list[Path]:

@@ -10,10 +10,11 @@ from itertools import repeat
 from pathlib import Path
 
 from rlsim.api import load_scenario, simulate, with_
+from rlsim.config.run_length import fill_steps
 from rlsim.config.schema import Scenario
 from rlsim.errors import Problem, ScenarioError
 from rlsim.loading import closest
-from rlsim.validation.cases import MEASURED_STEPS, Case, Manifest, load_manifest, scenario_path, steady_state_warmup
+from rlsim.validation.cases import MEASURED_STEPS, Case, Manifest, load_manifest, scenario_path
 from rlsim.validation.figures import kind_of, read_figure
 from rlsim.validation.table import FigureRow, Validation, compare_pairs
 
@@ -29,11 +30,11 @@ def case_scenario(manifest_path: str | Path, case: Case, measured_steps: int = M
                   probe: Mapping[str, object] | None = None) -> Scenario:
     """The case's scenario with its overrides, then the `probe` overrides (`rlsim validate --set`: the same change to
     every case, to see how an open assumption moves the errors). Unless the case or the probe sets the steps, a run
-    whose generation may work ahead of training is lengthened to warm up for `steady_state_warmup` steps, then
+    whose generation may work ahead of training is lengthened to warm up for its pipeline's fill (`fill_steps`), then
     measure `measured_steps`."""
     probe = dict(probe or {})
     scenario = load_scenario(scenario_path(manifest_path, case), {**case.overrides, **probe})
-    warmup = steady_state_warmup(scenario)
+    warmup = fill_steps(scenario.schedule)
     steps_set = case.steps is not None or case.warmup_steps is not None or {"run.steps", "run.warmup_steps"} & set(probe)
     if not warmup or steps_set:
         return scenario

@@ -147,6 +147,28 @@ class Validation:
     def ratios_within(self) -> int:
         return sum(abs(p.ratio_error_pct) <= RATIO_BOUND_PCT for p in self.pairs)
 
+    @property
+    def median_ratio_error_pct(self) -> float:
+        """Median |error| of the paired speed-ups: how far off rlsim is on one setup against another."""
+        return statistics.median(abs(p.ratio_error_pct) for p in self.pairs) if self.pairs else 0.0
+
+    def misses(self) -> list[str]:
+        """Each bound the results miss, as a user reads it ('median 27.2% > 15%'); empty when all hold."""
+        missed = []
+        if self.median_abs_error_pct > MEDIAN_BOUND_PCT:
+            missed.append(f"median {self.median_abs_error_pct:.1f}% > {MEDIAN_BOUND_PCT:g}%")
+        if self.worst_abs_error_pct > WORST_BOUND_PCT:
+            missed.append(f"worst {self.worst_abs_error_pct:.1f}% > {WORST_BOUND_PCT:g}%")
+        if self.winners_correct < len(self.pairs):
+            missed.append(f"winners right {self.winners_correct}/{len(self.pairs)} < all")
+        if self.ratios_within < len(self.pairs):
+            missed.append(f"speed-ups within {RATIO_BOUND_PCT:g}% {self.ratios_within}/{len(self.pairs)} < all")
+        return missed
+
+    def verdict(self) -> str:
+        missed = self.misses()
+        return f"misses: {'; '.join(missed)}" if missed else "meets every bound"
+
     def as_dict(self) -> dict:
         """What `rlsim validate --json` prints (host timing left out, so equal inputs give equal output)."""
         return {
@@ -160,12 +182,14 @@ class Validation:
             "winners_correct": self.winners_correct,
             "winners_total": len(self.pairs),
             "ratios_within_bound": self.ratios_within,
+            "median_ratio_error_pct": self.median_ratio_error_pct,
+            "verdict": self.verdict(),
             "bounds_pct": {"median": MEDIAN_BOUND_PCT, "worst": WORST_BOUND_PCT, "ratio": RATIO_BOUND_PCT},
         }
 
     def text(self) -> str:
         return "\n".join([*figure_table(self.rows), "", *pair_table(self.pairs), "", *group_table(self.by_group), "",
-                          summary_line(self)])
+                          summary_line(self), self.verdict()])
 
 
 def _number(value: float) -> str:
