@@ -9,9 +9,11 @@ import pytest
 
 from rlsim.config import load_scenario, parse_scenario
 from rlsim.errors import ScenarioError, UnknownName
-from rlsim.models import ModelCatalog
+from rlsim.loading import validate_document
+from rlsim.models import SHIPPED_CATALOG, CatalogFile, ModelCatalog
 from rlsim.models.hf_config import architecture_from_config
 from rlsim.models.names import NameParts, closest_model, name_parts
+from rlsim.yamlsource import read_yaml
 from tests.scenario_text import VALID
 
 CATALOG = ModelCatalog.load()
@@ -75,11 +77,13 @@ def test_ids_that_name_no_catalog_model_are_unknown(name):
 
 
 def test_every_hf_id_is_the_repository_its_source_cites():
-    for name in CATALOG.names():
-        entry = CATALOG._file.models.get(name) or CATALOG._file.aliases[name]
+    shipped = validate_document(CatalogFile, read_yaml(SHIPPED_CATALOG))
+    for name, entry in [*shipped.models.items(), *shipped.aliases.items()]:
         if entry.hf_id is not None:
             assert f"Hugging Face {entry.hf_id} config.json" in entry.source, name
-    assert CATALOG._file.models["Qwen3-8B"].hf_id == "Qwen/Qwen3-8B"
+        else:
+            assert "Hugging Face" not in entry.source, f"{name} cites a repository but has no hf_id"
+    assert shipped.models["Qwen3-8B"].hf_id == "Qwen/Qwen3-8B"
 
 
 def test_a_scenario_and_a_set_may_name_the_model_by_hf_id(tmp_path):
