@@ -22,7 +22,7 @@ _MLA = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "
 
 def looks_like_path(name: str) -> bool:
     """Whether a model name is written as a path (./x, ../x, /x, ~/x or *.json) rather than a catalog name or id."""
-    return name.startswith(("./", "../", "/", "~", ".\\", "..\\")) or name.endswith(".json")
+    return name.startswith(("./", "../", "/", "~/")) or name.endswith(".json")
 
 
 def config_file(name: str, base_dir: Path) -> Path:
