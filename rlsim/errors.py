@@ -24,7 +24,8 @@ class Problem:
 
     def render(self) -> str:
         head = f"{self.location()}: "
-        if self.path:
+        # `--set PATH=VALUE` already names the field; saying it again adds nothing.
+        if self.path and not head.startswith(f"--set {self.path}="):
             head += f"{self.path}: "
         text = head + self.message
         hints = []

@@ -67,8 +67,13 @@ class YamlDocument:
             else:
                 raise ScenarioError(Problem(f"cannot set {text_path}: its parent is not a mapping or the index is out "
                                             "of range", file=f"--set {text_path}"))
-            overrides[path] = f"{text_path}={value!r}"
+            overrides[path] = f"{text_path}={flow_text(value)}"
         return YamlDocument(data=data, file=self.file, lines=self.lines, overrides=overrides)
+
+
+def flow_text(value: Any) -> str:
+    """`value` as YAML on one line, the way it would be typed after `--set path=` (not Python's repr)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=float("inf")).removesuffix("\n...\n").strip()
 
 
 def dotted(path: PathKey) -> str:

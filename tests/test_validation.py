@@ -200,6 +200,11 @@ def test_select_by_group_or_name_and_reject_unknown_names():
         select_cases(MANIFEST, ["v1-colocated-23"])
 
 
+def test_case_names_and_groups_match_in_any_letter_case():
+    assert select_cases(MANIFEST, ["v8"]) == select_cases(MANIFEST, ["V8"])
+    assert [c.name for c in select_cases(MANIFEST, ["V1-Colocated-32", "v1-COLOCATED-32"])] == ["v1-colocated-32"]
+
+
 def test_parity_plot_places_points_on_a_log_log_grid():
     rows = (_row("a", "step_s", 1.0, 1.0), _row("b", "step_s", 100.0, 50.0), _row("c", "x", 10.0, 10.0, False),
             FigureRow("d", "V0", "rollout_tokens_per_s", "tokens/s", None, 5.0, False))

@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 
 from rlsim.cli.exitcodes import INFEASIBLE, OK
+from rlsim.cli.overrides import add_set_argument, parse_overrides
 from rlsim.config import load_scenario
 from rlsim.config.bound import Bound, bind
 from rlsim.costs.memory import GIB, RoleMemory, memory_report
@@ -15,11 +16,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description="Validate a scenario file and print the cluster, the model with its "
                                    "derived sizes, the placement, and per-GPU memory of each role with a fit verdict.")
     parser.add_argument("scenario", type=Path, help="scenario YAML file")
+    add_set_argument(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    scenario = load_scenario(args.scenario)
+    scenario = load_scenario(args.scenario, parse_overrides(args.overrides))
     bound = bind(scenario)
     memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()})
     print(summary(bound, memory, source=str(args.scenario)))

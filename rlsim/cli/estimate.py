@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
+from rlsim.cli.overrides import add_set_argument, parse_overrides
 from rlsim.config import load_scenario
 from rlsim.config.bound import bind
 from rlsim.estimate import StepEstimate, estimate_step
@@ -17,12 +18,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Price every stage of one RL step with the cost models at mean lengths, plus a long-tail bound "
         "for generation, and print a table. A quick check for what `rlsim run` simulates.")
     parser.add_argument("scenario", type=Path, help="scenario YAML file")
+    add_set_argument(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    estimate = estimate_step(bind(load_scenario(args.scenario)))
+    estimate = estimate_step(bind(load_scenario(args.scenario, parse_overrides(args.overrides))))
     print(json.dumps(estimate.as_dict(), indent=2) if args.json else table(estimate))
     return OK
 

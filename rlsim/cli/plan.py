@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
+from rlsim.cli.overrides import add_set_argument, parse_overrides
 from rlsim.errors import Problem, ScenarioError
 from rlsim.plan import plan
 from rlsim.plan.candidates import SCHEDULES
@@ -22,13 +23,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Take the model, algorithm and workload of SCENARIO and find the best way to run them on N GPUs: "
         "enumerate placements (colocated, disaggregated splits, hybrid), schedules (sync, one-step-off, async with "
         "staleness 1, 2, 4) and rollout tensor parallelism; prune by memory and `rlsim estimate`; simulate the best "
-        "few; print them ranked by trained tokens/s, with why the winner beats the runner-up.")
+        "few; print them ranked by trained tokens/s, with why the winner beats the runner-up. --set changes the "
+        "scenario before planning; the planner then sets placement, schedule and run length itself.")
     parser.add_argument("scenario", type=Path, help="scenario YAML giving the model, algorithm and workload")
     parser.add_argument("--gpus", required=True,
                         help="GPU budget: a count, a range START-STOP[:STEP] (STEP defaults to START), or several "
                         "separated by commas, e.g. 64, 16,64,128 or 16-128:16")
     parser.add_argument("--gpu", help="GPU profile (default: the scenario's first pool's)")
-    parser.add_argument("--model", help="catalog model to plan for instead of the scenario's")
+    parser.add_argument("--model", help="model to plan for instead of the scenario's: a catalog name, a Hugging Face "
+                        "id or a config.json")
+    add_set_argument(parser)
     parser.add_argument("--schedules", default=",".join(SCHEDULE_MODES),
                         help="schedule modes to consider, comma-separated (default: %(default)s)")
     parser.add_argument("--simulate", type=int, default=4,
@@ -49,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     budgets = _counts(args.gpus)
+    overrides = parse_overrides(args.overrides)
     schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     unknown = [s for s in schedules if s not in SCHEDULE_MODES]
     if unknown or not schedules:
@@ -57,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if args.steps < 1 or args.simulate < 1 or args.workers < 1 or args.refine < 0:
         raise ScenarioError(Problem("--steps, --simulate and --workers must be at least 1; --refine at least 0",
                                     file="rlsim plan"))
-    plans = [plan(args.scenario, gpus=n, gpu=args.gpu, model=args.model,
+    plans = [plan(args.scenario, gpus=n, gpu=args.gpu, model=args.model, overrides=overrides,
                   schedules=schedules, simulate=args.simulate, measured_steps=args.steps, workers=args.workers,
                   refine=args.refine)
              for n in budgets]

@@ -8,13 +8,11 @@ import shutil
 import sys
 from pathlib import Path
 
-import yaml
-
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.file_names import bounded_name
+from rlsim.cli.overrides import add_set_argument, parse_overrides
 from rlsim.config import load_scenario
 from rlsim.config.bound import bind
-from rlsim.errors import Problem, ScenarioError
 from rlsim.events import StepRecord
 from rlsim.metrics import RunFacts, run_metrics
 from rlsim.report.figures import RunData
@@ -33,22 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the schedule's pipeline fill, then 3 measured steps)")
     parser.add_argument("--out", type=Path, help="run folder (default: runs/<scenario name>, then --<path>=<value> "
                         "for each --set and --steps, so a what-if never overwrites its baseline)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
-                        help="override a field, e.g. --set placement.rollout.gpus=48 (repeatable; VALUE is YAML)")
+    add_set_argument(parser)
     parser.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the table")
     parser.add_argument("--exact", action="store_true",
                         help="step every decode iteration (slow reference mode; results agree with the default)")
     parser.set_defaults(handler=run)
-
-
-def parse_overrides(items: list[str]) -> dict[str, object]:
-    overrides = {}
-    for item in items:
-        path, sep, value = item.partition("=")
-        if not sep or not path.strip():
-            raise ScenarioError(Problem("expected PATH=VALUE, e.g. placement.rollout.gpus=48", file=f"--set {item}"))
-        overrides[path.strip()] = yaml.safe_load(value)
-    return overrides
 
 
 def run(args: argparse.Namespace) -> int:

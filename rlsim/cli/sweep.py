@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
-from rlsim.sweep import run_sweep
+from rlsim.cli.overrides import add_set_argument, parse_overrides
+from rlsim.sweep import load_sweep, run_sweep
 from rlsim.sweep.executors import EXECUTORS
 
 
@@ -17,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "points and simulate each one. Every point writes its run folder under DIR/points/<id>/ (the id is a hash of "
         "its resolved scenario); DIR/results.csv and results.parquet hold one row per point, DIR/report.html the best "
         "points, the Pareto front and per-axis effects. A point that does not fit in memory is recorded as "
-        "infeasible, one that fails with its error; the sweep goes on.")
+        "infeasible, one that fails with its error; the sweep goes on. --set changes the base scenario of every point, "
+        "after the file's own `set` and before the axes; a path the sweep varies cannot be set.")
     parser.add_argument("sweep", type=Path, help="sweep YAML file (docs/sweeps.md)")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--workers", type=int, default=1, help="points run at once (default: %(default)s)")
@@ -28,11 +30,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true", help="continue a sweep in DIR: skip the points it finished")
     parser.add_argument("--full-runs", action="store_true",
                         help="also write each point's report.html and trace.json (≈5 MB and ≈1 s per point)")
+    add_set_argument(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    result = run_sweep(args.sweep, args.out, workers=args.workers, executor=args.executor, resume=args.resume,
+    overrides = parse_overrides(args.overrides)
+    spec = load_sweep(args.sweep)
+    if overrides:
+        spec = spec.with_overrides(overrides)
+    result = run_sweep(spec, args.out, workers=args.workers, executor=args.executor, resume=args.resume,
                        address=args.address, full_run_folders=args.full_runs, progress=sys.stderr)
     expansion = result.expansion
     print(f"sweep {expansion.spec.name}: {len(result.rows)} points ({result.count('ok')} ok, "

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
-from rlsim.cli.run import parse_overrides
+from rlsim.cli.overrides import add_set_argument, parse_overrides
 from rlsim.progress import Progress
 from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
 from rlsim.validation.docs import write_docs, write_readme_accuracy
 from rlsim.validation.run import run_validation, select_cases
+from rlsim.yamlsource import flow_text
 
 # The page of a source checkout; an installed rlsim has none and writes a page only where --docs says.
 _CHECKOUT_DOCS = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
@@ -24,9 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "validate", help="compare simulated step and stage times with published real runs",
         description="Run the validation cases (scenarios/validation/cases.yaml), print each published figure, its "
         "simulated value and the error, the paired comparisons (winner and speed-up), and the median and worst "
-        "|error|; write docs/validation.md and its parity plot (only when every case ran).")
+        "|error|; write docs/validation.md and its parity plot (only when every case ran). --set probes an open "
+        "assumption: it changes every selected case on top of the case's own settings, e.g. "
+        "--set workload.response_tokens.scale=2, and then the page is not rewritten.")
     parser.add_argument("--case", dest="cases", action="append", metavar="NAME",
-                        help="run only this case, or this group (e.g. V3); repeatable")
+                        help="run only this case, or this group (e.g. V3; any letter case); repeatable")
     parser.add_argument("--json", action="store_true", help="print the rows and the summary as JSON")
     parser.add_argument("--cases-file", type=Path, default=DEFAULT_MANIFEST, help="the manifest of cases")
     parser.add_argument("--docs", type=Path, default=DEFAULT_DOCS,
@@ -34,15 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "an installed rlsim writes none unless given)")
     parser.add_argument("--no-docs", action="store_true", help="do not write the validation page")
     parser.add_argument("--jobs", type=int, default=1, help="cases simulated in parallel (results do not change)")
-    parser.add_argument("--set", dest="probe", action="append", default=[], metavar="PATH=VALUE",
-                        help="probe an open assumption: override a field of every selected case on top of its own, "
-                        "e.g. --set workload.response_tokens.scale=2 (repeatable; VALUE is YAML); the page is not "
-                        "rewritten")
+    add_set_argument(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    probe = parse_overrides(args.probe)
+    probe = parse_overrides(args.overrides)
     total = len(select_cases(load_manifest(args.cases_file), args.cases))
     # On stderr, so `--json` output stays a single document.
     with Progress(total, "cases", sys.stderr) as bar:
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**validation.as_dict(), **({"probe": probe} if probe else {})}, indent=2))
     else:
         if probe:
-            print("probe: " + ", ".join(f"{path}={value!r}" for path, value in probe.items())
+            print("probe: " + ", ".join(f"{path}={flow_text(value)}" for path, value in probe.items())
                   + " on top of each case's own settings")
         print(validation.text())
         host = sum(validation.host_seconds.values())

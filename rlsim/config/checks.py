@@ -17,6 +17,7 @@ from rlsim.config.workload import Workload
 from rlsim.errors import Problem, ScenarioError, UnknownName
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog, ModelSpec
+from rlsim.models.hf_config import architecture_from_config, config_file, looks_like_path
 from rlsim.workload.traces import TraceFormatError
 from rlsim.yamlsource import PathKey, YamlDocument
 
@@ -42,10 +43,11 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
     hardware = HardwareCatalog.load(profile_dirs)
     pools = [_resolve_pool(i, pool, hardware, check) for i, pool in enumerate(scenario.cluster.pools)]
     cluster = scenario.cluster.model_copy(update={"pools": pools, "profile_dirs": [str(d) for d in profile_dirs]})
-    spec = _model_spec(scenario, check)
+    spec = _model_spec(scenario, base_dir, check)
     model = scenario.model
     if spec is not None and model.architecture is None:
-        model = model.model_copy(update={"architecture": spec.architecture})
+        # The catalog's spelling: `Qwen/Qwen3-8B` and `qwen3-8b` resolve to the same scenario as `Qwen3-8B`.
+        model = model.model_copy(update={"name": spec.name, "architecture": spec.architecture})
     placement = _resolve_placement(scenario.placement, pools, check)
     schedule = scenario.schedule
     if schedule.mode == "async" and schedule.max_staleness is None:
@@ -122,15 +124,30 @@ def _names_in_scope(hardware: HardwareCatalog, scopes: tuple[str, ...]) -> list[
     return [n for n in hardware.interconnect_names() if hardware.interconnect(n).scope in scopes]
 
 
-def _model_spec(scenario: Scenario, check: _Checker) -> ModelSpec | None:
+def _model_spec(scenario: Scenario, base_dir: Path, check: _Checker) -> ModelSpec | None:
+    """The model's spec: written inline, named from the catalog (by name or Hugging Face id), or read from a local
+    config.json (a path, relative to the scenario's folder; a bare name only when the catalog does not know it)."""
     model = scenario.model
     if model.architecture is not None:
         return ModelSpec.from_architecture(model.name, model.architecture)
+    path: PathKey = ("model", "name") if ("model", "name") in check.doc.lines else ("model",)
+    config = config_file(model.name, base_dir)
+    if not looks_like_path(model.name):
+        try:
+            return ModelCatalog.load().spec(model.name)
+        except UnknownName as err:
+            if not config.is_file():
+                check.unknown(path, err)
+                return None
+    if not config.is_file():
+        check.fail(path, f"no Hugging Face config.json at {config}", value=model.name,
+                   valid="a catalog name, a Hugging Face id (owner/name), or a config.json or a folder holding one, "
+                   "relative to the scenario file")
+        return None
     try:
-        return ModelCatalog.load().spec(model.name)
-    except UnknownName as err:
-        path: PathKey = ("model", "name") if ("model", "name") in check.doc.lines else ("model",)
-        check.unknown(path, err)
+        return ModelSpec.from_architecture(model.name, architecture_from_config(config))
+    except ScenarioError as err:
+        check.problems.extend(err.problems)
         return None
 
 

@@ -70,7 +70,8 @@ class Cluster(Frozen):
 
 
 class ModelConfig(Frozen):
-    """The policy model: a catalog name, or an inline architecture (then `name` is only a label)."""
+    """The policy model: a catalog name or Hugging Face id, a local config.json (docs/api.md, "Model names"), or an
+    inline architecture (then `name` is only a label)."""
 
     name: str = Field(min_length=1)
     architecture: Architecture | None = None
@@ -392,7 +393,8 @@ def scenario_json_schema() -> dict[str, Any]:
     schema = Scenario.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["properties"]["model"] = {
-        "anyOf": [{"type": "string", "description": "catalog model name, e.g. Qwen2.5-7B"},
+        "anyOf": [{"type": "string", "description": "catalog model name or Hugging Face id (Qwen2.5-7B, Qwen/Qwen3-8B), "
+                   "or the path of a config.json or of its folder, relative to the scenario file"},
                   {"$ref": "#/$defs/ModelConfig"}],
     }
     return schema

@@ -1,4 +1,5 @@
-"""The model catalog: named architectures with their sources, looked up case-insensitively, aliases resolved."""
+"""The model catalog: named architectures with their sources, looked up case-insensitively by name or Hugging Face id,
+aliases resolved."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -11,6 +12,7 @@ from rlsim.errors import ScenarioError, UnknownName
 from rlsim.fields import Frozen, PositiveFloat
 from rlsim.loading import closest, validate_document
 from rlsim.models.architecture import Architecture
+from rlsim.models.names import closest_model
 from rlsim.models.spec import ModelSpec
 from rlsim.yamlsource import PathKey, dotted, read_yaml
 
@@ -37,10 +39,14 @@ class PublishedParams(Frozen):
     source: str
 
 
+HF_ID = Field(None, pattern=r"^[\w.-]+/[\w.-]+$", description="the Hugging Face id, owner/name (e.g. Qwen/Qwen3-8B)")
+
+
 class CatalogModel(Frozen):
     """One architecture in the catalog."""
 
     source: str = Field(description="where the architecture's numbers come from (usually the config.json)")
+    hf_id: str | None = HF_ID
     architecture: Architecture
     published_params: PublishedParams | None = None
 
@@ -49,6 +55,7 @@ class CatalogAlias(Frozen):
     """Another name for a catalog model with the same architecture (a fine-tune, an instruct or distilled variant)."""
 
     model: str
+    hf_id: str | None = HF_ID
     source: str
 
 
@@ -60,7 +67,8 @@ class CatalogFile(Frozen):
 
 
 class ModelCatalog:
-    """The models scenarios can name. Names match case-insensitively; an alias gives its target's architecture.
+    """The models scenarios can name, by catalog name or Hugging Face id (`Qwen/Qwen3-8B`), case-insensitively; an
+    alias gives its target's architecture.
 
     Build one with `load()` and hold it; it never changes after construction.
     """
@@ -72,7 +80,7 @@ class ModelCatalog:
         if problems:
             raise ValueError("; ".join(f"{dotted(path)}: {message}" for path, message, _ in problems))
         self._file = catalog
-        self._index = MappingProxyType({_key(name): name for name in (*catalog.models, *catalog.aliases)})
+        self._index = MappingProxyType({key: name for name, key in _keys(catalog)})
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> ModelCatalog:
@@ -93,11 +101,15 @@ class ModelCatalog:
         return isinstance(name, str) and _key(name) in self._index
 
     def canonical(self, name: str) -> str:
-        """The catalog's spelling of `name`; raises UnknownName with a did-you-mean when nothing matches."""
+        """The catalog's spelling of `name` (a name or a Hugging Face id); raises UnknownName with a did-you-mean when
+        nothing matches. `owner/Name` whose Name is a catalog name is that model: a re-upload keeps its shapes."""
         found = self._index.get(_key(name))
+        owner, slash, rest = name.strip().partition("/")
+        if found is None and slash and owner and "/" not in rest:
+            found = self._index.get(_key(rest))
         if found is None:
             known = self.names()
-            raise UnknownName("model", name, list(known), closest(name, known))
+            raise UnknownName("model", name, list(known), closest_model(name, known))
         return found
 
     def resolve(self, name: str) -> str:
@@ -120,17 +132,24 @@ class ModelCatalog:
         )
 
 
+def _keys(catalog: CatalogFile) -> list[tuple[str, str]]:
+    """(name, lookup key) for every catalog name and Hugging Face id, models first."""
+    entries = [*catalog.models.items(), *catalog.aliases.items()]
+    return ([(name, _key(name)) for name, _ in entries]
+            + [(name, _key(entry.hf_id)) for name, entry in entries if entry.hf_id is not None])
+
+
 def _inconsistencies(catalog: CatalogFile) -> list[tuple[PathKey, str, str | None]]:
-    """Names that collide case-insensitively and aliases whose target is not a model: (path, message, suggestion)."""
+    """Names or Hugging Face ids that collide case-insensitively and aliases whose target is not a model:
+    (path, message, suggestion)."""
     problems: list[tuple[PathKey, str, str | None]] = []
     seen: dict[str, str] = {}
-    for section, names in (("models", catalog.models), ("aliases", catalog.aliases)):
-        for name in names:
-            key = _key(name)
-            if key in seen:
-                problems.append(((section, name), f"{name!r} is already a catalog name ({seen[key]!r})", None))
-            else:
-                seen[key] = name
+    for name, key in _keys(catalog):
+        if key in seen:
+            section = "models" if name in catalog.models else "aliases"
+            problems.append(((section, name), f"{key!r} is already a catalog name or id ({seen[key]!r})", None))
+        else:
+            seen[key] = name
     models = {_key(name) for name in catalog.models}
     for name, alias in catalog.aliases.items():
         if _key(alias.model) not in models:

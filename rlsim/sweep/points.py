@@ -149,7 +149,9 @@ def _scenario(spec: SweepSpec, overrides: dict[str, Any], combination: int) -> S
         problems = []
         for problem in err.problems:
             line = spec.line_of(problem.path) if problem.path else None
-            from_sweep = problem.file is None or problem.file.startswith("--set ")
+            # The sweep's own assignments are labelled like `--set` ones; a field the sweep does not set (no line) was
+            # set on the command line, and that is where to point.
+            from_sweep = problem.file is None or (problem.file.startswith("--set ") and line is not None)
             problems.append(Problem(f"{problem.message} — in {where}; add a constraint to skip such points",
                                     problem.path, spec.file if from_sweep else problem.file,
                                     line if from_sweep else problem.line, problem.value, problem.valid,

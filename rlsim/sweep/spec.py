@@ -19,13 +19,13 @@ Points are the product of the grid axes, each zip group and the cases (docs/swee
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rlsim.errors import Problem, ScenarioError
 from rlsim.sweep.expressions import Expression, ExpressionError
-from rlsim.yamlsource import PathKey, YamlDocument, dotted, parse_path, read_yaml
+from rlsim.yamlsource import PathKey, YamlDocument, dotted, flow_text, parse_path, read_yaml
 
 SECTIONS = ("name", "description", "base", "set", "grid", "zip", "cases", "derived", "constraints")
 
@@ -85,6 +85,28 @@ class SweepSpec:
             if line is not None:
                 return line
         return None
+
+
+    def with_overrides(self, assignments: dict[str, Any]) -> SweepSpec:
+        """The sweep with `rlsim sweep --set` applied to its base, after the file's own `set`, so every point shares
+        it. A path the sweep varies (an axis or a derived value, or a field inside or around one) is refused: the
+        axis would overrule the command line at every point, and silently."""
+        varied = [(parse_path(path), path) for path in self.axis_paths]
+        clashes = [Problem(f"the sweep varies {path} (line {self.line_of(path)}); --set cannot fix it for every point",
+                           file=f"--set {text}={flow_text(value)}", valid="a path no axis or derived value sets")
+                   for text, value in assignments.items() for key, path in varied
+                   if _nested(parse_path(text), key)]
+        if clashes:
+            raise ScenarioError(clashes)
+        # The command line wins over the file's `set`: a problem with such a field is the --set's, not the file's.
+        set_lines = {p: line for p, line in self.set_lines.items()
+                     if not any(_nested(parse_path(p), parse_path(text)) for text in assignments)}
+        return replace(self, base=self.base.with_overrides(assignments), set_lines=set_lines)
+
+
+def _nested(a: PathKey, b: PathKey) -> bool:
+    """Whether one path is the other or inside it."""
+    return a[:len(b)] == b or b[:len(a)] == a
 
 
 def load_sweep(path: str | Path) -> SweepSpec:

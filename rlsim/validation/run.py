@@ -56,15 +56,17 @@ def run_case(manifest_path: str | Path, case: Case, measured_steps: int = MEASUR
 
 
 def select_cases(manifest: Manifest, names: list[str] | None) -> list[Case]:
-    """The cases named (a case's name or its group, e.g. V3), in manifest order; all when `names` is empty."""
+    """The cases named (a case's name or its group, e.g. V3, in any letter case), in manifest order; all when `names`
+    is empty."""
     if not names:
         return list(manifest.cases)
     known = [c.name for c in manifest.cases] + sorted({c.group for c in manifest.cases})
-    unknown = [n for n in names if n not in known]
+    wanted = {n.casefold() for n in names}
+    unknown = [n for n in names if n.casefold() not in {k.casefold() for k in known}]
     if unknown:
         raise ScenarioError([Problem(f"no validation case or group named {n!r}", file="--case", value=n,
                                      suggestion=closest(n, known), valid=", ".join(known)) for n in unknown])
-    return [c for c in manifest.cases if c.name in names or c.group in names]
+    return [c for c in manifest.cases if c.name.casefold() in wanted or c.group.casefold() in wanted]
 
 
 def check_probe(manifest_path: str | Path, cases: list[Case], probe: Mapping[str, object]) -> None:
