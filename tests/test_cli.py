@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from rlsim import __version__
 from rlsim.cli import main
+from rlsim.cli.exitcodes import CLOSED_PIPE
 from rlsim.config.schema import Scenario
 
 ROOT = Path(__file__).parents[1]
@@ -81,6 +83,27 @@ def test_bad_input_in_a_real_process_prints_no_traceback(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert 1 <= len(lines) <= 2
     assert "algorithm.mini_batchs" in lines[0] and "did you mean 'mini_batches'" in lines[1]
+
+
+@pytest.mark.parametrize("command", ["check scenarios/quickstart.yaml", "schema", "--help"])
+def test_output_piped_into_head_prints_no_traceback(command):
+    result = subprocess.run(f"{sys.executable} -m rlsim {command} | head -1", shell=True, cwd=ROOT, capture_output=True,
+                            text=True)
+    assert result.stdout.strip() and result.stderr == ""
+
+
+@pytest.mark.parametrize("command", [["check", "scenarios/quickstart.yaml"], ["schema"]])
+def test_a_reader_that_is_gone_ends_the_command_quietly(command):
+    # `head` may read everything before it exits; a pipe whose read end is already closed fails every write.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([sys.executable, "-m", "rlsim", *command], cwd=ROOT, stdout=write, stderr=subprocess.PIPE,
+                                text=True)
+    finally:
+        os.close(write)
+    assert result.returncode == CLOSED_PIPE
+    assert result.stderr == ""
 
 
 def test_missing_file_is_bad_input(capsys):

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from rlsim import __version__
 from rlsim.cli import calibrate, check, compare, estimate, plan, run, schema, sweep, validate, workload
-from rlsim.cli.exitcodes import BAD_INPUT, INFEASIBLE
+from rlsim.cli.exitcodes import BAD_INPUT, CLOSED_PIPE, INFEASIBLE
 from rlsim.errors import InfeasibleError, ScenarioError
 
 COMMANDS = (check, run, estimate, schema, compare, workload, sweep, plan, validate, calibrate)
@@ -27,7 +28,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        try:
+            return _run(build_parser(), argv)
+        finally:
+            # A pipe buffers stdout, so a reader that went away shows up on this flush, `--help` and `--version` too.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit, which would fail again and print a traceback: send it to devnull.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE
+
+
+def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
