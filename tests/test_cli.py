@@ -1,6 +1,7 @@
 """The `rlsim` command: check on every shipped scenario, schema, version, and bad input in a real process."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlsim import __version__
-from rlsim.cli import main
+from rlsim.cli import build_parser, main
 from rlsim.cli.exitcodes import CLOSED_PIPE
 from rlsim.config.schema import Scenario
 
@@ -104,6 +105,24 @@ def test_a_reader_that_is_gone_ends_the_command_quietly(command):
         os.close(write)
     assert result.returncode == CLOSED_PIPE
     assert result.stderr == ""
+
+
+HEAVY = ("simpy", "plotly", "numpy", "scipy", "pydantic", "networkx")
+
+
+def subcommands() -> list[str]:
+    [choices] = [a.choices for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sorted(choices)
+
+
+@pytest.mark.parametrize("argv", [["--help"], *([name, "--help"] for name in subcommands())], ids=" ".join)
+def test_help_loads_no_simulator_numpy_pydantic_or_plotly(argv):
+    # A fresh process: this one has imported everything already.
+    code = (f"import sys\nfrom rlsim.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            f"print(' '.join(sorted(set({HEAVY!r}) & set(sys.modules))), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "usage: rlsim" in result.stdout
+    assert result.stderr.strip() == ""
 
 
 def test_missing_file_is_bad_input(capsys):

@@ -1,4 +1,7 @@
-"""The `rlsim` command. Each subcommand is a module with `register(subparsers)`; bad input exits 2 with no traceback."""
+"""The `rlsim` command. Each subcommand is a module with `register(subparsers)`; bad input exits 2 with no traceback.
+
+The subcommand modules import only argparse-level things at the top and load their implementation when they run, so
+`rlsim --help` answers at once instead of loading the simulator, numpy, pydantic and plotly."""
 from __future__ import annotations
 
 import argparse

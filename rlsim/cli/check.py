@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlsim.cli.exitcodes import INFEASIBLE, OK
-from rlsim.config import load_scenario
-from rlsim.config.bound import Bound, bind
-from rlsim.costs.memory import GIB, RoleMemory, memory_report
+
+if TYPE_CHECKING:
+    from rlsim.config.bound import Bound
+    from rlsim.costs.memory import RoleMemory
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,6 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlsim.config import load_scenario
+    from rlsim.config.bound import bind
+    from rlsim.costs.memory import memory_report
+
     scenario = load_scenario(args.scenario)
     bound = bind(scenario)
     memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()})
@@ -27,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
+    from rlsim.costs.memory import GIB
+
     s, spec = bound.scenario, bound.model
     arch = spec.architecture
     lines = [f"scenario   {s.name}  ({source}, seed {s.seed})"]

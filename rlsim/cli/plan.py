@@ -8,10 +8,7 @@ from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
 from rlsim.errors import Problem, ScenarioError
-from rlsim.plan import plan
-from rlsim.plan.candidates import SCHEDULES
-from rlsim.plan.planner import REFINE
-from rlsim.plan.text import budget_summary, plan_dict, plan_text
+from rlsim.plan.candidates import REFINE, SCHEDULES
 
 SCHEDULE_MODES = tuple(dict.fromkeys(schedule.mode for schedule in SCHEDULES))  # the modes the planner enumerates
 
@@ -47,6 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlsim.plan import plan
+    from rlsim.plan.text import budget_summary, plan_dict, plan_text
+
     budgets = _counts(args.gpus)
     schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     unknown = [s for s in schedules if s not in SCHEDULE_MODES]

@@ -7,15 +7,8 @@ from pathlib import Path
 import yaml
 
 from rlsim.cli.exitcodes import OK
-from rlsim.config import load_scenario
-from rlsim.config.bound import bind
 from rlsim.errors import Problem, ScenarioError
 from rlsim.events import STAGES, EventLog
-from rlsim.metrics import RunFacts, run_metrics
-from rlsim.report.figures import RunData
-from rlsim.report.run_folder import metrics_json, write_run_folder
-from rlsim.report.text import headline_text
-from rlsim.sim.run import simulate_log
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,6 +38,15 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `rlsim --help` builds every subcommand's parser and needs none of them.
+    from rlsim.config import load_scenario
+    from rlsim.config.bound import bind
+    from rlsim.metrics import RunFacts, run_metrics
+    from rlsim.report.figures import RunData
+    from rlsim.report.run_folder import metrics_json, write_run_folder
+    from rlsim.report.text import headline_text
+    from rlsim.sim.run import simulate_log
+
     overrides = parse_overrides(args.overrides)
     scenario = load_scenario(args.scenario, overrides)
     if args.steps is not None:

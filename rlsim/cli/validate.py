@@ -6,12 +6,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.run import parse_overrides
-from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
-from rlsim.validation.docs import write_docs
-from rlsim.validation.run import CaseRun, run_validation
+
+if TYPE_CHECKING:
+    from rlsim.validation.run import CaseRun
 
 # The page of a source checkout; an installed rlsim has none and writes a page only where --docs says.
 _CHECKOUT_DOCS = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
@@ -27,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--case", dest="cases", action="append", metavar="NAME",
                         help="run only this case, or this group (e.g. V3); repeatable")
     parser.add_argument("--json", action="store_true", help="print the rows and the summary as JSON")
-    parser.add_argument("--cases-file", type=Path, default=DEFAULT_MANIFEST, help="the manifest of cases")
+    parser.add_argument("--cases-file", type=Path,
+                        help="the manifest of cases (default: the shipped scenarios/validation/cases.yaml)")
     parser.add_argument("--docs", type=Path, default=DEFAULT_DOCS,
                         help="the validation page to rewrite (default: docs/validation.md of a source checkout; "
                         "an installed rlsim writes none unless given)")
@@ -41,12 +43,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
+    from rlsim.validation.docs import write_docs
+    from rlsim.validation.run import run_validation
+
     probe = parse_overrides(args.probe)
-    validation = run_validation(args.cases_file, args.cases, max(1, args.jobs), on_case=_progress, probe=probe)
+    manifest = args.cases_file or DEFAULT_MANIFEST
+    validation = run_validation(manifest, args.cases, max(1, args.jobs), on_case=_progress, probe=probe)
     written = []
     # The page documents the shipped assumptions, so a probe never rewrites it.
     if not args.cases and not probe and not args.no_docs and args.docs is not None:
-        written = write_docs(validation, load_manifest(args.cases_file), args.docs)
+        written = write_docs(validation, load_manifest(manifest), args.docs)
     if args.json:
         print(json.dumps({**validation.as_dict(), **({"probe": probe} if probe else {})}, indent=2))
     else:
