@@ -31,7 +31,7 @@ def test_check_accepts_every_shipped_scenario(scenario, capsys):
         assert heading in out
     # vLLM engines pay the CPU step between GPU steps; SGLang's overlap scheduler hides it.
     assert ("overlapped with the GPU" in out) == ("engine: sglang" in scenario.read_text())
-    assert "DOES NOT FIT" not in out
+    assert "DOES NOT FIT" not in out and "warning" not in out
     assert out.count("fits") >= 2
 
 
@@ -44,6 +44,31 @@ def test_check_reports_a_configuration_that_does_not_fit(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "DOES NOT FIT" in out
     assert "would fit with" in out
+
+
+def idle_gpus_scenario(tmp_path) -> Path:
+    """The quickstart's colocated 8-GPU placement on a cluster of two 8-GPU nodes."""
+    text = (ROOT / "scenarios" / "quickstart.yaml").read_text()
+    assert "nodes: 1" in text
+    path = tmp_path / "idle.yaml"
+    path.write_text(text.replace("nodes: 1", "nodes: 2"))
+    return path
+
+
+def test_check_warns_of_gpus_a_colocated_placement_leaves_idle(tmp_path, capsys):
+    assert main(["check", str(idle_gpus_scenario(tmp_path))]) == 0
+    captured = capsys.readouterr()
+    [warning] = [line for line in captured.out.splitlines() if line.startswith("warning")]
+    assert "cluster.pools[0].nodes" in warning and "use 8 of the 16 GPUs of pool 'main'" in warning
+    assert "sit idle" in warning and captured.err == ""
+
+
+def test_run_prints_the_idle_gpus_warning_once_on_stderr(tmp_path, capsys):
+    # --steps loads the scenario twice; the warning still shows once.
+    assert main(["run", str(idle_gpus_scenario(tmp_path)), "--steps", "2", "--out", str(tmp_path / "run")]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("warning: ") == 1 and "8 sit idle" in captured.err
+    assert "warning" not in captured.out
 
 
 def test_run_refuses_a_configuration_that_does_not_fit(tmp_path, capsys):

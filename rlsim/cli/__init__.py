@@ -7,12 +7,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from rlsim import __version__
 from rlsim.cli import calibrate, check, compare, estimate, plan, run, schema, sweep, validate, workload
 from rlsim.cli.exitcodes import BAD_INPUT, CLOSED_PIPE, INFEASIBLE
-from rlsim.errors import InfeasibleError, ScenarioError
+from rlsim.errors import InfeasibleError, ScenarioError, ScenarioWarning
 
 COMMANDS = (check, run, estimate, schema, compare, workload, sweep, plan, validate, calibrate)
 
@@ -46,7 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     try:
-        return args.handler(args)
+        with warnings.catch_warnings():  # restores the warning printer and filters when the command ends
+            warnings.showwarning = _show_warning
+            warnings.simplefilter("once", ScenarioWarning)  # a command may load its scenario more than once
+            return args.handler(args)
     except ScenarioError as err:
         problems = err.problems
         shown = problems[:10]
@@ -60,6 +64,14 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         return INFEASIBLE
     except KeyboardInterrupt:
         return 130
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A scenario's warnings as one `warning: file:line: field: …` line each, like its errors; others as Python's."""
+    if isinstance(message, ScenarioWarning):
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,10 +26,15 @@ def run(args: argparse.Namespace) -> int:
     from rlsim.config.bound import bind
     from rlsim.costs.memory import memory_report
 
-    scenario = load_scenario(args.scenario)
+    # Recorded, to print among the summary's lines on stdout, the part of the output a user reads.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scenario = load_scenario(args.scenario)
     bound = bind(scenario)
     memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()})
     print(summary(bound, memory, source=str(args.scenario)))
+    for warning in caught:
+        print(f"warning    {warning.message}")
     return OK if all(role.fits for role in memory) else INFEASIBLE
 
 
