@@ -13,7 +13,7 @@ import pytest
 from rlsim import __version__
 from rlsim.cli import build_parser, main
 from rlsim.cli.exitcodes import CLOSED_PIPE
-from rlsim.config.schema import Scenario
+from rlsim.config.schema import Scenario, scenario_json_schema
 
 ROOT = Path(__file__).parents[1]
 SHIPPED = sorted(ROOT.glob("scenarios/*.yaml"))
@@ -91,6 +91,16 @@ def test_schema_is_json_schema_of_the_scenario(capsys, tmp_path):
     out = tmp_path / "s.json"
     assert main(["schema", "--out", str(out)]) == 0
     assert json.loads(out.read_text()) == schema
+
+
+def test_every_schema_property_has_a_description():
+    # Editors show these on hover and completion: a field without one leaves a user guessing its meaning and unit.
+    schema = scenario_json_schema()
+    owners = {"Scenario": schema, **schema["$defs"]}
+    bare = [f"{owner}.{name}" for owner, definition in owners.items()
+            for name, prop in definition.get("properties", {}).items() if not prop.get("description", "").strip()]
+    assert sum(len(d.get("properties", {})) for d in owners.values()) > 200
+    assert bare == []
 
 
 def test_version(capsys):
