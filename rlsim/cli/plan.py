@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
@@ -40,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="simulations at once (default: this machine's cores)")
     parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
+    parser.add_argument("--out", type=Path, metavar="FILE.html",
+                        help="also write the ranking and the GPU-time figure as one offline HTML page")
     parser.set_defaults(handler=run)
 
 
@@ -66,6 +69,12 @@ def run(args: argparse.Namespace) -> int:
         print("\n\n".join(plan_text(p) for p in plans))
         if len(plans) > 1:
             print("\n" + budget_summary(plans))
+    if args.out:
+        from rlsim.plan.page import plan_html
+
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(plan_html(plans), encoding="utf-8")
+        print(f"wrote {args.out}", file=sys.stderr if args.json else sys.stdout)
     return OK
 
 
