@@ -2,8 +2,9 @@
 
 The notebook API (docs/api.md): `load_scenario`, `with_`, `simulate` → `Result`, `compare` → `Comparison`.
 """
-from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+
+from rlsim.exports import lazy_exports
 
 try:
     __version__ = version("rlsim")
@@ -15,18 +16,7 @@ __all__ = ["Comparison", "MeasuredWindowWarning", "Result", "Scenario", "Scenari
 
 # Where each public name lives. They load on first use, so `rlsim --version` and the CLI's start-up do not pay for
 # the simulator and plotly.
-_PUBLIC = {"Comparison": "rlsim.api", "MeasuredWindowWarning": "rlsim.api", "Result": "rlsim.api",
-           "compare": "rlsim.api", "load_scenario": "rlsim.api", "simulate": "rlsim.api", "with_": "rlsim.api",
-           "Scenario": "rlsim.config.schema", "ScenarioError": "rlsim.errors"}
-
-
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        value = getattr(import_module(_PUBLIC[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'rlsim' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "Comparison": "rlsim.api", "MeasuredWindowWarning": "rlsim.api", "Result": "rlsim.api", "compare": "rlsim.api",
+    "load_scenario": "rlsim.api", "simulate": "rlsim.api", "with_": "rlsim.api", "Scenario": "rlsim.config.schema",
+    "ScenarioError": "rlsim.errors"})

@@ -100,6 +100,14 @@ class InfeasibleError(Exception):
         return text
 
 
+class ScenarioWarning(UserWarning):
+    """A valid scenario that probably does not say what its author meant; the CLI prints it, notebooks show it."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(problem.render())
+        self.problem = problem
+
+
 class UnknownName(LookupError):
     """A name (GPU profile, interconnect, model) that no catalog entry has. The config layer turns it into a Problem."""
 

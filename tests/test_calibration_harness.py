@@ -21,7 +21,8 @@ from rlsim.hardware import HardwareCatalog
 from rlsim.models.catalog import ModelCatalog
 from tests.test_calibration_fit import gpu_group
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch",
+                            reason="PyTorch is not installed; the harness needs it: pip install -e '.[calibration-test]'")
 
 ROOT = Path(__file__).parents[1]
 HARNESS = ROOT / "calibration" / "microbench.py"

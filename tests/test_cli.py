@@ -1,7 +1,9 @@
 """The `rlsim` command: check on every shipped scenario, schema, version, and bad input in a real process."""
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from rlsim import __version__
-from rlsim.cli import main
-from rlsim.config.schema import Scenario
+from rlsim.cli import build_parser, main
+from rlsim.cli.exitcodes import CLOSED_PIPE
+from rlsim.config.schema import Scenario, scenario_json_schema
 
 ROOT = Path(__file__).parents[1]
 SHIPPED = sorted(ROOT.glob("scenarios/*.yaml"))
@@ -28,7 +31,7 @@ def test_check_accepts_every_shipped_scenario(scenario, capsys):
         assert heading in out
     # vLLM engines pay the CPU step between GPU steps; SGLang's overlap scheduler hides it.
     assert ("overlapped with the GPU" in out) == ("engine: sglang" in scenario.read_text())
-    assert "DOES NOT FIT" not in out
+    assert "DOES NOT FIT" not in out and "warning" not in out
     assert out.count("fits") >= 2
 
 
@@ -41,6 +44,31 @@ def test_check_reports_a_configuration_that_does_not_fit(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "DOES NOT FIT" in out
     assert "would fit with" in out
+
+
+def idle_gpus_scenario(tmp_path) -> Path:
+    """The quickstart's colocated 8-GPU placement on a cluster of two 8-GPU nodes."""
+    text = (ROOT / "scenarios" / "quickstart.yaml").read_text()
+    assert "nodes: 1" in text
+    path = tmp_path / "idle.yaml"
+    path.write_text(text.replace("nodes: 1", "nodes: 2"))
+    return path
+
+
+def test_check_warns_of_gpus_a_colocated_placement_leaves_idle(tmp_path, capsys):
+    assert main(["check", str(idle_gpus_scenario(tmp_path))]) == 0
+    captured = capsys.readouterr()
+    [warning] = [line for line in captured.out.splitlines() if line.startswith("warning")]
+    assert "cluster.pools[0].nodes" in warning and "use 8 of the 16 GPUs of pool 'main'" in warning
+    assert "sit idle" in warning and captured.err == ""
+
+
+def test_run_prints_the_idle_gpus_warning_once_on_stderr(tmp_path, capsys):
+    # --steps loads the scenario twice; the warning still shows once.
+    assert main(["run", str(idle_gpus_scenario(tmp_path)), "--steps", "2", "--out", str(tmp_path / "run")]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("warning: ") == 1 and "8 sit idle" in captured.err
+    assert "warning" not in captured.out
 
 
 def test_run_refuses_a_configuration_that_does_not_fit(tmp_path, capsys):
@@ -66,6 +94,16 @@ def test_schema_is_json_schema_of_the_scenario(capsys, tmp_path):
     assert json.loads(out.read_text()) == schema
 
 
+def test_every_schema_property_has_a_description():
+    # Editors show these on hover and completion: a field without one leaves a user guessing its meaning and unit.
+    schema = scenario_json_schema()
+    owners = {"Scenario": schema, **schema["$defs"]}
+    bare = [f"{owner}.{name}" for owner, definition in owners.items()
+            for name, prop in definition.get("properties", {}).items() if not prop.get("description", "").strip()]
+    assert sum(len(d.get("properties", {})) for d in owners.values()) > 200
+    assert bare == []
+
+
 def test_version(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
@@ -82,6 +120,45 @@ def test_bad_input_in_a_real_process_prints_no_traceback(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert 1 <= len(lines) <= 2
     assert "algorithm.mini_batchs" in lines[0] and "did you mean 'mini_batches'" in lines[1]
+
+
+@pytest.mark.parametrize("command", ["check scenarios/quickstart.yaml", "schema", "--help"])
+def test_output_piped_into_head_prints_no_traceback(command):
+    result = subprocess.run(f"{sys.executable} -m rlsim {command} | head -1", shell=True, cwd=ROOT, capture_output=True,
+                            text=True)
+    assert result.stdout.strip() and result.stderr == ""
+
+
+@pytest.mark.parametrize("command", [["check", "scenarios/quickstart.yaml"], ["schema"]])
+def test_a_reader_that_is_gone_ends_the_command_quietly(command):
+    # `head` may read everything before it exits; a pipe whose read end is already closed fails every write.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([sys.executable, "-m", "rlsim", *command], cwd=ROOT, stdout=write, stderr=subprocess.PIPE,
+                                text=True)
+    finally:
+        os.close(write)
+    assert result.returncode == CLOSED_PIPE
+    assert result.stderr == ""
+
+
+HEAVY = ("simpy", "plotly", "numpy", "scipy", "pydantic", "networkx")
+
+
+def subcommands() -> list[str]:
+    [choices] = [a.choices for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sorted(choices)
+
+
+@pytest.mark.parametrize("argv", [["--help"], *([name, "--help"] for name in subcommands())], ids=" ".join)
+def test_help_loads_no_simulator_numpy_pydantic_or_plotly(argv):
+    # A fresh process: this one has imported everything already.
+    code = (f"import sys\nfrom rlsim.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            f"print(' '.join(sorted(set({HEAVY!r}) & set(sys.modules))), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "usage: rlsim" in result.stdout
+    assert result.stderr.strip() == ""
 
 
 def test_missing_file_is_bad_input(capsys):

@@ -13,7 +13,8 @@ import pytest
 from rlsim.costs.weight_sync import engine_parameter_count
 from rlsim.models.catalog import ModelCatalog
 
-pytest.importorskip("torch")
+pytest.importorskip("torch", reason="PyTorch is not installed; the script builds torch modules: "
+                    "pip install -e '.[calibration-test]'")
 
 SCRIPT = Path(__file__).parents[1] / "calibration" / "loader_calls.py"
 

@@ -1,4 +1,5 @@
-"""An installed rlsim carries what it reads at run time: the hardware profiles and the validation cases."""
+"""An installed rlsim carries what it reads at run time: the hardware profiles, the validation cases, and the example
+scenarios and sweeps with the traces they replay."""
 from __future__ import annotations
 
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_wheel_ships_profiles_and_validation_cases(tmp_path):
+def test_the_wheel_ships_profiles_validation_cases_and_examples(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path),
                     str(ROOT)], check=True, capture_output=True)
     [wheel] = tmp_path.glob("rlsim-*.whl")
@@ -17,3 +18,8 @@ def test_the_wheel_ships_profiles_and_validation_cases(tmp_path):
     assert "rlsim/_shipped/hardware_profiles/h100-sxm.yaml" in names
     cases = {p.name for p in (ROOT / "scenarios" / "validation").iterdir()}
     assert {n.rsplit("/", 1)[1] for n in names if n.startswith("rlsim/_shipped/validation/")} == cases
+    # The examples keep their places relative to each other, so `../traces/...` and `base: ../quickstart.yaml` resolve.
+    examples = [*(ROOT / "scenarios").glob("*.yaml"), *(ROOT / "scenarios" / "sweeps").glob("*.yaml"),
+                *(p for p in (ROOT / "traces").rglob("*") if p.is_file())]
+    missing = {f"rlsim/_shipped/{p.relative_to(ROOT).as_posix()}" for p in examples} - names
+    assert len(examples) > 20 and not missing

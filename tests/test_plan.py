@@ -2,6 +2,7 @@
 placements HybridFlow and AReaL published. Where it does not, the test is a strict xfail that states the gap."""
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -179,3 +180,15 @@ def test_areal_rollout_share_in_async():
     result = plan(WORKLOAD, gpus=128, schedules=("async",), workers=2)  # the command's defaults
     assert result.winner.candidate.placement == "disaggregated"
     assert result.winner.candidate.rollout_share == pytest.approx(0.75, abs=1 / 8)
+
+
+def test_out_writes_the_ranking_and_the_gpu_time_figure_as_one_offline_page(small_workload, tmp_path, capsys):
+    out = tmp_path / "plan.html"
+    assert main(["plan", str(small_workload), "--gpus", "8", "--simulate", "1", "--refine", "0", "--schedules", "sync",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    page = out.read_text()
+    assert f"wrote {out}" in printed
+    winner = next(line for line in printed.splitlines() if line.strip().startswith("1  "))
+    assert html.escape(winner) in page  # the ranking as printed
+    assert 'id="gpu-time-8"' in page and "plotly" in page and "<script src=" not in page  # offline: plotly.js inlined

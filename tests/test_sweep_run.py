@@ -175,3 +175,20 @@ def test_resuming_an_extended_sweep_runs_only_the_new_points(tmp_path):
     assert second.ran == 1 and second.rows[0]["point"] == first.rows[0]["point"]
     assert [r["schedule.load_balancer"] for r in second.rows] == ["round_robin", "round_robin"]
     assert second.rows[0]["step_time_s"] == first.rows[0]["step_time_s"]
+
+
+def test_a_two_axis_sweep_draws_each_axis_as_one_line_per_value_of_the_other(tmp_path):
+    shutil.copy(ROOT / "scenarios" / "quickstart.yaml", tmp_path / "base.yaml")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("base: base.yaml\nset: {run.steps: 1, algorithm.prompts_per_step: 4, algorithm.max_response_tokens: "
+                     "512}\ngrid:\n  placement.rollout.tp: [1, 2, 4]\n  seed: [0, 1]\n")
+    run = run_sweep(sweep, tmp_path / "out")
+    tp_effect = run.figure("placement.rollout.tp")
+    assert [t.name for t in tp_effect.data] == ["seed = 0", "seed = 1"]  # each mean over one point: no points trace
+    assert [list(t.x) for t in tp_effect.data] == [["1", "2", "4"]] * 2
+    seed_effect = run.figure("seed")
+    assert [t.name for t in seed_effect.data] == ["placement.rollout.tp = 1", "placement.rollout.tp = 2",
+                                                  "placement.rollout.tp = 4"]
+    page = (tmp_path / "out" / "report.html").read_text()
+    # Every table sits in a box that scrolls sideways, so a wide one never widens the page.
+    assert page.count("<table>") == page.count('<div class="scroll"><table>') > 0

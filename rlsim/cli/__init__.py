@@ -1,16 +1,21 @@
-"""The `rlsim` command. Each subcommand is a module with `register(subparsers)`; bad input exits 2 with no traceback."""
+"""The `rlsim` command. Each subcommand is a module with `register(subparsers)`; bad input exits 2 with no traceback.
+
+The subcommand modules import only argparse-level things at the top and load their implementation when they run, so
+`rlsim --help` answers at once instead of loading the simulator, numpy, pydantic and plotly."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from rlsim import __version__
-from rlsim.cli import calibrate, check, compare, estimate, plan, run, schema, sweep, validate, workload
-from rlsim.cli.exitcodes import BAD_INPUT, INFEASIBLE
-from rlsim.errors import InfeasibleError, ScenarioError
+from rlsim.cli import calibrate, check, compare, estimate, example, plan, run, schema, sweep, validate, workload
+from rlsim.cli.exitcodes import BAD_INPUT, CLOSED_PIPE, INFEASIBLE
+from rlsim.errors import InfeasibleError, ScenarioError, ScenarioWarning
 
-COMMANDS = (check, run, estimate, schema, compare, workload, sweep, plan, validate, calibrate)
+COMMANDS = (example, check, run, estimate, schema, compare, workload, sweep, plan, validate, calibrate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,10 +32,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        try:
+            return _run(build_parser(), argv)
+        finally:
+            # A pipe buffers stdout, so a reader that went away shows up on this flush, `--help` and `--version` too.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit, which would fail again and print a traceback: send it to devnull.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE
+
+
+def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     try:
-        return args.handler(args)
+        with warnings.catch_warnings():  # restores the warning printer and filters when the command ends
+            warnings.showwarning = _show_warning
+            warnings.simplefilter("once", ScenarioWarning)  # a command may load its scenario more than once
+            return args.handler(args)
     except ScenarioError as err:
         problems = err.problems
         shown = problems[:10]
@@ -44,6 +64,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INFEASIBLE
     except KeyboardInterrupt:
         return 130
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A scenario's warnings as one `warning: file:line: field: …` line each, like its errors; others as Python's."""
+    if isinstance(message, ScenarioWarning):
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 if __name__ == "__main__":

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlsim.cli.exitcodes import INFEASIBLE, OK
 from rlsim.cli.overrides import add_set_argument, parse_overrides
-from rlsim.config import load_scenario
-from rlsim.config.bound import Bound, bind
-from rlsim.costs.memory import GIB, RoleMemory, memory_report
+
+if TYPE_CHECKING:
+    from rlsim.config.bound import Bound
+    from rlsim.costs.memory import RoleMemory
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,14 +24,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    scenario = load_scenario(args.scenario, parse_overrides(args.overrides))
+    from rlsim.config import load_scenario
+    from rlsim.config.bound import bind
+    from rlsim.costs.memory import memory_report
+
+    # Recorded, to print among the summary's lines on stdout, the part of the output a user reads.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scenario = load_scenario(args.scenario, parse_overrides(args.overrides))
     bound = bind(scenario)
     memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()})
     print(summary(bound, memory, source=str(args.scenario)))
+    for warning in caught:
+        print(f"warning    {warning.message}")
     return OK if all(role.fits for role in memory) else INFEASIBLE
 
 
 def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
+    from rlsim.costs.memory import GIB
+
     s, spec = bound.scenario, bound.model
     arch = spec.architecture
     lines = [f"scenario   {s.name}  ({source}, seed {s.seed})"]

@@ -7,7 +7,6 @@ from pathlib import Path
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.file_names import bounded_name
 from rlsim.errors import Problem, ScenarioError
-from rlsim.report.compare import NamedMetrics, compare_html, compare_text, read_run_metrics
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +27,8 @@ def run_names(folders: list[Path]) -> list[str]:
 
 
 def compare(args: argparse.Namespace) -> int:
+    from rlsim.report.compare import NamedMetrics, compare_html, compare_text, read_run_metrics
+
     if len(args.runs) < 2:
         raise ScenarioError(Problem("compare needs at least two run folders", file="rlsim compare"))
     runs = [NamedMetrics(name, read_run_metrics(folder)) for name, folder in zip(run_names(args.runs), args.runs, strict=True)]

@@ -4,12 +4,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.overrides import add_set_argument, parse_overrides
-from rlsim.config import load_scenario
-from rlsim.config.bound import bind
-from rlsim.estimate import StepEstimate, estimate_step
+
+if TYPE_CHECKING:
+    from rlsim.estimate import StepEstimate
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +25,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlsim.config import load_scenario
+    from rlsim.config.bound import bind
+    from rlsim.estimate import estimate_step
+
     estimate = estimate_step(bind(load_scenario(args.scenario, parse_overrides(args.overrides))))
     print(json.dumps(estimate.as_dict(), indent=2) if args.json else table(estimate))
     return OK

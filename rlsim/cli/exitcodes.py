@@ -2,3 +2,4 @@
 OK = 0
 BAD_INPUT = 2  # the input file is malformed: fix it
 INFEASIBLE = 3  # the input is valid but the configuration cannot run (e.g. out of memory)
+CLOSED_PIPE = 141  # the reader of stdout went away (`rlsim … | head`): what a Unix tool killed by SIGPIPE reports

@@ -4,15 +4,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.overrides import add_set_argument, parse_overrides
 from rlsim.errors import Problem, ScenarioError
-from rlsim.plan import plan
-from rlsim.plan.candidates import SCHEDULES
-from rlsim.plan.planner import MEASURED_STEPS, REFINE
-from rlsim.plan.text import budget_summary, plan_dict, plan_text
+from rlsim.plan.candidates import MEASURED_STEPS, REFINE, SCHEDULES
 
 SCHEDULE_MODES = tuple(dict.fromkeys(schedule.mode for schedule in SCHEDULES))  # the modes the planner enumerates
 
@@ -48,10 +46,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="simulations at once (default: this machine's cores)")
     parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
+    parser.add_argument("--out", type=Path, metavar="FILE.html",
+                        help="also write the ranking and the GPU-time figure as one offline HTML page")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlsim.plan import plan
+    from rlsim.plan.text import budget_summary, plan_dict, plan_text
+
     budgets = _counts(args.gpus)
     overrides = parse_overrides(args.overrides)
     schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
@@ -72,6 +75,12 @@ def run(args: argparse.Namespace) -> int:
         print("\n\n".join(plan_text(p) for p in plans))
         if len(plans) > 1:
             print("\n" + budget_summary(plans))
+    if args.out:
+        from rlsim.plan.page import plan_html
+
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(plan_html(plans), encoding="utf-8")
+        print(f"wrote {args.out}", file=sys.stderr if args.json else sys.stdout)
     return OK
 
 

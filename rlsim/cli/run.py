@@ -7,18 +7,14 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.file_names import bounded_name
 from rlsim.cli.overrides import add_set_argument, parse_overrides
-from rlsim.config import load_scenario
-from rlsim.config.bound import bind
-from rlsim.events import StepRecord
-from rlsim.metrics import RunFacts, run_metrics
-from rlsim.report.figures import RunData
-from rlsim.report.run_folder import metrics_json, write_run_folder
-from rlsim.report.text import STEP_HEADER, headline_text, step_line
-from rlsim.sim.run import simulate_log
+
+if TYPE_CHECKING:
+    from rlsim.events import StepRecord
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,6 +35,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `rlsim --help` builds every subcommand's parser and needs none of them.
+    from rlsim.config import load_scenario
+    from rlsim.config.bound import bind
+    from rlsim.metrics import RunFacts, run_metrics
+    from rlsim.report.figures import RunData
+    from rlsim.report.run_folder import metrics_json, write_run_folder
+    from rlsim.report.text import STEP_HEADER, headline_text, step_line
+    from rlsim.sim.run import simulate_log
+
     overrides = parse_overrides(args.overrides)
     scenario = load_scenario(args.scenario, overrides)
     if args.steps is not None:

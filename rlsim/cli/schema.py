@@ -5,8 +5,6 @@ import argparse
 import json
 from pathlib import Path
 
-from rlsim.config.schema import scenario_json_schema
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("schema", help="print the JSON Schema of scenario files",
@@ -17,6 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlsim.config.schema import scenario_json_schema
+
     text = json.dumps(scenario_json_schema(), indent=2) + "\n"
     if args.out:
         args.out.write_text(text, encoding="utf-8")

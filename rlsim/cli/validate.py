@@ -9,11 +9,6 @@ from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.overrides import add_set_argument, parse_overrides
-from rlsim.progress import Progress
-from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
-from rlsim.validation.docs import write_docs, write_readme_accuracy
-from rlsim.validation.run import run_validation, select_cases
-from rlsim.yamlsource import flow_text
 
 # The page of a source checkout; an installed rlsim has none and writes a page only where --docs says.
 _CHECKOUT_DOCS = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
@@ -31,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--case", dest="cases", action="append", metavar="NAME",
                         help="run only this case, or this group (e.g. V3; any letter case); repeatable")
     parser.add_argument("--json", action="store_true", help="print the rows and the summary as JSON")
-    parser.add_argument("--cases-file", type=Path, default=DEFAULT_MANIFEST, help="the manifest of cases")
+    parser.add_argument("--cases-file", type=Path,
+                        help="the manifest of cases (default: the shipped scenarios/validation/cases.yaml)")
     parser.add_argument("--docs", type=Path, default=DEFAULT_DOCS,
                         help="the validation page to rewrite (default: docs/validation.md of a source checkout; "
                         "an installed rlsim writes none unless given)")
@@ -42,16 +38,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlsim.progress import Progress
+    from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
+    from rlsim.validation.docs import write_docs, write_readme_accuracy
+    from rlsim.validation.run import run_validation, select_cases
+    from rlsim.yamlsource import flow_text
+
     probe = parse_overrides(args.overrides)
-    total = len(select_cases(load_manifest(args.cases_file), args.cases))
+    manifest = args.cases_file or DEFAULT_MANIFEST
+    total = len(select_cases(load_manifest(manifest), args.cases))
     # On stderr, so `--json` output stays a single document.
     with Progress(total, "cases", sys.stderr) as bar:
-        validation = run_validation(args.cases_file, args.cases, max(1, args.jobs),
+        validation = run_validation(manifest, args.cases, max(1, args.jobs),
                                     on_case=lambda case: bar.advance(), probe=probe)
     written = []
     # The page documents the shipped assumptions, so a probe never rewrites it.
     if not args.cases and not probe and not args.no_docs and args.docs is not None:
-        written = write_docs(validation, load_manifest(args.cases_file), args.docs)
+        written = write_docs(validation, load_manifest(manifest), args.docs)
         readme = args.docs.resolve().parent.parent / "README.md"
         # Only the checkout's own README, whose docs/ the page is in: a page written elsewhere leaves it alone.
         if args.docs.resolve() == _CHECKOUT_DOCS and readme.is_file() and write_readme_accuracy(validation, readme):

@@ -202,7 +202,6 @@ def _check_capacity(scenario: Scenario, check: _Checker) -> None:
     placement = scenario.placement
     rollout, training = placement.rollout, placement.training
     assert training.gpus is not None and rollout.pool is not None and training.pool is not None
-    demand: dict[str, int] = {}
     if training.requested_while_generating.any and placement.mode != "colocated":
         check.fail(("placement", "training", "offload_while_generating"),
                    "only colocated training moves its state to the host to make room for the engines",
@@ -227,11 +226,7 @@ def _check_capacity(scenario: Scenario, check: _Checker) -> None:
         if training.gpus != rollout.gpus:
             check.fail(("placement", "training", "gpus"), f"colocated training uses the rollout GPUs ({rollout.gpus})",
                        value=training.gpus, valid=str(rollout.gpus))
-        demand[rollout.pool] = rollout.gpus
-    elif placement.mode == "disaggregated":
-        demand[rollout.pool] = rollout.gpus
-        demand[training.pool] = demand.get(training.pool, 0) + training.gpus
-    else:  # hybrid: every training GPU also generates; some rollout GPUs are dedicated
+    elif placement.mode == "hybrid":  # every training GPU also generates; some rollout GPUs are dedicated
         if training.pool != rollout.pool:
             check.fail(("placement", "training", "pool"), "hybrid shares the training GPUs with rollout, so one pool",
                        value=training.pool, valid=rollout.pool)
@@ -239,10 +234,7 @@ def _check_capacity(scenario: Scenario, check: _Checker) -> None:
             check.fail(("placement", "rollout", "gpus"), f"hybrid needs more rollout GPUs than training GPUs "
                        f"({training.gpus}): the extra ones are the dedicated rollout GPUs",
                        value=rollout.gpus, valid=f"> {training.gpus}")
-        demand[rollout.pool] = rollout.gpus
-    if placement.reward_model is not None:
-        assert placement.reward_model.pool is not None
-        demand[placement.reward_model.pool] = demand.get(placement.reward_model.pool, 0) + placement.reward_model.gpus
+    demand = placed_gpus(placement)
     for i, pool in enumerate(scenario.cluster.pools):
         if demand.get(pool.name, 0) > pool.gpus:
             check.fail(("cluster", "pools", i, "nodes"),
@@ -251,6 +243,38 @@ def _check_capacity(scenario: Scenario, check: _Checker) -> None:
     if rollout.gpus % rollout.tp:
         check.fail(("placement", "rollout", "gpus"), f"rollout GPUs must be whole engines of tp={rollout.tp}",
                    value=rollout.gpus, valid=f"a multiple of {rollout.tp}")
+
+
+def placed_gpus(placement: Placement) -> dict[str, int]:
+    """GPUs the roles occupy in each pool: colocated and hybrid training share the rollout GPUs, disaggregated
+    training and a reward model have their own."""
+    rollout, training = placement.rollout, placement.training
+    assert rollout.pool is not None and training.pool is not None and training.gpus is not None
+    placed = {rollout.pool: rollout.gpus}
+    if placement.mode == "disaggregated":
+        placed[training.pool] = placed.get(training.pool, 0) + training.gpus
+    if placement.reward_model is not None:
+        assert placement.reward_model.pool is not None
+        placed[placement.reward_model.pool] = placed.get(placement.reward_model.pool, 0) + placement.reward_model.gpus
+    return placed
+
+
+def scenario_warnings(scenario: Scenario, doc: YamlDocument) -> list[Problem]:
+    """What a valid, resolved scenario probably did not mean: pool GPUs no role uses. They sit idle in the
+    simulation yet count in its cost and per-GPU figures (a colocated placement sized for fewer GPUs than the cluster
+    is the usual slip)."""
+    placed = placed_gpus(scenario.placement)
+    found = []
+    for i, pool in enumerate(scenario.cluster.pools):
+        used = placed.get(pool.name, 0)
+        if used < pool.gpus:
+            roles = "colocated roles use" if scenario.placement.mode == "colocated" else "placement uses"
+            found.append(doc.problem(
+                ("cluster", "pools", i, "nodes"),
+                f"the {roles} {used} of the {pool.gpus} GPUs of pool {pool.name!r}: the other {pool.gpus - used} sit "
+                "idle but count in cost and per-GPU figures", value=pool.nodes,
+                valid=f"placement GPUs adding up to {pool.gpus}, or a pool of {used} GPUs"))
+    return found
 
 
 def _check_parallelism(scenario: Scenario, spec: ModelSpec, hardware: HardwareCatalog, check: _Checker) -> None:

@@ -25,14 +25,32 @@ from rlsim.fields import (
 from rlsim.models.architecture import Architecture
 
 POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+# The model shape's fields (rlsim/models/architecture.py, Hugging Face config.json names) that carry no description of
+# their own, described for the JSON Schema editors show.
+ARCHITECTURE_FIELDS = {
+    ("Architecture", "hidden_size"): "width of the residual stream (config.json hidden_size)",
+    ("Architecture", "num_hidden_layers"): "transformer layers",
+    ("Architecture", "num_attention_heads"): "query heads per layer",
+    ("Architecture", "num_key_value_heads"): "key/value heads per layer (fewer than query heads: grouped-query attention)",
+    ("Architecture", "vocab_size"): "tokens in the vocabulary (rows of the embedding and of the output layer)",
+    ("Architecture", "tie_word_embeddings"): "the output layer shares the input embedding's weights",
+    ("Architecture", "hidden_act"): "the FFN's activation",
+    ("Architecture", "moe"): "mixture-of-experts layers; null for a dense model",
+    ("Architecture", "mla"): "multi-head latent attention (DeepSeek-V2/V3); null for standard attention",
+    ("MLA", "kv_lora_rank"): "rank of the compressed key/value latent the KV cache holds",
+    ("MLA", "qk_nope_head_dim"): "per-head query/key dimensions without rotary embedding",
+    ("MLA", "qk_rope_head_dim"): "per-head query/key dimensions with rotary embedding",
+    ("MLA", "v_head_dim"): "per-head value dimensions",
+}
 
 
 class Pool(Frozen):
     """A set of identical nodes. Several pools model heterogeneous clusters (e.g. H20 for rollout, H800 for training)."""
 
-    name: str = Field("main", min_length=1, max_length=64, pattern=POOL_NAME)
+    name: str = Field(
+        "main", min_length=1, max_length=64, pattern=POOL_NAME, description="name the placement's `pool:` fields refer to")
     gpu: str = Field(min_length=1, description="hardware profile name, e.g. h100-sxm")
-    nodes: PositiveInt
+    nodes: PositiveInt = Field(description="nodes in the pool (verl trainer.nnodes when one pool holds every role)")
     gpus_per_node: PositiveInt | None = Field(None, description="default: the profile's node size")
     intra_node: str | None = Field(None, description="scale-up interconnect; default: the profile's (e.g. nvlink4)")
     inter_node: str | None = Field(None, description="scale-out NIC interconnect; default: the profile's (e.g. ib-ndr)")
@@ -47,7 +65,8 @@ class Pool(Frozen):
 
 
 class Cluster(Frozen):
-    pools: list[Pool] = Field(min_length=1)
+    pools: list[Pool] = Field(
+        min_length=1, description="the pools of identical nodes the roles are placed on; several model a heterogeneous cluster")
     profile_dirs: list[str] = Field(
         default_factory=list, description="extra directories of hardware profiles, relative to the scenario file"
     )
@@ -73,8 +92,11 @@ class ModelConfig(Frozen):
     """The policy model: a catalog name or Hugging Face id, a local config.json (docs/api.md, "Model names"), or an
     inline architecture (then `name` is only a label)."""
 
-    name: str = Field(min_length=1)
-    architecture: Architecture | None = None
+    name: str = Field(
+        min_length=1, description="catalog model name or Hugging Face id (Qwen/Qwen3-8B), the path of a config.json "
+        "or of its folder, or a label when `architecture` is given")
+    architecture: Architecture | None = Field(
+        None, description="the model's shape (Hugging Face config.json fields), for a model not in the catalog")
     dtype: Literal["bf16", "fp16", "fp8"] = Field(
         "bf16", description="rollout weight precision; training is bf16 mixed precision"
     )
@@ -87,12 +109,22 @@ class ModelConfig(Frozen):
 
 
 class Algorithm(Frozen):
-    name: Literal["grpo", "ppo", "dapo", "reinforce"]
-    prompts_per_step: PositiveInt = Field(description="prompts per RL step (verl data.train_batch_size)")
-    samples_per_prompt: PositiveInt = Field(description="responses generated per prompt (verl rollout.n)")
-    mini_batches: PositiveInt = Field(1, description="optimizer steps per RL step (train_batch_size / ppo_mini_batch_size)")
-    ppo_epochs: PositiveInt = 1
-    ref_model: Flag = Field(description="compute reference log-probs for a KL term; default: on except for DAPO")
+    name: Literal["grpo", "ppo", "dapo", "reinforce"] = Field(
+        description="the RL algorithm; it sets the defaults of ref_model, critic and dynamic_sampling (verl chooses the "
+        "advantage with algorithm.adv_estimator: grpo, or gae for PPO)")
+    prompts_per_step: PositiveInt = Field(
+        description="prompts per RL step (verl data.train_batch_size, NeMo-RL grpo.num_prompts_per_step)")
+    samples_per_prompt: PositiveInt = Field(
+        description="responses generated per prompt (verl actor_rollout_ref.rollout.n, NeMo-RL "
+        "grpo.num_generations_per_prompt)")
+    mini_batches: PositiveInt = Field(
+        1, description="optimizer steps per RL step (verl data.train_batch_size / actor_rollout_ref.actor."
+        "ppo_mini_batch_size; NeMo-RL num_prompts_per_step·num_generations_per_prompt / policy.train_global_batch_size)")
+    ppo_epochs: PositiveInt = Field(
+        1, description="passes over each step's batch by the optimizer (verl actor_rollout_ref.actor.ppo_epochs)")
+    ref_model: Flag = Field(
+        description="compute reference log-probs for a KL term (verl runs the reference when actor_rollout_ref.actor."
+        "use_kl_loss or algorithm.use_kl_in_reward is set); default: on except for DAPO")
     recompute_old_log_prob: Flag = Field(
         True, description="run the old_log_prob forward pass; false takes the rollout engine's log-probs instead "
         "(verl's use_rollout_log_probs, the fully-async default)")
@@ -100,8 +132,11 @@ class Algorithm(Frozen):
     dynamic_sampling: Flag = Field(
         description="drop groups whose rewards are all equal and generate more until the batch is full (DAPO); "
         "default: on for DAPO only")
-    max_prompt_tokens: PositiveInt
-    max_response_tokens: PositiveInt
+    max_prompt_tokens: PositiveInt = Field(
+        description="longest prompt, in tokens (verl data.max_prompt_length)")
+    max_response_tokens: PositiveInt = Field(
+        description="longest response in tokens; generation stops there and the sample counts as truncated (verl "
+        "data.max_response_length, NeMo-RL policy.generation.max_new_tokens)")
     max_sequence_tokens: PositiveInt | None = Field(
         None, description="longest prompt + response the engine holds (vLLM max_model_len, NeMo-RL "
         "max_total_sequence_length): a response also stops when it reaches this, so a long prompt leaves less room; "
@@ -134,20 +169,27 @@ class RolloutPlacement(Frozen):
     """Generation engines (vLLM/SGLang): `gpus` GPUs cut into engines of `tp` GPUs each."""
 
     pool: str | None = Field(None, description="default: the first pool")
-    gpus: PositiveInt
-    tp: PositiveInt = 1
+    gpus: PositiveInt = Field(description="GPUs that run generation engines (colocated: every GPU of the placement)")
+    tp: PositiveInt = Field(
+        1, description="tensor-parallel GPUs per engine (verl actor_rollout_ref.rollout.tensor_model_parallel_size, whose "
+        "default is 2)")
     ep: PositiveInt = Field(1, description="expert parallelism inside an engine (MoE models)")
-    gpu_memory_utilization: Fraction = Field(0.9, description="fraction of HBM the engine may use (vLLM's knob)")
+    gpu_memory_utilization: Fraction = Field(
+        0.9, description="fraction of HBM the engine may use, weights and KV cache (vLLM's gpu_memory_utilization and "
+        "its default 0.9; verl actor_rollout_ref.rollout.gpu_memory_utilization, default 0.5 there)")
     # 256 and 8,192 are vllm.LLM's defaults on GPUs under 70 GiB and on A100s; what a framework's engines get depends on
     # how it builds them (docs/validation.md, "the engines' batch limits").
     max_num_seqs: PositiveInt = Field(
         256, description="cap on sequences decoded together per engine (vLLM's max_num_seqs; vllm.LLM on an H100-class "
-        "GPU: 1024, AsyncLLM: 128, verl: 1024)")
+        "GPU: 1024, AsyncLLM: 128; verl actor_rollout_ref.rollout.max_num_seqs, default 1024)")
     max_num_batched_tokens: PositiveInt = Field(
-        8192, description="token budget per iteration, chunked prefill (vLLM's max_num_batched_tokens; vllm.LLM on an "
-        "H100-class GPU: 16384, AsyncLLM: 2048)")
-    engine: Literal["vllm", "sglang"] = "vllm"
-    cuda_graphs: Flag = True
+        8192, description="tokens an engine iteration processes, prefills chunked to fit (vLLM's max_num_batched_tokens "
+        "with enable_chunked_prefill; vllm.LLM on an H100-class GPU: 16384, AsyncLLM: 2048; verl "
+        "actor_rollout_ref.rollout.max_num_batched_tokens, default 8192)")
+    engine: Literal["vllm", "sglang"] = Field("vllm", description="the inference engine (verl actor_rollout_ref.rollout.name)")
+    cuda_graphs: Flag = Field(
+        True, description="decode steps replay captured CUDA graphs instead of launching kernels one by one (false is verl "
+        "actor_rollout_ref.rollout.enforce_eager: true)")
 
     @property
     def engines(self) -> int:
@@ -188,23 +230,35 @@ class TrainingPlacement(Frozen):
 
     pool: str | None = Field(None, description="default: the rollout pool")
     gpus: PositiveInt | None = Field(None, description="default: the rollout GPUs when colocated")
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    cp: PositiveInt = Field(1, description="context parallelism (Ulysses / ring attention)")
-    ep: PositiveInt = 1
+    tp: PositiveInt = Field(
+        1, description="tensor parallelism of training (verl actor_rollout_ref.actor.megatron.tensor_model_parallel_size)")
+    pp: PositiveInt = Field(
+        1, description="pipeline-parallel stages of training (verl "
+        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size)")
+    cp: PositiveInt = Field(
+        1, description="context parallelism (Ulysses / ring attention): verl actor_rollout_ref.actor."
+        "ulysses_sequence_parallel_size (FSDP), actor_rollout_ref.actor.megatron.context_parallel_size")
+    ep: PositiveInt = Field(
+        1, description="expert parallelism of training, MoE models (verl "
+        "actor_rollout_ref.actor.megatron.expert_model_parallel_size)")
     dp: PositiveInt | None = Field(None, description="default: gpus / (tp·pp·cp)")
-    virtual_pipeline_stages: PositiveInt = 1
-    backend: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
+    virtual_pipeline_stages: PositiveInt = Field(
+        1, description="model chunks per pipeline stage, interleaved 1F1B (verl "
+        "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size)")
+    backend: Literal["fsdp", "fsdp2", "megatron"] = Field(
+        "fsdp", description="training engine (verl actor_rollout_ref.actor.strategy)")
     zero_stage: Literal[0, 1, 2, 3] = Field(3, description="0 none, 1 optimizer, 2 +gradients, 3 +parameters (FSDP full shard)")
     micro_batch_tokens: PositiveInt = Field(
         16384, description="tokens packed per micro-batch per GPU, so ·cp per micro-batch of a context-parallel group "
-        "(verl's ppo_max_token_len_per_gpu; NeMo-RL's train_mb_tokens / cp)"
+        "(verl's actor_rollout_ref.actor.ppo_max_token_len_per_gpu with use_dynamic_bsz; NeMo-RL's train_mb_tokens / cp)"
     )
     logprob_micro_batch_tokens: PositiveInt | None = Field(
         None, description="tokens packed per micro-batch per GPU in the forward-only passes (old log-probs, reference, "
         "values): verl's log_prob_max_token_len_per_gpu, NeMo-RL's logprob_mb_tokens / cp; default: micro_batch_tokens"
     )
-    activation_recompute: Literal["none", "selective", "full"] = "full"
+    activation_recompute: Literal["none", "selective", "full"] = Field(
+        "full", description="activations recomputed in the backward pass instead of stored: none, selective (attention only) or "
+        "full (verl actor_rollout_ref.model.enable_gradient_checkpointing is full)")
     sequence_packing: Flag = Field(
         True, description="pack whole sequences into micro-batches of micro_batch_tokens (verl's use_remove_padding, "
         "NeMo-RL's sequence_packing); false: every sequence is padded to the longest of the step's batch and a "
@@ -278,9 +332,9 @@ class TrainingPlacement(Frozen):
 
 
 class RewardModelPlacement(Frozen):
-    pool: str | None = None
-    gpus: PositiveInt
-    tp: PositiveInt = 1
+    pool: str | None = Field(None, description="default: the rollout pool")
+    gpus: PositiveInt = Field(description="GPUs of their own that run the reward model or LLM judge")
+    tp: PositiveInt = Field(1, description="tensor-parallel GPUs per reward-model or judge engine")
 
 
 class Placement(Frozen):
@@ -288,9 +342,11 @@ class Placement(Frozen):
         description="colocated: roles time-share all GPUs; disaggregated: separate GPUs; "
         "hybrid: training GPUs also generate, plus dedicated rollout GPUs"
     )
-    rollout: RolloutPlacement
-    training: TrainingPlacement = Field(default_factory=TrainingPlacement)
-    reward_model: RewardModelPlacement | None = None
+    rollout: RolloutPlacement = Field(description="where and how the generation engines run")
+    training: TrainingPlacement = Field(
+        default_factory=TrainingPlacement, description="where and how the actor (and critic, reference) train")
+    reward_model: RewardModelPlacement | None = Field(
+        None, description="GPUs of a reward model or LLM judge (workload.reward kind reward_model or llm_judge)")
 
 
 class PartialRollout(Frozen):
@@ -315,8 +371,12 @@ PPBroadcast = Literal["tp_shards", "full_tensors"]
 
 
 class WeightSync(Frozen):
-    method: Literal["nccl_broadcast", "checkpoint_engine", "per_tensor", "rdma_p2p"] = "nccl_broadcast"
-    bucket_mib: PositiveInt = 512
+    method: Literal["nccl_broadcast", "checkpoint_engine", "per_tensor", "rdma_p2p"] = Field(
+        "nccl_broadcast", description="how new weights reach the engines: nccl_broadcast (one collective per bucket), "
+        "checkpoint_engine, per_tensor (tensor by tensor), rdma_p2p (point to point over RDMA)")
+    bucket_mib: PositiveInt = Field(
+        512, description="MiB of weights sent per broadcast (verl actor_rollout_ref.rollout.update_weights_bucket_megabytes, "
+        "default 512)")
     every_updates: PositiveInt = Field(1, description="push weights to rollout every k optimizer updates (streaming)")
     pp_broadcast: PPBroadcast = Field(
         "tp_shards", description="what a tensor-by-tensor export broadcasts over the pipeline stages: each TP rank its "
@@ -326,15 +386,19 @@ class WeightSync(Frozen):
 
 
 class Schedule(Frozen):
-    mode: Literal["sync", "one_step_off", "async"] = "sync"
+    mode: Literal["sync", "one_step_off", "async"] = Field(
+        "sync", description="sync: generate, then train; one_step_off: generation of step k+1 overlaps training of step k; "
+        "async: generation runs ahead within max_staleness")
     max_staleness: NonNegativeFloat | None = Field(
         None, description="async: the producer admits at most (version + max_staleness + 1) batches, and a sample "
         "generated by policy version v may train version at most v + ⌈max_staleness⌉. A fraction lets part of a batch "
         "run ahead: verl fully_async's staleness_threshold (0.5: half a batch)"
     )
     streaming: Flag = Field(False, description="training consumes mini-batches as they complete")
-    partial_rollout: PartialRollout = Field(default_factory=PartialRollout)
-    load_balancer: Literal["round_robin", "least_requests", "least_kv", "length_aware", "work_stealing"] = "round_robin"
+    partial_rollout: PartialRollout = Field(
+        default_factory=PartialRollout, description="what happens to unfinished sequences at a weight update")
+    load_balancer: Literal["round_robin", "least_requests", "least_kv", "length_aware", "work_stealing"] = Field(
+        "round_robin", description="how requests are routed to engines")
     length_predictor_noise: float = Field(0.0, ge=0.0, description="relative error of the length predictor (length_aware)")
     group_placement: Literal["together", "spread"] = Field(
         "spread", description="keep a prompt's samples on one engine, or spread them"
@@ -353,7 +417,7 @@ class Schedule(Frozen):
     dp_balance: Literal["none", "sorted_greedy", "karmarkar_karp"] = Field(
         "sorted_greedy", description="how sequences are assigned to data-parallel ranks"
     )
-    weight_sync: WeightSync = Field(default_factory=WeightSync)
+    weight_sync: WeightSync = Field(default_factory=WeightSync, description="how new weights move from training to the engines")
 
     def group_cap(self, engines: int) -> int | None:
         """Prompt groups the engines may hold at once, over the whole rollout of `engines` engines (None: no cap)."""
@@ -375,17 +439,21 @@ class Run(Frozen):
 
 
 class Scenario(Frozen):
-    name: str = Field(min_length=1)
-    description: str = ""
-    seed: NonNegativeInt = 0
-    cluster: Cluster
-    model: ModelConfig
-    algorithm: Algorithm
-    workload: Workload
-    placement: Placement
-    schedule: Schedule = Field(default_factory=Schedule)
-    framework: Framework = Field(default_factory=Framework)
-    run: Run = Field(default_factory=Run)
+    name: str = Field(min_length=1, description="the run's name: its folder under runs/ and its label in reports")
+    description: str = Field("", description="one line on what the scenario is for (`rlsim example` lists it)")
+    seed: NonNegativeInt = Field(0, description="random seed of the workload draws; the same seed gives the same run")
+    cluster: Cluster = Field(description="the GPUs: pools of identical nodes")
+    model: ModelConfig = Field(description="the policy model: a catalog name or Hugging Face id (verl "
+                               "actor_rollout_ref.model.path), a local config.json, or a name and an architecture")
+    algorithm: Algorithm = Field(description="the RL algorithm and its batch: prompts, samples per prompt, mini-batches, lengths")
+    workload: Workload = Field(description="prompt and response lengths, groups, multi-turn tools, rewards")
+    placement: Placement = Field(description="which GPUs generate and which train, with their parallel layouts")
+    schedule: Schedule = Field(
+        default_factory=Schedule, description="how generation and training overlap, routing and weight sync")
+    framework: Framework = Field(
+        default_factory=Framework, description="framework and host overheads (CPU times, kernel launches); defaults measured on "
+        "x86 hosts")
+    run: Run = Field(default_factory=Run, description="how many steps to simulate")
 
 
 def scenario_json_schema() -> dict[str, Any]:
@@ -393,8 +461,11 @@ def scenario_json_schema() -> dict[str, Any]:
     schema = Scenario.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["properties"]["model"] = {
+        "description": Scenario.model_fields["model"].description,
         "anyOf": [{"type": "string", "description": "catalog model name or Hugging Face id (Qwen2.5-7B, Qwen/Qwen3-8B), "
                    "or the path of a config.json or of its folder, relative to the scenario file"},
                   {"$ref": "#/$defs/ModelConfig"}],
     }
+    for (model, field), text in ARCHITECTURE_FIELDS.items():
+        schema["$defs"][model]["properties"][field].setdefault("description", text)
     return schema

@@ -30,8 +30,8 @@ LengthScale = Annotated[PositiveFloat, Field(description="multiply every length 
 class FixedLength(Frozen):
     """Every sample has the same length."""
 
-    kind: Literal["fixed"]
-    tokens: PositiveInt
+    kind: Literal["fixed"] = Field(description="fixed: every sample has the same length")
+    tokens: PositiveInt = Field(description="the length, in tokens")
     scale: LengthScale = 1.0
 
 
@@ -42,8 +42,8 @@ class LognormalLength(Frozen):
     `sigma: s, loc_tokens: loc, median_tokens: loc + scale`.
     """
 
-    kind: Literal["lognormal"]
-    median_tokens: PositiveFloat
+    kind: Literal["lognormal"] = Field(description="lognormal: log-normally distributed lengths")
+    median_tokens: PositiveFloat = Field(description="median length in tokens (loc_tokens + e^mu)")
     sigma: PositiveFloat = Field(description="standard deviation of ln(length - loc_tokens)")
     loc_tokens: float = Field(0.0, description="where the distribution starts (scipy's loc); may be negative")
     scale: LengthScale = 1.0
@@ -58,46 +58,47 @@ class LognormalLength(Frozen):
 class GammaLength(Frozen):
     """Gamma-distributed lengths, parameterised by mean and shape (shape < 1: heavier tail)."""
 
-    kind: Literal["gamma"]
-    mean_tokens: PositiveFloat
-    shape: PositiveFloat
+    kind: Literal["gamma"] = Field(description="gamma: gamma-distributed lengths")
+    mean_tokens: PositiveFloat = Field(description="mean length in tokens")
+    shape: PositiveFloat = Field(description="the gamma shape k (larger: narrower around the mean)")
     scale: LengthScale = 1.0
 
 
 class GaussianComponent(Frozen):
     weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
-    mean_tokens: float
-    std_tokens: PositiveFloat
+    mean_tokens: float = Field(description="mean length of this component, in tokens")
+    std_tokens: PositiveFloat = Field(description="standard deviation of this component, in tokens")
 
 
 class GaussianMixtureLength(Frozen):
     """A mixture of normal distributions of length (lengths below 1 token count as 1)."""
 
-    kind: Literal["gaussian_mixture"]
-    components: list[GaussianComponent] = Field(min_length=1)
+    kind: Literal["gaussian_mixture"] = Field(
+        description="gaussian_mixture: a weighted mix of normal distributions (cut at 1 token)")
+    components: list[GaussianComponent] = Field(min_length=1, description="the mixture's components")
     scale: LengthScale = 1.0
 
 
 class LognormalComponent(Frozen):
     weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
-    median_tokens: PositiveFloat
-    sigma: PositiveFloat
+    median_tokens: PositiveFloat = Field(description="median length of this component, in tokens")
+    sigma: PositiveFloat = Field(description="standard deviation of ln(length) in this component")
 
 
 class LognormalMixtureLength(Frozen):
     """A mixture of lognormals (a Gaussian mixture of ln(length)): what `rlsim workload fit` fits to traces."""
 
-    kind: Literal["lognormal_mixture"]
-    components: list[LognormalComponent] = Field(min_length=1)
+    kind: Literal["lognormal_mixture"] = Field(description="lognormal_mixture: a weighted mix of lognormal distributions")
+    components: list[LognormalComponent] = Field(min_length=1, description="the mixture's components")
     scale: LengthScale = 1.0
 
 
 class EmpiricalLength(Frozen):
     """Lengths drawn from a list of observed values, optionally weighted (a histogram)."""
 
-    kind: Literal["empirical"]
-    tokens: list[PositiveInt] = Field(min_length=1)
-    weights: list[PositiveFloat] | None = None
+    kind: Literal["empirical"] = Field(description="empirical: lengths drawn from a list of observed values")
+    tokens: list[PositiveInt] = Field(min_length=1, description="the observed lengths, in tokens")
+    weights: list[PositiveFloat] | None = Field(None, description="relative weight of each length (default: equal)")
     scale: LengthScale = 1.0
 
     @model_validator(mode="after")
@@ -111,8 +112,8 @@ class TraceLength(Frozen):
     trajectory lengths); the path is relative to the scenario file. Groups and order are not kept: `workload.replay`
     replays a trace as recorded."""
 
-    kind: Literal["trace"]
-    path: str = Field(min_length=1)
+    kind: Literal["trace"] = Field(description="trace: lengths drawn from a recorded trace")
+    path: str = Field(min_length=1, description="trace file or folder, relative to the scenario file")
     scale: LengthScale = 1.0
 
 
@@ -125,7 +126,7 @@ StaticLengthModel = Annotated[
 
 class DriftPoint(Frozen):
     step: int = Field(ge=0, description="policy version (RL step) at which `model` holds")
-    model: StaticLengthModel
+    model: StaticLengthModel = Field(description="the length model at that step")
 
 
 class DriftLength(Frozen):
@@ -133,9 +134,10 @@ class DriftLength(Frozen):
     (`step`) or a linear blend of the two quantile functions (`linear`: for two lognormals of equal sigma, the median
     moves linearly). Before the first point the first holds, after the last the last."""
 
-    kind: Literal["drift"]
-    interpolation: Literal["linear", "step"] = "linear"
-    points: list[DriftPoint] = Field(min_length=1)
+    kind: Literal["drift"] = Field(description="drift: lengths that change over training")
+    interpolation: Literal["linear", "step"] = Field(
+        "linear", description="between two points: linear (blend the quantile functions) or step (keep the earlier)")
+    points: list[DriftPoint] = Field(min_length=1, description="the length model at each listed step, in step order")
 
     @field_validator("points")
     @classmethod
@@ -172,39 +174,40 @@ class JointGaussianMixture(Frozen):
     """Prompt and response lengths drawn together from a 2-D Gaussian mixture, as in the production fit of
     PolyTrace's enhanced_task_distribution_parameters.json (`math_task.gmm_parameters`): their correlation is kept."""
 
-    kind: Literal["joint_gaussian_mixture"]
-    components: list[JointComponent] = Field(min_length=1)
+    kind: Literal["joint_gaussian_mixture"] = Field(
+        description="joint_gaussian_mixture: prompt and response lengths from one 2-D Gaussian mixture")
+    components: list[JointComponent] = Field(min_length=1, description="the mixture's components")
 
 
 # ------------------------------------------------------------------------------------------------ other distributions
 
 
 class FixedLatency(Frozen):
-    kind: Literal["fixed"]
-    seconds: NonNegativeFloat
+    kind: Literal["fixed"] = Field(description="fixed: every call takes the same time")
+    seconds: NonNegativeFloat = Field(description="the latency, in seconds")
 
 
 class LognormalLatency(Frozen):
-    kind: Literal["lognormal"]
-    median_s: PositiveFloat
-    sigma: PositiveFloat
+    kind: Literal["lognormal"] = Field(description="lognormal: log-normally distributed latencies")
+    median_s: PositiveFloat = Field(description="median latency, in seconds")
+    sigma: PositiveFloat = Field(description="standard deviation of ln(latency)")
 
 
 class LatencyComponent(Frozen):
-    weight: PositiveFloat
-    median_s: PositiveFloat
-    sigma: PositiveFloat
+    weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
+    median_s: PositiveFloat = Field(description="median latency of this component, in seconds")
+    sigma: PositiveFloat = Field(description="standard deviation of ln(latency) in this component")
 
 
 class LognormalMixtureLatency(Frozen):
-    kind: Literal["lognormal_mixture"]
-    components: list[LatencyComponent] = Field(min_length=1)
+    kind: Literal["lognormal_mixture"] = Field(description="lognormal_mixture: a weighted mix of lognormal latencies")
+    components: list[LatencyComponent] = Field(min_length=1, description="the mixture's components")
 
 
 class EmpiricalLatency(Frozen):
-    kind: Literal["empirical"]
-    seconds: list[NonNegativeFloat] = Field(min_length=1)
-    weights: list[PositiveFloat] | None = None
+    kind: Literal["empirical"] = Field(description="empirical: latencies drawn from a list of observed values")
+    seconds: list[NonNegativeFloat] = Field(min_length=1, description="the observed latencies, in seconds")
+    weights: list[PositiveFloat] | None = Field(None, description="relative weight of each latency (default: equal)")
 
     @model_validator(mode="after")
     def _weights_match(self) -> EmpiricalLatency:
@@ -219,8 +222,8 @@ LatencyModel = Annotated[FixedLatency | LognormalLatency | LognormalMixtureLaten
 class Categorical(Frozen):
     """A count drawn from listed values with relative weights (equal weights when none are given)."""
 
-    values: list[PositiveInt] = Field(min_length=1)
-    weights: list[PositiveFloat] | None = None
+    values: list[PositiveInt] = Field(min_length=1, description="the counts to draw from")
+    weights: list[PositiveFloat] | None = Field(None, description="relative weight of each value (default: equal)")
 
     @model_validator(mode="after")
     def _weights_match(self) -> Categorical:
@@ -284,8 +287,9 @@ class BetaSuccess(Frozen):
     """Per-prompt probability that a sample is correct, Beta-distributed across prompts (mean, and concentration
     a + b: small = prompts are mostly all-right or all-wrong)."""
 
-    mean: float = Field(gt=0, lt=1)
-    concentration: PositiveFloat = 2.0
+    mean: float = Field(gt=0, lt=1, description="mean probability that a sample is correct, over prompts")
+    concentration: PositiveFloat = Field(
+        2.0, description="a + b of the Beta distribution: small means prompts are mostly all right or all wrong")
     length_correlation: float = Field(
         0.0, ge=-1.0, le=1.0, description="correlation of the success rate's normal score with the prompt's length "
         "difficulty (negative: hard prompts, long answers, fewer right)")
@@ -294,14 +298,14 @@ class BetaSuccess(Frozen):
 class UniformBudget(Frozen):
     """Every prompt gets algorithm.samples_per_prompt samples."""
 
-    kind: Literal["uniform"]
+    kind: Literal["uniform"] = Field(description="uniform: every prompt gets algorithm.samples_per_prompt samples")
 
 
 class CategoricalBudget(Frozen):
     """Samples per prompt drawn per prompt (e.g. DUET-style varying budgets, or BroRL's hundreds)."""
 
-    kind: Literal["categorical"]
-    samples: Categorical
+    kind: Literal["categorical"] = Field(description="categorical: each prompt's number of samples is drawn")
+    samples: Categorical = Field(description="samples per prompt, drawn per prompt")
 
 
 class KnapsackBudget(Frozen):
@@ -309,9 +313,10 @@ class KnapsackBudget(Frozen):
     the expected number of informative groups (not all right or all wrong), given each prompt's success rate
     (workload.success_rate). Greedy on marginal gains, which is optimal since each gain shrinks with n."""
 
-    kind: Literal["knapsack"]
-    min_samples: PositiveInt = 2
-    max_samples: PositiveInt = 256
+    kind: Literal["knapsack"] = Field(
+        description="knapsack: split the step's samples across prompts to maximise informative groups")
+    min_samples: PositiveInt = Field(2, description="fewest samples any prompt gets")
+    max_samples: PositiveInt = Field(256, description="most samples any prompt gets")
 
     @model_validator(mode="after")
     def _ordered(self) -> KnapsackBudget:
@@ -326,23 +331,25 @@ Budget = Annotated[UniformBudget | CategoricalBudget | KnapsackBudget, Field(dis
 class FractionFilter(Frozen):
     """Each group is informative with a fixed probability."""
 
-    kind: Literal["fraction"]
-    fraction: Probability
+    kind: Literal["fraction"] = Field(description="fraction: each group is informative with a fixed probability")
+    fraction: Probability = Field(description="probability that a group is informative (kept by dynamic sampling)")
 
 
 class SuccessRateFilter(Frozen):
     """A group is uninformative when all its samples are right or all wrong, drawn from the prompt's success rate
     (workload.success_rate) and its number of samples."""
 
-    kind: Literal["success_rate"]
+    kind: Literal["success_rate"] = Field(
+        description="success_rate: a group is uninformative when its samples, drawn from the prompt's success rate, are all "
+        "right or all wrong")
 
 
 class TraceFilter(Frozen):
     """Replay recorded dynamic-sampling decisions (PolyTrace dapo_filter_indices.jsonl): the i-th prompt of the k-th
     generation batch is kept when the trace kept it. Groups are matched to the trace in the order they are drawn."""
 
-    kind: Literal["trace"]
-    path: str = Field(min_length=1)
+    kind: Literal["trace"] = Field(description="trace: replay recorded dynamic-sampling decisions")
+    path: str = Field(min_length=1, description="PolyTrace dapo_filter_indices.jsonl, relative to the scenario file")
 
 
 Informative = Annotated[FractionFilter | SuccessRateFilter | TraceFilter, Field(discriminator="kind")]
@@ -354,9 +361,9 @@ Informative = Annotated[FractionFilter | SuccessRateFilter | TraceFilter, Field(
 class RuleReward(Frozen):
     """Rule-based reward (math answer check) on a pool of CPU workers."""
 
-    kind: Literal["rule"]
+    kind: Literal["rule"] = Field(description="rule: a rule-based check (e.g. the math answer) on CPU workers")
     # math-verify in a sequential loop: "200+ seconds" for a 16,384-generation batch (verl-project/verl#1206).
-    cpu_seconds_per_sample: NonNegativeFloat = 0.012
+    cpu_seconds_per_sample: NonNegativeFloat = Field(0.012, description="CPU seconds to score one response")
     workers: PositiveInt = Field(32, description="responses scored at once: 1 for verl's default (naive) reward "
                                  "manager, 8 for NeMo-RL's math environment; 32 is a CPU-pool default")
 
@@ -365,16 +372,16 @@ class SandboxReward(Frozen):
     """Code execution in a sandbox: lognormal latency per sample and a cap on concurrent executions.
     `rlsim workload fit` fits both to PolyTrace reward timings."""
 
-    kind: Literal["sandbox"]
-    median_latency_s: PositiveFloat
-    latency_sigma: NonNegativeFloat = 0.5
-    concurrency: PositiveInt = 64
+    kind: Literal["sandbox"] = Field(description="sandbox: code execution in a sandbox")
+    median_latency_s: PositiveFloat = Field(description="median seconds to execute one response")
+    latency_sigma: NonNegativeFloat = Field(0.5, description="standard deviation of ln(latency)")
+    concurrency: PositiveInt = Field(64, description="executions the sandbox runs at once")
 
 
 class ModelReward(Frozen):
     """A reward model scoring each response with a forward pass on GPUs (placement.reward_model says where)."""
 
-    kind: Literal["reward_model"]
+    kind: Literal["reward_model"] = Field(description="reward_model: a reward model scores each response with a forward pass")
     model: str = Field(min_length=1, description="catalog model name")
 
 
@@ -382,7 +389,7 @@ class JudgeReward(Frozen):
     """An LLM judge: a generation engine pool (placement.reward_model says where) reads each prompt and response
     and generates a verdict."""
 
-    kind: Literal["llm_judge"]
+    kind: Literal["llm_judge"] = Field(description="llm_judge: an LLM generates a verdict on each response")
     model: str = Field(min_length=1, description="catalog model name of the judge")
     instruction_tokens: PositiveInt = Field(256, description="judging instructions added to the prompt and response")
     verdict_tokens: LengthModel = Field(default_factory=lambda: FixedLength(kind="fixed", tokens=256),
@@ -402,14 +409,20 @@ class Workload(Frozen):
         None, description="required unless joint_tokens, replay or multiturn gives it")
     joint_tokens: JointGaussianMixture | None = Field(
         None, description="prompt and response lengths drawn together (instead of prompt_tokens and response_tokens)")
-    groups: GroupCorrelation = Field(default_factory=GroupCorrelation)
-    replay: Replay | None = None
-    multiturn: MultiTurn | None = None
+    groups: GroupCorrelation = Field(
+        default_factory=GroupCorrelation, description="how a prompt's samples relate: their lengths' correlation within a group "
+        "and with the prompt")
+    replay: Replay | None = Field(
+        None, description="replay a recorded trace as recorded (lengths, groups, turns), instead of length models")
+    multiturn: MultiTurn | None = Field(None, description="agentic rollouts: turns of generation separated by tool calls")
     tool_wait: Literal["hold", "release"] = Field(
         "hold", description="during a tool call a trajectory keeps its engine slot and KV cache (hold), or frees them "
         "and is re-admitted when the tool returns, re-using whatever of its prefix is still cached (release)")
-    samples_per_prompt: Budget = Field(default_factory=lambda: UniformBudget(kind="uniform"))
-    success_rate: BetaSuccess | None = None
+    samples_per_prompt: Budget = Field(
+        default_factory=lambda: UniformBudget(kind="uniform"), description="how many samples each prompt gets: the same for all "
+        "(uniform), drawn, or knapsack")
+    success_rate: BetaSuccess | None = Field(
+        None, description="per-prompt probability that a sample is correct (for success_rate filters and knapsack)")
     informative: Informative | None = Field(
         None, description="which groups dynamic sampling keeps; default: informative_group_fraction")
     informative_group_fraction: Probability = Field(
@@ -418,7 +431,9 @@ class Workload(Frozen):
     generation_batch_prompts: PositiveInt | None = Field(
         None, description="prompts generated per round while dynamic sampling fills a batch (verl data.gen_batch_size); "
         "default: the batch, then as many as expected to fill it")
-    reward: RewardConfig = Field(default_factory=lambda: RuleReward(kind="rule"))
+    reward: RewardConfig = Field(
+        default_factory=lambda: RuleReward(kind="rule"), description="how responses are scored: rule on CPUs, sandbox, reward "
+        "model or LLM judge")
 
     @model_validator(mode="after")
     def _one_source_of_lengths(self) -> Workload:

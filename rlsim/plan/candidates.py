@@ -21,6 +21,12 @@ DEDICATED_MEMORY_UTILIZATION = 0.9
 TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_batch_tokens", "logprob_micro_batch_tokens",
                         "activation_recompute", "offload_params", "offload_optimizer", "virtual_pipeline_stages",
                         "reference_weights", "sequence_packing", "pp_pads_micro_batches", "logprob_kernel")
+# Extra simulations refinement may spend: an async winner has up to five neighbours (two splits, two staleness bounds,
+# the other way of taking weights), so 12 allow two full rounds and most of a third. On the documented workload at 64
+# H100s, 4 stopped after one round at η=2 interrupted (201k tokens/s); the climb ends at η=2 in flight (212k) after 11.
+REFINE = 12
+# Steps each shortlisted simulation measures after its warm-up (its schedule's fill), as validation cases do.
+MEASURED_STEPS = 2
 # Settings of moving training state to the host while generating: they only mean something where the roles share GPUs.
 COLOCATED_TRAINING_KEYS = ("offload_while_generating", "offload_weights_per_call", "offload_host_memory")
 

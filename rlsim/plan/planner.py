@@ -26,7 +26,7 @@ from rlsim.costs.memory import GIB, memory_report
 from rlsim.errors import Problem, ScenarioError
 from rlsim.estimate import estimate_step
 from rlsim.hardware import HardwareCatalog
-from rlsim.plan.candidates import SPLITS, STALENESS, Candidate, candidates
+from rlsim.plan.candidates import MEASURED_STEPS, REFINE, SPLITS, STALENESS, Candidate, candidates
 from rlsim.sweep.compute import PointTask
 from rlsim.sweep.executors import run_local
 from rlsim.sweep.points import Point, point_id
@@ -71,14 +71,6 @@ class Plan:
     @property
     def winner(self) -> Evaluated:
         return self.ranked[0]
-
-
-# Extra simulations refinement may spend: an async winner has up to five neighbours (two splits, two staleness bounds,
-# the other way of taking weights), so 12 allow two full rounds and most of a third. On the documented workload at 64
-# H100s, 4 stopped after one round at η=2 interrupted (201k tokens/s); the climb ends at η=2 in flight (212k) after 11.
-REFINE = 12
-# Steps each shortlisted simulation measures after its warm-up, as validation cases do.
-MEASURED_STEPS = 2
 
 
 def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *, gpus: int, gpu: str | None = None,

@@ -29,6 +29,8 @@ table { border-collapse: collapse; font-size: 0.9em; margin: 8px 0; }
 th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 .tables { display: flex; gap: 40px; flex-wrap: wrap; align-items: flex-start; }
+.tables > div { min-width: 0; max-width: 100%; }
+.scroll { overflow-x: auto; max-width: 100%; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 6px; border-radius: 2px; }
 .better { color: #1a7f37; } .worse { color: #b42318; }
 .note { color: #666; font-size: 0.85em; max-width: 1000px; }

@@ -48,19 +48,40 @@ def pareto_figure(rows: Sequence[dict]) -> go.Figure:
     return fig
 
 
-def effect_figure(rows: Sequence[dict], axis: str, metric: str = "step_time_s") -> go.Figure:
-    """Each finished point's `metric` against one axis's value, with the mean per value."""
+def partner_axis(rows: Sequence[dict], axis: str, axes: Sequence[str]) -> str | None:
+    """The other varied axis whose values the effect of `axis` is drawn for, one line each: the one with the fewest
+    values, so the lines stay few enough to tell apart. None when no other axis varies."""
+    finished = [r for r in rows if r["status"] == "ok"]
+    others = [a for a in varied_axes(rows, axes) if a != axis]
+    return min(others, key=lambda a: len({str(r.get(a)) for r in finished}), default=None)
+
+
+def effect_figure(rows: Sequence[dict], axis: str, axes: Sequence[str] = (), metric: str = "step_time_s") -> go.Figure:
+    """The mean `metric` against one axis's value, one line per value of another of the sweep's `axes` (see
+    partner_axis), so an interaction shows as lines that are not parallel; the points themselves too when a line's
+    mean is over several of them."""
     finished = [r for r in rows if r["status"] == "ok" and r.get(metric) is not None]
     values = _ordered({r[axis] for r in finished})
+    by = partner_axis(finished, axis, axes)
+    groups = [("mean", finished)] if by is None else [
+        (f"{by} = {value}", [r for r in finished if r[by] == value]) for value in _ordered({r[by] for r in finished})]
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[str(r[axis]) for r in finished], y=[r[metric] for r in finished], mode="markers",
-                             name="points", marker={"color": OK_COLOR, "size": 7}, text=[r["point"] for r in finished]))
-    means = [sum(r[metric] for r in finished if r[axis] == v) / sum(1 for r in finished if r[axis] == v) for v in values]
-    fig.add_trace(go.Scatter(x=[str(v) for v in values], y=means, mode="lines+markers", name="mean",
-                             line={"color": FRONT_COLOR}))
+    if len(finished) > sum(len({str(r[axis]) for r in members}) for _, members in groups):
+        fig.add_trace(go.Scatter(x=[str(r[axis]) for r in finished], y=[r[metric] for r in finished], mode="markers",
+                                 name="points", marker={"color": OK_COLOR, "size": 7}, text=[r["point"] for r in finished]))
+    for name, members in groups:
+        at = [v for v in values if any(r[axis] == v for r in members)]
+        means = [_mean([r[metric] for r in members if r[axis] == v]) for v in at]
+        fig.add_trace(go.Scatter(x=[str(v) for v in at], y=means, mode="lines+markers", name=name,
+                                 line={"color": FRONT_COLOR} if by is None else {}))
     fig.update_layout(xaxis_title=axis, yaxis_title=_title(metric), template="plotly_white", margin={"t": 30},
+                      legend_title_text=by or "",
                       xaxis={"type": "category", "categoryorder": "array", "categoryarray": [str(v) for v in values]})
     return fig
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
 
 
 def varied_axes(rows: Sequence[dict], axes: Sequence[str]) -> list[str]:
@@ -91,8 +112,9 @@ def sweep_report_html(run: SweepRun) -> str:
              _table(front, ["point", *axes, *objectives]), "</section>"]
     shown = varied_axes(rows, axes)
     if shown:
-        body.append('<section id="effects"><h2>Effect of each axis on step time</h2>')
-        body += [figure_div(effect_figure(rows, axis), f"fig-effect-{i}") for i, axis in enumerate(shown)]
+        body.append('<section id="effects"><h2>Effect of each axis on step time</h2><p class="note">One line per value '
+                    "of another axis: lines that are not parallel show the two axes interact.</p>")
+        body += [figure_div(effect_figure(rows, axis, shown), f"fig-effect-{i}") for i, axis in enumerate(shown)]
         body.append("</section>")
     body += ['<section id="results"><h2>All points</h2><p class="note">Each point\'s run folder is points/&lt;point&gt;/;'
              " compare any two with <code>rlsim compare points/A points/B</code>.</p>",
@@ -103,7 +125,7 @@ def sweep_report_html(run: SweepRun) -> str:
 def _table(rows: Sequence[dict], names: Sequence[str]) -> str:
     head = "<tr>" + "".join(f"<th>{html.escape(_title(n))}</th>" for n in names) + "</tr>"
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(n)))}</td>" for n in names) + "</tr>" for r in rows)
-    return f"<table>{head}{body}</table>"
+    return f'<div class="scroll"><table>{head}{body}</table></div>'  # wide tables scroll in their box, not the page
 
 
 def _cell(value: Any) -> str:

@@ -44,7 +44,7 @@ class SweepRun:
         if name == "pareto":
             return pareto_figure(self.rows)
         if name in self.expansion.spec.axis_paths:
-            return effect_figure(self.rows, name)
+            return effect_figure(self.rows, name, self.expansion.spec.axis_paths)
         raise KeyError(f"no figure named {name!r}; figures: pareto, {', '.join(self.expansion.spec.axis_paths)}")
 
 
