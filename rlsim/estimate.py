@@ -1,18 +1,18 @@
-"""Napkin math for one RL step, without simulating: every stage priced by the cost models at mean lengths, plus a
-long-tail bound for generation. It is what a user checks a simulation against, and what `rlsim plan` prunes with.
+"""Napkin math for one RL step, without simulating: every stage priced by the simulator's own cost models on a
+handful of representative sequences. It is what a user checks a simulation against, and what `rlsim plan` prunes with;
+docs/estimate.md lists how far it is from the simulated steady state on every shipped scenario.
 
-Generation per engine is the larger of two bounds:
-  throughput: the engine's share of sequences, decoded at the concurrency the KV cache and max_num_seqs allow, in waves;
-  tail:       the longest response of the step (expected maximum of N samples, capped) decoded alone at batch 1 —
-              no amount of GPUs shortens it, which is the long-tail floor of synchronous RL.
-Training stages pack each data-parallel rank's sequences of mean length into micro-batches of micro_batch_tokens
-(forward-only passes: logprob_micro_batch_tokens; without sequence packing, of the expected longest length, to which
-every sequence is padded).
+Generation (`rlsim.estimate_generation`): the step's slowest engine, replayed with the simulated engine's continuous
+batching (`rlsim.estimate_engine`) on its share of the sequences at evenly spaced quantiles of the response lengths,
+plus the step's longest response; capped and long responses decode together at the batch they form, which is the long
+tail. Dynamic sampling adds the rounds a synchronous step expects to need.
+Training (`rlsim.estimate_training`): the trained sequences at quantiles of their lengths, split over data-parallel
+ranks and packed into micro-batches as the simulated trainer does; the slowest rank sets each stage.
+Steps combine the stages as the simulator's schedules do in steady state (`_combine`).
 
 The workload enters through its marginals over the run (`rlsim.workload.marginals`): lengths averaged over a drifting
-schedule, samples per prompt of a budget, the extra groups dynamic sampling generates (1 / kept fraction), and for
-multi-turn trajectories their tool tokens (prefilled like prompt) and tool waits (which the longest trajectory sits
-through in full).
+schedule, samples per prompt of a budget, the share of groups dynamic sampling keeps, and for multi-turn trajectories
+their tool tokens (prefilled like prompt) and tool waits (which the longest trajectory sits through in full).
 """
 from __future__ import annotations
 
@@ -21,14 +21,17 @@ from dataclasses import dataclass
 
 from rlsim.config.bound import Bound
 from rlsim.config.schema import Scenario
-from rlsim.costs.collectives import collective_time
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
 from rlsim.costs.rollout import EngineCosts
-from rlsim.costs.training import GroupCollectives, TrainingCosts, pipeline_pad_to, training_rates
+from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
+from rlsim.estimate_generation import Engine, Responses, generation_rounds, rollout_engine
+from rlsim.estimate_training import RankedTraining, TrainedBatch
 from rlsim.events import STAGES as EVENT_STAGES
 from rlsim.topology import ClusterTopology
+from rlsim.workload.filters import expected_kept_fraction
+from rlsim.workload.lengths import LengthDistribution
 from rlsim.workload.marginals import workload_marginals
 
 # The simulator's stages (verl's names, in the order a synchronous step runs them) but `wait`, the trainer's wait for
@@ -75,12 +78,14 @@ class StepEstimate:
 class _Lengths:
     prompt: float  # mean prompt tokens, clipped at the cap
     response: float  # mean response tokens, clipped
-    longest_response: float  # expected longest response of a step
     truncated: float  # fraction of responses hitting the cap
     trained: float  # samples trained per step
     generated: float  # samples generated per step (more under dynamic sampling)
-    appended: float = 0.0  # mean tool-response tokens per sample (multi-turn)
-    tool_s: float = 0.0  # mean seconds a sample waits for tools (multi-turn)
+    appended: float  # mean tool-response tokens per sample (multi-turn)
+    tool_s: float  # mean seconds a sample waits for tools (multi-turn)
+    distribution: LengthDistribution  # of response tokens, before the cap
+    cap: int  # response tokens at most
+    kept: float  # share of groups dynamic sampling keeps
 
 
 def _lengths(scenario: Scenario) -> _Lengths:
@@ -91,11 +96,9 @@ def _lengths(scenario: Scenario) -> _Lengths:
     cap = max(1, min(algo.max_response_tokens, algo.model_len - round(prompt)))
     trained = algo.prompts_per_step * marginals.samples_per_prompt
     generated = trained / marginals.kept_fraction if algo.dynamic_sampling else trained
-    # The expected maximum of N draws sits near the 1 − 1/(N+1) quantile.
-    longest = marginals.response.quantile(1 - 1 / (generated + 1), cap)
-    return _Lengths(prompt, marginals.response.clipped_mean(cap), longest,
+    return _Lengths(prompt, marginals.response.clipped_mean(cap),
                     marginals.response.clipped_fraction(cap), trained, generated, marginals.appended_tokens,
-                    marginals.tool_seconds)
+                    marginals.tool_seconds, marginals.response, cap, marginals.kept_fraction)
 
 
 def estimate_step(bound: Bound) -> StepEstimate:
@@ -104,48 +107,42 @@ def estimate_step(bound: Bound) -> StepEstimate:
     topology = ClusterTopology.build(bound)
     rollout_gpus, training_gpus = role_gpus(bound, topology)
     lengths = _lengths(scenario)
+    # Tool responses are prefilled like prompt; a trajectory's context holds them too.
+    responses = Responses(max(1, round(lengths.prompt + lengths.appended)), lengths.distribution, lengths.cap)
     stages = {
-        "gen": _generation(bound, topology, rollout_gpus, lengths),
+        "gen": _generation(bound, topology, rollout_gpus, lengths, responses),
         "reward": _reward(bound, topology, lengths),
     }
-    training_gpu = bound.gpu(placement.training.pool)
-    rates = training_rates(training_gpu, scenario.framework.kernel_efficiency(placement.training.backend))
     layout = placement.training
+    rates = training_rates(bound.gpu(layout.pool), scenario.framework.kernel_efficiency(layout.backend))
     collectives = GroupCollectives.on_cluster(topology, training_gpus, layout)
     actor = TrainingCosts(spec, rates, layout, collectives)
     critic = TrainingCosts(spec, rates, layout, collectives, head="value")
-    sequence = max(1, round(lengths.prompt + min(lengths.response + lengths.appended, algo.max_response_tokens)))
-    if not layout.sequence_packing:  # every sequence padded to the step's longest
-        sequence = max(sequence, round(lengths.prompt + min(lengths.longest_response + lengths.appended,
-                                                            algo.max_response_tokens)))
-    per_rank = math.ceil(lengths.trained / (layout.dp or 1))
-    everything = _pack(per_rank, sequence, layout.forward_micro_batch_tokens * layout.cp)
-    mini_batch = _pack(math.ceil(per_rank / algo.mini_batches), sequence, layout.micro_batch_tokens * layout.cp)
-    updates = algo.mini_batches * algo.ppo_epochs
-    forward_pad, update_pad = pipeline_pad_to(layout, everything), pipeline_pad_to(layout, mini_batch)
+    batch = _trained_batch(lengths, responses, algo.max_response_tokens)
+    ranks = RankedTraining(layout, batch)
     switch = colocated_switch_for(bound, topology) if placement.mode == "colocated" else None
     # Weights offloaded per call (verl's param_offload) go out after the log-prob pass and back in for the update.
     call_out, call_in = (switch.call_weights_out_s, switch.call_weights_in_s) if (
         switch is not None and algo.recompute_old_log_prob) else (0.0, 0.0)
+    forward = ranks.forward_seconds(actor)
     stages["old_log_prob"] = StageEstimate(
-        "old_log_prob", actor.forward_pass(everything, forward_pad).seconds + call_out
-        if algo.recompute_old_log_prob else 0.0, f"weights copied back out: {call_out:.2f} s" if call_out else "")
+        "old_log_prob", forward + call_out if algo.recompute_old_log_prob else 0.0,
+        f"weights copied back out: {call_out:.2f} s" if call_out else "")
     reference = reference_load_seconds(bound, topology)
-    stages["ref"] = StageEstimate(
-        "ref", actor.forward_pass(everything, forward_pad).seconds + reference if algo.ref_model else 0.0,
-        f"reference weights brought in: {reference:.2f} s" if reference else "")
-    stages["values"] = StageEstimate(
-        "values", critic.forward_pass(everything, forward_pad).seconds if algo.critic else 0.0)
+    stages["ref"] = StageEstimate("ref", forward + reference if algo.ref_model else 0.0,
+                                  f"reference weights brought in: {reference:.2f} s" if reference else "")
+    stages["values"] = StageEstimate("values", ranks.forward_seconds(critic) if algo.critic else 0.0)
     # The driver runs on a training node's host.
     driver = bound.framework(placement.training.pool)
     stages["adv"] = StageEstimate("adv", driver.trainer_step_overhead_s, "the driver's Python work")
-    note = f"{updates} optimizer step(s) of {len(mini_batch)} micro-batch(es) per DP rank"
+    update, micro_batches = ranks.update_seconds(actor, algo.mini_batches, algo.ppo_epochs)
+    note = (f"{algo.mini_batches * algo.ppo_epochs} optimizer step(s) of {micro_batches} micro-batch(es) on the "
+            "busiest DP rank")
     if call_in:
         note += f"; weights copied back in: {call_in:.2f} s"
-    stages["update_actor"] = StageEstimate(
-        "update_actor", updates * actor.update(mini_batch, update_pad).seconds + call_in, note)
+    stages["update_actor"] = StageEstimate("update_actor", update + call_in, note)
     stages["update_critic"] = StageEstimate(
-        "update_critic", updates * critic.update(mini_batch, update_pad).seconds if algo.critic else 0.0)
+        "update_critic", ranks.update_seconds(critic, algo.mini_batches, algo.ppo_epochs)[0] if algo.critic else 0.0)
     if switch is not None:
         stages["weight_sync"] = StageEstimate(
             "weight_sync", switch.total_s, f"reshard {switch.reshard_s:.2f} s, offload+reload "
@@ -158,59 +155,84 @@ def estimate_step(bound: Bound) -> StepEstimate:
             f"{sync.transfer_s:.2f} s, load {sync.load_s:.2f} s")
     ordered = tuple(stages[name] for name in STAGES)
     step, overlap = _combine(scenario, stages)
-    tokens = lengths.trained * sequence
+    tokens = lengths.trained * sum(batch.lengths) / len(batch.lengths)
     gpus = sum(pool.gpus for pool in scenario.cluster.pools)
     return StepEstimate(scenario.name, ordered, step, overlap, tokens, gpus)
 
 
-def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: _Lengths) -> StageEstimate:
-    scenario, spec = bound.scenario, bound.model
-    engine_layout = scenario.placement.rollout
-    gpu = bound.gpu(engine_layout.pool)
-    group = topology.group(rollout_gpus[: engine_layout.tp])
-    engine = EngineCosts.for_placement(
-        spec, GPURates.from_profile(gpu, scenario.model.dtype), engine_layout,
-        (lambda n: collective_time("all_reduce", n, group).seconds) if engine_layout.tp > 1 else None,
-        (lambda n: collective_time("all_to_all", n, group).seconds) if engine_layout.ep > 1 else None,
-        framework=bound.framework(engine_layout.pool),
-    )
-    kv_tokens = rollout_memory(scenario, spec, gpu).kv_cache_bytes / kv_bytes_per_token_per_gpu(spec, engine_layout.tp)
-    per_engine = math.ceil(lengths.generated / engine_layout.engines)
-    # Tool responses are prefilled like prompt; a trajectory's context holds them too.
-    prompt, response = max(1, round(lengths.prompt + lengths.appended)), max(1, round(lengths.response))
-    concurrency = max(1, min(per_engine, engine_layout.max_num_seqs, int(kv_tokens // (prompt + response))))
-    group_cap = scenario.schedule.group_cap(engine_layout.engines)
-    groups_per_engine = None if group_cap is None else group_cap / engine_layout.engines
-    if groups_per_engine is not None:
-        samples_per_group = lengths.trained / scenario.algorithm.prompts_per_step
-        concurrency = min(concurrency, max(1, round(groups_per_engine * samples_per_group)))
-    per_prefill = max(1, engine_layout.max_num_batched_tokens // prompt)
-    prefill = math.ceil(per_engine / per_prefill) * engine.prefill_seconds(prompt, 0, min(per_prefill, per_engine))
-    waves = per_engine / concurrency
-    throughput = prefill + waves * engine.decode_k_iterations_seconds(concurrency, concurrency * prompt, response)
-    longest = max(1, round(lengths.longest_response))
-    tail = engine.prefill_seconds(prompt) + engine.decode_k_iterations_seconds(1, prompt, longest - 1) + lengths.tool_s
-    if tail > throughput:
-        note = f"tail-bound: the longest response (~{longest} tokens) decodes alone for {tail:.1f} s"
+def _trained_batch(lengths: _Lengths, responses: Responses, max_response_tokens: int) -> TrainedBatch:
+    """The step's trained sequences: prompt, then response and tool tokens cut at max_response_tokens (as verl cuts
+    multi-turn responses)."""
+    prompt = round(lengths.prompt)
+
+    def trained(response: int) -> int:
+        return max(1, prompt + min(round(response + lengths.appended), max_response_tokens))
+
+    count = max(1, round(lengths.trained))
+    return TrainedBatch(tuple(trained(r) for r in responses.quantiles(count)), trained(responses.longest(count)))
+
+
+def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: _Lengths,
+                responses: Responses) -> StageEstimate:
+    scenario, algo = bound.scenario, bound.scenario.algorithm
+    layout = scenario.placement.rollout
+    samples_per_group = lengths.trained / algo.prompts_per_step
+    group_cap = scenario.schedule.group_cap(layout.engines)
+    groups_per_engine = None if group_cap is None else group_cap / layout.engines
+    # A cap on groups in flight caps the sequences an engine runs at once (a group's place is held until its longest
+    # sample ends, which this does not price).
+    slots = None if groups_per_engine is None else max(1, round(groups_per_engine * samples_per_group))
+    engine = rollout_engine(bound, topology, rollout_gpus, slots)
+    if scenario.schedule.mode == "async":
+        seconds = engine.steady_batch_seconds(responses, lengths.generated)
+        note = (f"engines fed without pause: what {lengths.generated / layout.engines:.0f} more sequences per engine "
+                "add to a busy engine")
     else:
-        note = (f"throughput-bound: {per_engine} sequences per engine at concurrency {concurrency} "
-                f"({waves:.1f} waves); tail bound {tail:.1f} s")
+        seconds, note = _batches(engine, responses, lengths, scenario)
     if groups_per_engine is not None:
-        note += (f"; at most {groups_per_engine:g} groups per engine at once (a group keeps its place until its "
-                 "longest sample ends, which these waves do not price)")
+        note += f"; at most {groups_per_engine:g} groups per engine at once"
     if lengths.truncated > 0.001:
         note += f"; {lengths.truncated:.1%} of responses hit the cap"
     if lengths.tool_s > 0:
+        seconds += lengths.tool_s
         note += f"; {lengths.tool_s:.2f} s of tool calls per trajectory"
-    if lengths.generated > lengths.trained:
-        note += f"; dynamic sampling generates {lengths.generated / lengths.trained:.2f}× the batch"
-    return StageEstimate("gen", max(tail, throughput), note)
+    return StageEstimate("gen", seconds, note)
+
+
+def _batches(engine: Engine, responses: Responses, lengths: _Lengths, scenario: Scenario) -> tuple[float, str]:
+    """A synchronous step's generation (one-step-off generates the same way, one batch at a time): each round's
+    slowest engine, rounds weighted by how likely they run."""
+    algo, workload = scenario.algorithm, scenario.workload
+    samples_per_group = lengths.trained / algo.prompts_per_step
+    if algo.dynamic_sampling and scenario.schedule.mode == "sync":
+        batch = workload.generation_batch_prompts
+        first = max(algo.prompts_per_step, batch or 0)
+        # The controller sizes top-ups by the filter's expected keep rate (rlsim.sim.loop), whatever the groups do.
+        top_up = expected_kept_fraction(workload, algo.samples_per_prompt)
+        rounds = generation_rounds(algo.prompts_per_step, first, lengths.kept, batch, top_up)
+    else:
+        rounds = [(1.0, lengths.generated / samples_per_group)]
+    runs = [(chance, engine.slowest(responses, groups * samples_per_group)) for chance, groups in rounds]
+    seconds = sum(chance * run.seconds for chance, run in runs)
+    first_run = runs[0][1]
+    share = math.ceil(rounds[0][1] * samples_per_group / engine.count)
+    bound = "tail-bound" if first_run.tail_share > 0.5 else "throughput-bound"
+    note = (f"{bound}: {share} sequences on the slowest engine at concurrency {first_run.peak_batch} (mean decode "
+            f"batch {first_run.mean_batch:.0f}, {first_run.tail_batch} in its last quarter); the longest response "
+            f"~{responses.longest(rounds[0][1] * samples_per_group)} tokens")
+    if first_run.preemptions:
+        note += f"; {first_run.preemptions} preemptions (KV cache full)"
+    if len(rounds) > 1:
+        expected = sum(chance for chance, _ in rounds)
+        note += f"; dynamic sampling: {expected:.2f} rounds expected"
+    return seconds, note
 
 
 def _reward(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageEstimate:
     scenario = bound.scenario
     reward = scenario.workload.reward
-    samples = lengths.generated
+    # A synchronous step scores the groups it trains (rlsim.sim.loop); off-policy, every sample as it arrives.
+    samples = lengths.trained if scenario.schedule.mode == "sync" else lengths.generated
     if reward.kind == "rule":
         return StageEstimate("reward", samples * reward.cpu_seconds_per_sample / reward.workers,
                              f"{reward.workers} CPU workers")
@@ -251,18 +273,13 @@ def _judge(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageE
                          f"verdicts of ~{verdict} tokens each (TP collectives not priced here)")
 
 
-def _pack(sequences: int, length: int, capacity_tokens: int) -> list[list[int]]:
-    """Micro-batches of whole sequences, each holding at most `capacity_tokens` (at least one sequence)."""
-    per_micro = max(1, capacity_tokens // length)
-    full, rest = divmod(sequences, per_micro)
-    return [[length] * per_micro for _ in range(full)] + ([[length] * rest] if rest else [])
-
-
 def _combine(scenario: Scenario, stages: dict[str, StageEstimate]) -> tuple[float, str]:
     produce = stages["gen"].seconds + stages["reward"].seconds
     train = sum(stages[name].seconds for name in TRAINING_STAGES)
     sync = stages["weight_sync"].seconds
     if scenario.schedule.mode == "sync":
         return produce + train + sync, "sync: gen + reward + training stages + weight_sync"
-    # Off-policy schedules overlap generation of the next step with training of this one: the slower side sets the pace.
+    # Off-policy, in steady state (after the fill), the next batch generates while this one trains and weights move
+    # once both are done (engines drain first): the slower side sets the pace. One-step-off generates each batch from
+    # one weight update to the next, long tail included; async engines never run dry, so a batch costs its throughput.
     return max(produce, train) + sync, f"{scenario.schedule.mode}: max(gen + reward, training stages) + weight_sync"

@@ -61,11 +61,13 @@ def test_off_policy_overlaps_generation_with_training():
 
 
 def test_long_tail_floor_more_gpus_stop_shortening_generation():
-    """With a heavy tail, generation is bound by the longest response, which extra engines cannot split."""
+    """With a heavy tail, generation is bound by the longest response, which extra engines cannot split: four times
+    the engines shorten it by about a tenth (the longest shares its batch with fewer sequences; the simulator says
+    76.5 s and 68.5 s)."""
     heavy = "{kind: lognormal, median_tokens: 1500, sigma: 1.2}"
     small, large = estimate(scenario_text(8, 1, heavy)), estimate(scenario_text(8, 4, heavy))
     assert "tail-bound" in large.stages[0].note
-    assert large.stage("gen") == pytest.approx(small.stage("gen"), rel=0.05)
+    assert 0.8 * small.stage("gen") < large.stage("gen") < small.stage("gen")
     # Training, by contrast, keeps scaling with data parallelism.
     assert large.stage("update_actor") < 0.5 * small.stage("update_actor")
 

@@ -28,7 +28,7 @@ class Marginals:
     appended_tokens: float  # mean tool-response tokens a sample's context grows by
     tool_seconds: float  # mean seconds a sample waits for its tools
     samples_per_prompt: float  # mean
-    kept_fraction: float  # share of groups dynamic sampling keeps
+    kept_fraction: float  # share of groups dynamic sampling keeps (of the drawn groups, when groups are drawn)
 
 
 def workload_marginals(scenario: Scenario) -> Marginals:
@@ -78,6 +78,9 @@ def _drawn(scenario: Scenario, samples: float, kept: float) -> Marginals:
     prompts = [g.prompt_tokens for g in groups for _ in g.response_tokens]
     responses = [r for g in groups for r in g.response_tokens]
     turns = [t for g in groups for t in (g.turns or ())]
+    # A budget that gives samples where groups are likely to disagree (knapsack) keeps more than the filter's
+    # expectation at the nominal samples per prompt: the drawn groups say how many.
+    kept = float(np.mean([g.informative for g in groups]))
     appended = float(np.mean([sum(u.tool_tokens for u in t) for t in turns])) if turns else 0.0
     tools = float(np.mean([sum(u.tool_s for u in t) for t in turns])) if turns else 0.0
     return Marginals(FiniteLengths.of("drawn", prompts), FiniteLengths.of("drawn", responses), appended, tools,
