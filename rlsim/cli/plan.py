@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                                     file="rlsim plan"))
     plans = [plan(args.scenario, gpus=n, gpu=args.gpu, model=args.model, overrides=overrides,
                   schedules=schedules, simulate=args.simulate, measured_steps=args.steps, workers=args.workers,
-                  refine=args.refine)
+                  refine=args.refine, progress=sys.stderr)
              for n in budgets]
     if args.json:
         print(json.dumps([plan_dict(p) for p in plans], indent=2))

@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rlsim.config.bound import bind
 from rlsim.config.loader import scenario_from_document
@@ -27,6 +27,7 @@ from rlsim.errors import Problem, ScenarioError
 from rlsim.estimate import estimate_step
 from rlsim.hardware import HardwareCatalog
 from rlsim.plan.candidates import MEASURED_STEPS, REFINE, SPLITS, STALENESS, Candidate, candidates
+from rlsim.progress import Progress
 from rlsim.sweep.compute import PointTask
 from rlsim.sweep.executors import run_local
 from rlsim.sweep.points import Point, point_id
@@ -76,7 +77,7 @@ class Plan:
 def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *, gpus: int, gpu: str | None = None,
          model: str | None = None, overrides: Mapping[str, Any] | None = None,
          schedules: tuple[str, ...] | None = None, simulate: int = 4, measured_steps: int = MEASURED_STEPS,
-         workers: int = 1, refine: int = REFINE) -> Plan:
+         workers: int = 1, refine: int = REFINE, progress: TextIO | None = None) -> Plan:
     """Plan the model, algorithm and workload of `base` (a scenario file, or its parsed document with the folder its
     relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
     the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
@@ -138,9 +139,9 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
                                     + "; ".join(f"{n}× {r}" for r, n in {**invalid, **infeasible}.items()),
                                     file="rlsim plan"))
     shortlist = _shortlist(estimated, simulate)
-    ranked, notes = _simulate(shortlist, workers, base_dir)
+    ranked, notes = _simulate(shortlist, workers, base_dir, Progress(len(shortlist), f"{gpus}-GPU shortlist", progress))
     if ranked:
-        ranked, more_notes = _refine(ranked, estimated, refine, workers, base_dir)
+        ranked, more_notes = _refine(ranked, estimated, refine, workers, base_dir, progress)
         notes += more_notes
     if not ranked:
         raise ScenarioError(Problem("no shortlisted candidate could be simulated: " + "; ".join(notes),
@@ -195,7 +196,7 @@ def _is_neighbour(best: Candidate, other: Candidate) -> bool:
 
 
 def _refine(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], budget: int, workers: int,
-            base_dir: Path) -> tuple[tuple[Evaluated, ...], list[str]]:
+            base_dir: Path, progress: TextIO | None) -> tuple[tuple[Evaluated, ...], list[str]]:
     """Hill-climb from the winner over its neighbours (`_is_neighbour`: the split one eighth either side; for an async
     winner, the staleness bound one step either side and the other way of taking new weights, which the estimate
     cannot tell apart), simulating every neighbour at each round, within `budget` extra simulations."""
@@ -211,7 +212,8 @@ def _refine(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], budget: i
             break
         budget -= len(neighbours)
         seen.update(e.candidate.label for e in neighbours)
-        simulated, failed = _simulate(neighbours, workers, base_dir)
+        bar = Progress(len(neighbours), f"{best.gpus}-GPU refinement", progress)
+        simulated, failed = _simulate(neighbours, workers, base_dir, bar)
         notes += failed
         ranked = tuple(sorted((*ranked, *simulated), key=lambda e: (-e.tokens_per_s, e.candidate.label)))
         if ranked[0].candidate == best:
@@ -219,18 +221,22 @@ def _refine(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], budget: i
     return ranked, notes
 
 
-def _simulate(shortlist: list[Evaluated], workers: int, base_dir: Path) -> tuple[tuple[Evaluated, ...], list[str]]:
+def _simulate(shortlist: list[Evaluated], workers: int, base_dir: Path,
+              bar: Progress) -> tuple[tuple[Evaluated, ...], list[str]]:
     """Simulate the shortlist (on `workers` local processes); a candidate whose simulation fails is left out, with a
     note saying why."""
     tasks = [PointTask(Point(i, point_id(e.scenario, base_dir), {}, e.scenario), (), False)
              for i, e in enumerate(shortlist)]
     metrics: dict[int, dict] = {}
     notes = []
-    for outcome in run_local(tasks, workers):
-        if outcome.row["status"] == "ok":
-            metrics[outcome.index] = json.loads(outcome.files["metrics.json"])
-        else:
-            notes.append(f"{shortlist[outcome.index].candidate.label}: {outcome.row['status']}: {outcome.row['error']}")
+    with bar:
+        for outcome in run_local(tasks, workers):
+            if outcome.row["status"] == "ok":
+                metrics[outcome.index] = json.loads(outcome.files["metrics.json"])
+            else:
+                notes.append(f"{shortlist[outcome.index].candidate.label}: {outcome.row['status']}: "
+                             f"{outcome.row['error']}")
+            bar.advance(outcome.row["status"])
     simulated = [Evaluated(e.candidate, e.estimate_s, e.estimate_tokens_per_s, e.scenario, metrics[i])
                  for i, e in enumerate(shortlist) if i in metrics]
     return tuple(sorted(simulated, key=lambda e: (-e.tokens_per_s, e.candidate.label))), sorted(notes)

@@ -1,7 +1,7 @@
 """The generation stage of `rlsim estimate`: the slowest engine of a step, replayed on representative sequences.
 
 A step's generation ends when its last engine does. Engines are alike but for their draws, and the one that ends last
-is the one holding the step's longest response; so the estimate replays one engine (`rlsim.estimate_engine`) on its
+is the one holding the step's longest response; so the estimate replays one engine (`rlsim.estimate.engine`) on its
 share of the step: its other sequences at evenly spaced quantiles of the response lengths, spread over its queue in a
 low-discrepancy order as random draws would be, and the step's expected longest response submitted last (the latest
 a long response starts, the latest it ends). Capped responses are many when the cap truncates: they decode together,
@@ -27,7 +27,7 @@ from rlsim.costs.collectives import collective_time
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
 from rlsim.costs.rollout import EngineCosts
-from rlsim.estimate_engine import EngineLimits, EngineRun, engine_run
+from rlsim.estimate.engine import EngineLimits, EngineRun, engine_run
 from rlsim.topology import ClusterTopology
 from rlsim.workload.lengths import LengthDistribution
 

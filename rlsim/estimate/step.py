@@ -2,11 +2,11 @@
 handful of representative sequences. It is what a user checks a simulation against, and what `rlsim plan` prunes with;
 docs/estimate.md lists how far it is from the simulated steady state on every shipped scenario.
 
-Generation (`rlsim.estimate_generation`): the step's slowest engine, replayed with the simulated engine's continuous
-batching (`rlsim.estimate_engine`) on its share of the sequences at evenly spaced quantiles of the response lengths,
+Generation (`rlsim.estimate.generation`): the step's slowest engine, replayed with the simulated engine's continuous
+batching (`rlsim.estimate.engine`) on its share of the sequences at evenly spaced quantiles of the response lengths,
 plus the step's longest response; capped and long responses decode together at the batch they form, which is the long
 tail. Dynamic sampling adds the rounds a synchronous step expects to need.
-Training (`rlsim.estimate_training`): the trained sequences at quantiles of their lengths, split over data-parallel
+Training (`rlsim.estimate.training`): the trained sequences at quantiles of their lengths, split over data-parallel
 ranks and packed into micro-batches as the simulated trainer does; the slowest rank sets each stage.
 Steps combine the stages as the simulator's schedules do in steady state (`_combine`).
 
@@ -26,8 +26,8 @@ from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
 from rlsim.costs.rollout import EngineCosts
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
-from rlsim.estimate_generation import Engine, Responses, generation_rounds, rollout_engine
-from rlsim.estimate_training import RankedTraining, TrainedBatch
+from rlsim.estimate.generation import Engine, Responses, generation_rounds, rollout_engine
+from rlsim.estimate.training import RankedTraining, TrainedBatch
 from rlsim.events import STAGES as EVENT_STAGES
 from rlsim.topology import ClusterTopology
 from rlsim.workload.filters import expected_kept_fraction

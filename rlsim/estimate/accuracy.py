@@ -1,11 +1,11 @@
 """How far `rlsim estimate` is from the simulation, scenario by scenario: the table of docs/estimate.md.
 
-Each scenario is simulated in steady state, after the pipeline fill (`steady_state_warmup` steps, as validation cases
-measure), over MEASURED_STEPS steps, and its mean step time set beside the estimate's.
+Each scenario is simulated in steady state, after its schedule's pipeline fill (`rlsim.config.run_length.fill_steps`, as
+`rlsim run` and validation cases measure), over MEASURED_STEPS steps, and its mean step time set beside the estimate's.
 
-    python -m rlsim.estimate_accuracy                      print the table for scenarios/*.yaml
-    python -m rlsim.estimate_accuracy --write docs/estimate.md   replace the table between the page's markers
-    python -m rlsim.estimate_accuracy FILE...              other scenarios
+    python -m rlsim.estimate.accuracy                      print the table for scenarios/*.yaml
+    python -m rlsim.estimate.accuracy --write docs/estimate.md   replace the table between the page's markers
+    python -m rlsim.estimate.accuracy FILE...              other scenarios
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from rlsim.api import load_scenario, simulate
 from rlsim.config.bound import bind
+from rlsim.config.run_length import fill_steps
 from rlsim.estimate import estimate_step
-from rlsim.validation.cases import steady_state_warmup
 
 MEASURED_STEPS = 3
 # The accuracy the estimate is held to (tests/test_estimate_accuracy.py): synchronous steps add their stages, so only
@@ -46,7 +46,7 @@ class Accuracy:
 
 def accuracy(path: Path) -> Accuracy:
     """The estimate and the steady-state simulated step time of one scenario file."""
-    warmup = steady_state_warmup(load_scenario(path))
+    warmup = fill_steps(load_scenario(path).schedule)
     scenario = load_scenario(path, {"run.steps": warmup + MEASURED_STEPS, "run.warmup_steps": warmup})
     simulated = simulate(scenario).metrics["step_time_s"]["mean"]
     return Accuracy(path.stem, scenario.schedule.mode, estimate_step(bind(scenario)).step_s, simulated)
@@ -70,7 +70,7 @@ def write_table(page: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlsim.estimate_accuracy", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rlsim.estimate.accuracy", description=__doc__.split("\n")[0])
     parser.add_argument("scenarios", nargs="*", type=Path, help="scenario files (default: scenarios/*.yaml)")
     parser.add_argument("--write", type=Path, help="a page whose table to replace, between its markers")
     args = parser.parse_args(argv)
