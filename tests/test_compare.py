@@ -34,8 +34,9 @@ def test_compare_prints_runs_side_by_side_largest_change_first(two_runs, tmp_pat
     out_file = tmp_path / "cmp.html"
     assert main(["compare", str(two_runs[0]), str(two_runs[1]), "--out", str(out_file)]) == 0
     text = capsys.readouterr().out
-    header, *lines = text.splitlines()
-    assert "colocated" in header and "disaggregated" in header
+    measured, header, rule, *lines = text.splitlines()
+    assert measured.startswith("measured over: ") and "warm-up" in measured  # which steps each run averages
+    assert "colocated" in header and "disaggregated" in header and set(rule) == {"─"}
     runs = [NamedMetrics(p.name, json.loads((p / "metrics.json").read_text())) for p in two_runs]
     ordered = differences(runs)
     assert [d.largest for d in ordered] == sorted((d.largest for d in ordered), reverse=True)

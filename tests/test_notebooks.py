@@ -37,6 +37,8 @@ def test_quickstart_runs_top_to_bottom():
     assert any('id="differences"' in h for h in html)  # the comparison's table
     figures = [o for o in produced if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(figures) == 3  # timeline, GPU time, comparison shares
+    # Each also carries HTML, so it shows when the notebook is exported (nbconvert) or viewed statically.
+    assert all("text/html" in o["data"] for o in figures)
     printed = "".join(o.get("text", "") for o in produced if o.output_type == "stream")
     assert "colocated 8" in printed and "disaggregated 6+2" in printed
     assert "steps 2–4 of 0–4 (2 warm-up)" in printed  # the split is measured after its pipeline's fill

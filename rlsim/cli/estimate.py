@@ -35,11 +35,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def table(estimate: StepEstimate) -> str:
-    lines = [f"estimate of one step: {estimate.scenario}", f"{'stage':<14}{'seconds':>10}{'share':>8}  note"]
-    for stage in estimate.stages:
-        share = stage.seconds / estimate.step_s if estimate.step_s else 0.0
-        lines.append(f"{stage.name:<14}{stage.seconds:>10.2f}{share:>8.1%}  {stage.note}")
-    lines.append(f"{'step':<14}{estimate.step_s:>10.2f}{'':>8}  {estimate.overlap}")
+    from rlsim.report.terminal import text_table
+
+    rows = [(stage.name, f"{stage.seconds:.2f}", f"{stage.seconds / estimate.step_s if estimate.step_s else 0.0:.1%}",
+             stage.note) for stage in estimate.stages]
+    rows.append(("step", f"{estimate.step_s:.2f}", "", estimate.overlap))
+    lines = [f"estimate of one step: {estimate.scenario}", text_table(("stage", "seconds", "share", "note"), rows,
+                                                                      left=(0, 3))]
     lines.append(f"throughput {estimate.tokens_per_s:,.0f} tokens/s ({estimate.tokens_per_s / estimate.gpus:,.0f} "
                  f"per GPU over {estimate.gpus} GPUs); shares of a step can exceed 100% in total when stages overlap")
     return "\n".join(lines)

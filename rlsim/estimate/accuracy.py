@@ -19,12 +19,13 @@ from rlsim.api import load_scenario, simulate
 from rlsim.config.bound import bind
 from rlsim.config.run_length import fill_steps
 from rlsim.estimate import estimate_step
+from rlsim.examples import EXAMPLES
 
 MEASURED_STEPS = 3
 # The accuracy the estimate is held to (tests/test_estimate_accuracy.py): synchronous steps add their stages, so only
 # the stages' own error counts; off-policy steps also depend on how generation and training overlap.
 BOUNDS = {"sync": 0.15, "one_step_off": 0.25, "async": 0.25}
-SHIPPED = sorted((Path(__file__).parents[1] / "scenarios").glob("*.yaml"))
+SHIPPED = sorted(EXAMPLES.glob("*.yaml"))
 BEGIN, END = "<!-- estimate-accuracy: begin -->", "<!-- estimate-accuracy: end -->"
 
 

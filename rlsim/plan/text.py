@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from rlsim.plan.explain import explanation, label_shares
 from rlsim.plan.planner import Plan
+from rlsim.report.terminal import text_table
 
-# Wide enough for the longest label, e.g. "disaggregated 224 rollout + 32 train, rollout tp4, async η=4 in-flight".
-LABEL_WIDTH = 74
+RANKING_HEADERS = ("rank", "candidate", "est. step s", "step s", "tokens/s", "per GPU", "busy", "idle", "stale",
+                   "$/1k steps")
 
 
 def plan_text(result: Plan) -> str:
@@ -18,18 +19,16 @@ def plan_text(result: Plan) -> str:
              f"after its pipeline filled"]
     for reason, count in sorted(result.infeasible.items(), key=lambda item: -item[1])[:3]:
         lines.append(f"  does not fit ({count}): {reason}")
-    head = (f"{'rank':>4}  {'candidate':<{LABEL_WIDTH}}{'est. step s':>12}{'step s':>9}{'tokens/s':>11}{'per GPU':>9}"
-            f"{'busy':>7}{'idle':>7}{'stale':>7}{'$/1k steps':>12}")
-    lines += ["", head]
+    rows = []
     for rank, evaluated in enumerate(result.ranked, 1):
         m = evaluated.metrics
         assert m is not None
         cost = m["cost"]["usd_per_1000_steps"]
-        lines.append(f"{rank:>4}  {evaluated.candidate.label:<{LABEL_WIDTH}}{evaluated.estimate_s:>12.1f}{evaluated.step_s:>9.1f}"
-                     f"{evaluated.tokens_per_s:>11,.0f}{m['throughput']['tokens_per_s_per_gpu']:>9,.0f}"
-                     f"{m['utilisation']['busy']:>7.0%}{m['utilisation']['idle']:>7.0%}{m['staleness']['mean']:>7.2f}"
-                     f"{'' if cost is None else f'{cost:,.0f}':>12}")
-    lines += ["", explanation(result)]
+        rows.append((rank, evaluated.candidate.label, f"{evaluated.estimate_s:.1f}", f"{evaluated.step_s:.1f}",
+                     f"{evaluated.tokens_per_s:,.0f}", f"{m['throughput']['tokens_per_s_per_gpu']:,.0f}",
+                     f"{m['utilisation']['busy']:.0%}", f"{m['utilisation']['idle']:.0%}",
+                     f"{m['staleness']['mean']:.2f}", "" if cost is None else f"{cost:,.0f}"))
+    lines += ["", text_table(RANKING_HEADERS, rows, left=(1,)), "", explanation(result)]
     lines += [f"note: {note}" for note in result.notes]
     return "\n".join(lines)
 
@@ -49,9 +48,6 @@ def plan_dict(result: Plan) -> dict:
 
 def budget_summary(plans: list[Plan]) -> str:
     """The winner of each GPU budget, one line each: how the best choice and its throughput change with scale."""
-    lines = [f"{'GPUs':>6}  {'winner':<{LABEL_WIDTH}}{'tokens/s':>11}{'per GPU':>9}{'step s':>9}"]
-    for result in plans:
-        best = result.winner
-        lines.append(f"{result.gpus:>6}  {best.candidate.label:<{LABEL_WIDTH}}{best.tokens_per_s:>11,.0f}"
-                     f"{best.tokens_per_s / result.gpus:>9,.0f}{best.step_s:>9.1f}")
-    return "\n".join(lines)
+    rows = [(result.gpus, result.winner.candidate.label, f"{result.winner.tokens_per_s:,.0f}",
+             f"{result.winner.tokens_per_s / result.gpus:,.0f}", f"{result.winner.step_s:.1f}") for result in plans]
+    return text_table(("GPUs", "winner", "tokens/s", "per GPU", "step s"), rows, left=(1,))

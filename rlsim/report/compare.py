@@ -16,6 +16,7 @@ from rlsim.report.colors import LABEL_COLORS
 from rlsim.report.figures import LAYOUT, STAGE_COLORS
 from rlsim.report.headline import HEADLINES, Headline, format_value, lookup
 from rlsim.report.html import figure_div, page
+from rlsim.report.terminal import text_table
 
 
 @dataclass(frozen=True)
@@ -98,25 +99,21 @@ def moved_labels(runs: list[NamedMetrics]) -> list[tuple[str, list[float]]]:
 
 
 def compare_text(runs: list[NamedMetrics]) -> str:
+    """The headline figures side by side, largest change first, then the GPU-time shares and stage means that moved."""
     names = [run.name for run in runs]
-    width = max(len(h.title) for h in HEADLINES)
-    column = max(16, *(len(n) + 2 for n in names))
-    lines = [f"{'':<{width}}" + "".join(f"{n:>{column}}" for n in names) + "   (change vs " + names[0] + ")"]
-    for diff in differences(runs):
-        cells = "".join(f"{format_value(v, diff.headline.unit):>{column}}" for v in diff.values)
-        changes = ", ".join(f"{diff.change_text(i)} {diff.verdict(i)}".strip() for i in range(1, len(runs)))
-        lines.append(f"{diff.headline.title:<{width}}{cells}   {changes}")
-    lines.append("")
-    lines.append(f"{'share of GPU-time':<{width}}" + "".join(f"{n:>{column}}" for n in names))
-    for label, values in moved_labels(runs):
-        lines.append(f"{label:<{width}}" + "".join(f"{v:>{column}.1%}" for v in values))
-    lines.append("")
-    lines.append(f"{'stage mean (s)':<{width}}" + "".join(f"{n:>{column}}" for n in names))
-    for stage in STAGES:
-        values = [run.metrics["stages_s"][stage] for run in runs]
-        if any(values):
-            lines.append(f"{stage:<{width}}" + "".join(f"{v:>{column}.2f}" for v in values))
-    return "\n".join(lines)
+    headline = [(diff.headline.title, *(format_value(v, diff.headline.unit) for v in diff.values),
+                 ", ".join(f"{diff.change_text(i)} {diff.verdict(i)}".strip() for i in range(1, len(runs))))
+                for diff in differences(runs)]
+    shares = [(label, *(f"{v:.1%}" for v in values)) for label, values in moved_labels(runs)]
+    stages = [(stage, *(f"{run.metrics['stages_s'][stage]:.2f}" for run in runs)) for stage in STAGES
+              if any(run.metrics["stages_s"][stage] for run in runs)]
+    windows = [run.metrics["measured"]["window"] for run in runs if "measured" in run.metrics]
+    measured = ["measured over: " + "; ".join(f"{run.name} {window}" for run, window in zip(runs, windows, strict=True))
+                if len(windows) == len(runs) else ""]
+    return "\n".join([*measured,
+                      text_table(("", *names, f"change vs {names[0]}"), headline, left=(0, len(names) + 1)), "",
+                      text_table(("share of GPU-time", *names), shares), "",
+                      text_table(("stage mean (s)", *names), stages)]).lstrip("\n")
 
 
 def differences_table(runs: list[NamedMetrics]) -> str:

@@ -11,6 +11,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from rlsim.report.terminal import text_table
 from rlsim.validation.cases import Manifest
 from rlsim.validation.figures import kind_of
 
@@ -197,29 +198,22 @@ def _number(value: float) -> str:
 
 
 def figure_table(rows: tuple[FigureRow, ...]) -> list[str]:
-    lines = [f"{'case':<34}{'figure':<30}{'published':>12}{'simulated':>12}{'error':>9}"]
-    for r in rows:
-        mark = "" if r.is_time else "  (not bounded)"
-        published = "–" if r.published is None else _number(r.published)
-        error = "–" if r.error_pct is None else f"{r.error_pct:+.1f}%"
-        lines.append(f"{r.case:<34}{r.figure + ' ' + r.unit:<30}{published:>12}{_number(r.simulated):>12}"
-                     f"{error:>9}{mark}")
-    return lines
+    cells = [(r.case, f"{r.figure} {r.unit}", "–" if r.published is None else _number(r.published), _number(r.simulated),
+              "–" if r.error_pct is None else f"{r.error_pct:+.1f}%", "" if r.is_time else "not bounded")
+             for r in rows]
+    return [text_table(("case", "figure", "published", "simulated", "error", ""), cells, left=(0, 1, 5))]
 
 
 def pair_table(pairs: tuple[PairRow, ...]) -> list[str]:
-    lines = [f"{'paired comparison':<34}{'published':>10}{'simulated':>10}{'ratio err':>10}  winner (published / simulated)"]
-    for p in pairs:
-        lines.append(f"{p.name:<34}{p.published_speedup:>9.2f}×{p.simulated_speedup:>9.2f}×{p.ratio_error_pct:>+9.1f}%"
-                     f"  {p.published_winner} / {p.simulated_winner} {'ok' if p.winner_correct else 'WRONG'}")
-    return lines
+    cells = [(p.name, f"{p.published_speedup:.2f}×", f"{p.simulated_speedup:.2f}×", f"{p.ratio_error_pct:+.1f}%",
+              f"{p.published_winner} / {p.simulated_winner} {'ok' if p.winner_correct else 'WRONG'}") for p in pairs]
+    return [text_table(("paired comparison", "published", "simulated", "ratio err", "winner (published / simulated)"),
+                       cells, left=(0, 4))]
 
 
 def group_table(groups: tuple[GroupErrors, ...]) -> list[str]:
-    lines = [f"{'group':<8}{'step/stage times':>18}{'median |error|':>16}{'worst |error|':>15}"]
-    for g in groups:
-        lines.append(f"{g.group:<8}{g.time_figures:>18}{g.median_abs_error_pct:>15.1f}%{g.worst_abs_error_pct:>14.1f}%")
-    return lines
+    cells = [(g.group, g.time_figures, f"{g.median_abs_error_pct:.1f}%", f"{g.worst_abs_error_pct:.1f}%") for g in groups]
+    return [text_table(("group", "step/stage times", "median |error|", "worst |error|"), cells)]
 
 
 def summary_line(v: Validation) -> str:
