@@ -134,3 +134,26 @@ def test_sequences_in_flight_at_the_end_are_not_counted_as_dropped():
     metrics = rlsim.simulate(scenario).metrics["sequences"]
     assert metrics["in_flight_at_end"] > 0  # one-step-off leaves the next step's rollouts generating
     assert metrics["dropped"] == 0
+
+
+# ------------------------------------------------------------------------------------------ never lose a user's run
+
+
+def test_a_what_if_run_does_not_overwrite_its_baseline(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    small = ["--set", "algorithm.prompts_per_step=8"]
+    assert main(["run", str(QUICKSTART), *small]) == 0
+    [baseline] = (tmp_path / "runs").iterdir()
+    before = (baseline / "metrics.json").read_text()
+    assert main(["run", str(QUICKSTART), *small, "--set", "placement.rollout.tp=2"]) == 0
+    folders = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert folders == [baseline.name, f"{baseline.name},placement.rollout.tp=2"]
+    assert (baseline / "metrics.json").read_text() == before
+    what_if = tmp_path / "runs" / folders[1]
+    assert json.loads((what_if / "resolved.yaml").read_text().split("tp: ")[1].split("\n")[0]) == 2
+    # The comparison lands beside its inputs, not in whichever folder the command runs from.
+    capsys.readouterr()
+    assert main(["compare", str(baseline), str(what_if)]) == 0
+    assert f"wrote {tmp_path / 'runs' / f'compare-{baseline.name}-vs-{what_if.name}.html'}" in capsys.readouterr().out
+    # Nothing half-written is left beside the run folders.
+    assert not [p for p in (tmp_path / "runs").iterdir() if p.name.startswith(".")]

@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
+    from rlsim.config.run_length import RunLength, fill_steps, measured_window, short_warmup_warning
     from rlsim.costs.memory import GIB
 
     s, spec = bound.scenario, bound.model
@@ -72,7 +73,11 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
     sched = s.schedule
     staleness = f" (max staleness {sched.max_staleness:g})" if sched.mode == "async" else ""
     lines.append(f"schedule   {sched.mode}{staleness}; load balancer {sched.load_balancer}; partial rollout "
-                 f"{sched.partial_rollout.mode}; weight sync {sched.weight_sync.method}; {s.run.steps} step(s)")
+                 f"{sched.partial_rollout.mode}; weight sync {sched.weight_sync.method}")
+    length = RunLength(s.run.steps, s.run.warmup_steps)
+    warning = short_warmup_warning(length, fill_steps(sched), sched.mode)
+    lines.append(f"run        {s.run.steps} step(s), measured over {measured_window(length)}"
+                 + (f"\n  warning: {warning}" if warning else ""))
     f = bound.framework(s.placement.rollout.pool)  # as the engines' hosts run it
     overlap = "overlapped with the GPU" if f.overlaps(s.placement.rollout.engine) else "between GPU steps"
     graphs = f"CUDA graphs up to {f.cuda_graph_max_tokens} tokens" if s.placement.rollout.cuda_graphs else "no CUDA graphs"

@@ -87,7 +87,7 @@ def run_folder_name(scenario_name: str, overrides: dict[str, object]) -> str:
     (`runs/quickstart--placement.rollout.tp=2`). Names too long for a file system end in a digest of the overrides."""
     if not overrides:
         return scenario_name
-    changes = ",".join(f"{path}={json.dumps(value, sort_keys=True, separators=(',', ':'))}"
+    changes = ",".join(f"{path}={value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(',', ':'))}"
                        for path, value in sorted(overrides.items()))
     safe = re.sub(r"[^A-Za-z0-9._=,+\-\[\]]+", "_", changes)
     return bounded_name(f"{scenario_name}--{safe}")
