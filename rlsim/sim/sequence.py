@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
+
+from rlsim.workload.multiturn import Turn
 
 
 @dataclass(eq=False)
@@ -34,3 +37,37 @@ class Rollout:
     @property
     def done(self) -> bool:
         return self.generated >= self.target_tokens
+
+    @property
+    def peak_context_tokens(self) -> int:
+        """The most KV-cache tokens it ever holds: its context when it ends."""
+        return self.prompt_tokens + self.target_tokens
+
+
+@dataclass(eq=False)
+class MultiTurnRollout(Rollout):
+    """A trajectory of generation turns separated by tool calls. `target_tokens` counts the tokens of all its turns;
+    `remaining` those left in the current turn."""
+
+    turns: tuple[Turn, ...] = ()
+    turn: int = 0  # the turn being generated (or whose tool calls are running)
+    appended: int = 0  # tool-response tokens appended to its context so far
+    in_tool: bool = False  # its tool calls are running
+
+    def __post_init__(self) -> None:
+        self._turn_ends = tuple(accumulate(t.tokens for t in self.turns))
+        if not self.turns or self._turn_ends[-1] != self.target_tokens:
+            raise ValueError(f"rollout {self.seq_id}: its turns generate {sum(t.tokens for t in self.turns)} tokens, "
+                             f"not its target of {self.target_tokens}")
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + self.appended + self.generated
+
+    @property
+    def remaining(self) -> int:
+        return self._turn_ends[self.turn] - self.generated
+
+    @property
+    def peak_context_tokens(self) -> int:
+        return self.prompt_tokens + self.target_tokens + sum(t.tool_tokens for t in self.turns)

@@ -1,0 +1,161 @@
+"""The sequences an engine decodes, and the fast advance over them.
+
+Between batch-changing events the decode batch is fixed: every iteration each of its sequences gains one token and
+the batch's context grows by its size. So a sequence's progress is derived from the engine's iteration counter
+(booking an iteration is O(1), a finish O(log batch)), and a *stretch* of iterations until the first finish or a
+full KV cache is priced in closed form and slept through in one event.
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from rlsim.costs.rollout import PrefillChunk
+from rlsim.sim.engine.slot import Slot
+
+
+class IterationCosts(Protocol):
+    """What an engine needs from its cost model; `rlsim.costs.rollout.EngineCosts` provides it."""
+
+    def iteration_seconds(
+        self, decode_batch: int = 0, decode_context: float = 0, prefill: Iterable[PrefillChunk] = ()
+    ) -> float: ...
+
+    def decode_iteration_seconds(self, batch: int, total_context: float) -> float: ...
+
+    def decode_k_iterations_seconds(self, batch: int, total_context: float, k: int) -> float: ...
+
+    def decode_iterations_within(self, batch: int, total_context: float, seconds: float) -> int: ...
+
+
+class Stretch:
+    """A fast decode under way: from `start`, a fixed batch of `size` sequences attending to `context` KV tokens
+    decodes `k` iterations in `seconds`, or `iterations` once a wake-up cut it short."""
+
+    __slots__ = ("start", "size", "context", "k", "seconds", "iterations", "at", "done")
+
+    def __init__(self, start: float, size: int, context: int, k: int, seconds: float):
+        self.start = start
+        self.size = size
+        self.context = context
+        self.k = k
+        self.seconds = seconds
+        self.iterations = k
+        # Its iterations completed by time `at`: load figures and samples ask several times per instant, and each
+        # answer is a binary search.
+        self.at = -1.0
+        self.done = 0
+
+
+class DecodeBatch:
+    """The decoding sequences of one engine: their count (`size`), the KV tokens they attend to (`context`: the sum
+    of prompt + generated - 1), the iterations run so far, and when each sequence's turn ends. `on_turn_end(slot)` is
+    called for a sequence that generated its turn's last token, once it has left the batch."""
+
+    __slots__ = ("costs", "on_turn_end", "size", "context", "iteration", "decode_iterations", "decode_read", "stretch",
+                 "_finishes")
+
+    def __init__(self, costs: IterationCosts, on_turn_end: Callable[[Slot], None]):
+        self.costs = costs
+        self.on_turn_end = on_turn_end
+        self.size = 0
+        self.context = 0
+        self.iteration = 0  # iterations run so far, prefill ones included
+        self.decode_iterations = 0  # of which decode-only
+        self.decode_read = 0  # KV tokens the decode-only iterations read
+        self.stretch: Stretch | None = None  # the fast decode under way
+        self._finishes: list[tuple[int, int, Slot]] = []  # heap of (iteration its turn ends, admission order, slot)
+
+    def join(self, slot: Slot) -> None:
+        """The slot's sequence sampled its first token of the turn and decodes from the next iteration on."""
+        rollout = slot.rollout
+        slot.start_iteration = self.iteration
+        slot.start_generated = rollout.generated
+        self.size += 1
+        self.context += rollout.context_tokens - 1
+        heapq.heappush(self._finishes, (self.iteration + rollout.remaining, slot.order, slot))
+
+    def leave(self, slot: Slot) -> None:
+        """The slot's sequence leaves the batch mid-turn (preempted or interrupted), its `generated` brought up to
+        date; its finish entry goes stale."""
+        rollout = slot.rollout
+        rollout.generated = slot.start_generated + self.iteration - slot.start_iteration
+        self.size -= 1
+        self.context -= rollout.context_tokens - 1
+
+    def emptied(self) -> None:
+        """Every sequence left at once (an interrupting pause): every finish entry is stale."""
+        self._finishes.clear()
+
+    def advance(self, iterations: int, decode: bool) -> int:
+        """Book `iterations` iterations (`decode`: decode-only ones); the tokens the batch gained."""
+        self.iteration += iterations
+        if decode:
+            self.decode_iterations += iterations
+            self.decode_read += decode_read(self.size, self.context, iterations)
+        grown = iterations * self.size
+        self.context += grown
+        return grown
+
+    def finish_due(self) -> None:
+        """Sequences whose turn ended by the iteration booked leave the batch, up to date, for `on_turn_end`, by
+        iteration and then admission order."""
+        heap = self._finishes
+        while heap:
+            finish, _, slot = heap[0]
+            if slot.live and finish > self.iteration:
+                return
+            heapq.heappop(heap)
+            if slot.live:
+                self.leave(slot)
+                self.on_turn_end(slot)
+
+    def begin_stretch(self, start: float, room: int) -> Stretch:
+        """A fast decode from `start` until the batch's first turn ends or its growth fills `room` KV tokens."""
+        heap = self._finishes
+        while not heap[0][2].live:
+            heapq.heappop(heap)
+        k = min(heap[0][0] - self.iteration, room // self.size)
+        stretch = self.stretch = Stretch(start, self.size, self.context, k,
+                                         self.costs.decode_k_iterations_seconds(self.size, self.context, k))
+        return stretch
+
+    def cut_short(self, now: float) -> float | None:
+        """A wake-up at `now` ends the stretch once the iteration in flight completes: the seconds to wait for it
+        (None: none is in flight). Woken at the instant the stretch began (a submit right after a resume), its first
+        iteration is in flight, as in the exact mode, which has launched it."""
+        stretch, costs = self.stretch, self.costs
+        assert stretch is not None
+        size, context, elapsed = stretch.size, stretch.context, now - stretch.start
+        done = min(costs.decode_iterations_within(size, context, elapsed), stretch.k)
+        stretch.iterations = done
+        if done < stretch.k and (elapsed == 0 or costs.decode_k_iterations_seconds(size, context, done) < elapsed):
+            done = stretch.iterations = done + 1
+            end = stretch.seconds if done == stretch.k else costs.decode_k_iterations_seconds(size, context, done)
+            return max(0.0, stretch.start + end - now)
+        return None
+
+    def end_stretch(self) -> int:
+        """The stretch is over: the iterations it ran, to book."""
+        stretch = self.stretch
+        assert stretch is not None
+        self.stretch = None
+        return stretch.iterations
+
+    def unbooked(self, now: float) -> int:
+        """Iterations of the stretch under way completed by `now` (what the exact mode has booked by then)."""
+        stretch = self.stretch
+        if stretch is None:
+            return 0
+        if stretch.at != now:
+            stretch.at = now
+            stretch.done = min(self.costs.decode_iterations_within(stretch.size, stretch.context, now - stretch.start),
+                               stretch.k)
+        return stretch.done
+
+
+def decode_read(batch: int, context: int, iterations: int) -> int:
+    """KV tokens `iterations` decode iterations of a fixed batch read, from a total context of `context` cached tokens:
+    iteration i reads every sequence's cache, context + i·batch tokens, and the `batch` tokens it decodes."""
+    return iterations * (context + batch) + batch * iterations * (iterations - 1) // 2

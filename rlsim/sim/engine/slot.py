@@ -1,0 +1,24 @@
+"""A running sequence's place in its engine."""
+from __future__ import annotations
+
+from rlsim.sim.sequence import Rollout
+
+
+class Slot:
+    """Where a running sequence stands: its prefill still to run, and where its decoding started (its progress is
+    derived from the engine's iteration counter, so booking an iteration touches no slot)."""
+
+    __slots__ = ("rollout", "order", "own_prompt", "prefill_left", "computed", "start_iteration", "start_generated",
+                 "live")
+
+    def __init__(self, rollout: Rollout, order: int):
+        self.rollout = rollout
+        self.order = order  # admission order: the preemption victim is the latest, finishes tie-break by it
+        # Set by the KV ledger on admission:
+        self.own_prompt = 0  # prompt tokens in its own KV (0 when its group's prompt is shared)
+        self.prefill_left = 0  # tokens still to prefill; 0 once it decodes
+        self.computed = 0  # tokens in its KV cache before its next prefill chunk
+        # Set when it joins the decode batch:
+        self.start_iteration = 0  # engine iteration at which it started decoding
+        self.start_generated = 0  # its generated tokens then
+        self.live = True  # False once it left the engine (its entry in the finish heap is then stale)

@@ -1,0 +1,121 @@
+"""What an engine reports as it runs, without changing it: its samples, its busy spans and its probe.
+
+Samples. The engine records its state (`rlsim.events.EngineSample`: running, waiting, KV tokens, decode batch, and
+cumulative iterations and KV tokens read by decoding) at every boundary where its batch changed and whenever its queue
+changes. Both modes record the same samples: a sample inside a fast decode stretch books the iterations completed by
+then, as the exact mode has, and a boundary where nothing changed records none.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import simpy
+
+from rlsim.events import EngineSample
+from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read
+from rlsim.sim.engine.kv_ledger import KVLedger
+from rlsim.sim.engine.slot import Slot
+from rlsim.sim.recorder import Recorder
+from rlsim.sim.sequence import Rollout
+
+Probe = Callable[[str, Rollout], None]
+"""Observes an engine without changing it: called with "admitted", "prefilled" (first token sampled), "preempted",
+"interrupted", "tool_call", "tool_returned" or "finished" and the rollout concerned, at the simulated time of the
+event."""
+
+
+class EngineTelemetry:
+    """Samples and busy spans of the engine over GPUs [first_gpu, first_gpu + gpu_count), named `unit`, reading its
+    KV ledger, decode batch, running sequences and queue. `busy_labels` name its busy time: (prefill label, decode
+    label, stage) — a judge pool generating verdicts is reward work, not rollout."""
+
+    __slots__ = ("env", "recorder", "unit", "first_gpu", "gpu_count", "prefill_label", "decode_label", "stage", "probe",
+                 "changed", "_kv", "_batch", "_running", "_waiting", "_samples", "_in_flight", "_in_flight_start",
+                 "_span_label", "_span_start", "_span_step", "_span_end", "_recorded_until")
+
+    def __init__(self, env: simpy.Environment, recorder: Recorder, first_gpu: int, gpu_count: int, unit: str,
+                 busy_labels: tuple[str, str, str], probe: Probe | None, kv: KVLedger, batch: DecodeBatch,
+                 running: dict[Rollout, Slot], waiting: deque[Rollout]):
+        self.env = env
+        self.recorder = recorder
+        self.unit = unit
+        self.first_gpu = first_gpu
+        self.gpu_count = gpu_count
+        self.prefill_label, self.decode_label, self.stage = busy_labels
+        self.probe = probe
+        self.changed = True  # the batch changed since the last sample: the next boundary records one
+        self._kv = kv
+        self._batch = batch
+        self._running = running
+        self._waiting = waiting
+        self._samples = recorder.engine_samples
+        self._in_flight: str | None = None  # the label of the iteration or decode stretch under way
+        self._in_flight_start = 0.0
+        self._span_label: str | None = None  # the busy span still open, merging consecutive work of one kind
+        self._span_start = 0.0
+        self._span_step = 0
+        self._span_end = 0.0
+        self._recorded_until = 0.0  # close() recorded busy time up to here
+
+    def observe(self, event: str, rollout: Rollout) -> None:
+        if self.probe is not None:
+            self.probe(event, rollout)
+
+    def sample(self) -> None:
+        """Record the engine's state now; inside a fast decode stretch, with the iterations completed by now."""
+        self.changed = False
+        kv, batch, now = self._kv, self._batch, self.env.now
+        stretch = batch.stretch
+        if stretch is None:  # at a boundary, or in an iteration whose progress the exact mode books at its end
+            self._samples.append(EngineSample(self.unit, now, len(self._running), len(self._waiting), kv.used,
+                                              batch.size, batch.iteration, batch.decode_iterations, batch.decode_read))
+            return
+        done = batch.unbooked(now)
+        size = stretch.size
+        self._samples.append(EngineSample(self.unit, now, len(self._running), len(self._waiting),
+                                          kv.used + size * done, size, batch.iteration + done,
+                                          batch.decode_iterations + done,
+                                          batch.decode_read + decode_read(size, stretch.context, done)))
+
+    def begin(self, label: str) -> None:
+        """An iteration or decode stretch of `label` work starts now."""
+        self._in_flight = label
+        self._in_flight_start = self.env.now
+
+    def end(self, version: int) -> None:
+        """The iteration or stretch under way ended now, on weights of policy `version`."""
+        label = self._in_flight
+        assert label is not None
+        self._in_flight = None
+        self._record(label, self._in_flight_start, version)
+
+    def flush(self, version: int) -> None:
+        """Close the open busy span: the engine stops or idles."""
+        if self._span_label is not None:
+            self.recorder.busy(self.first_gpu, self.gpu_count, self._span_start, self._span_end, self._span_label,
+                               self.stage, unit=self.unit, step=self._span_step, version=version)
+            self._span_label = None
+
+    def close(self, version: int) -> None:
+        """The run stops now: record the busy span still open, with the work in flight up to now."""
+        if self._in_flight is not None:
+            self._record(self._in_flight, self._in_flight_start, version)
+        self.flush(version)
+        self._recorded_until = self.env.now
+
+    def _record(self, label: str, start: float, version: int) -> None:
+        """The engine's GPUs did `label` work from `start` until now; consecutive work of one kind is one span."""
+        end = self.env.now
+        start = max(start, self._recorded_until)
+        if end <= start:
+            return
+        step = self.recorder.phase.step
+        if self._span_label == label and self._span_step == step and self._span_end == start:
+            self._span_end = end
+            return
+        self.flush(version)
+        self._span_label = label
+        self._span_start = start
+        self._span_step = step
+        self._span_end = end
