@@ -84,6 +84,13 @@ class DecodeBatch:
         self.size -= 1
         self.context -= rollout.context_tokens - 1
 
+    def catch_up(self, slots: Iterable[Slot], now: float) -> None:
+        """Bring the decoding `slots`' `generated` up to date with the iterations completed by `now`."""
+        iteration = self.iteration + self.unbooked(now)
+        for slot in slots:
+            if not slot.prefill_left:
+                slot.rollout.generated = slot.start_generated + iteration - slot.start_iteration
+
     def emptied(self) -> None:
         """Every sequence left at once (an interrupting pause): every finish entry is stale."""
         self._finishes.clear()

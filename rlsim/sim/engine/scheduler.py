@@ -1,0 +1,191 @@
+"""Which sequences an engine runs: vLLM V1's scheduler, at the boundary between two iterations."""
+from __future__ import annotations
+
+from collections import deque
+
+import simpy
+
+from rlsim.sim.engine.decode_batch import DecodeBatch
+from rlsim.sim.engine.kv_ledger import KVLedger
+from rlsim.sim.engine.slot import Slot
+from rlsim.sim.engine.telemetry import EngineTelemetry
+from rlsim.sim.engine.tool_waits import ToolWaits
+from rlsim.sim.sequence import MultiTurnRollout, Rollout
+
+
+class Scheduler:
+    """The engine's outstanding rollouts: its queue (`waiting`, first come, first served) and its `running` sequences
+    in admission order, of which those still `prefilling`. At a boundary it makes room in the KV cache for the tokens
+    the next iteration writes, preempting the most recently admitted sequence until they fit (vLLM's recompute
+    preemption: the sequence returns to the front of the queue and re-prefills its prompt and generated tokens when
+    readmitted), then plans the iteration's prefill chunks out of the token budget left by the decodes: the running
+    prefills first, then admissions while a sequence slot (`max_num_seqs`), the budget and the KV cache allow.
+
+    It also keeps the load figures of the outstanding rollouts: their predicted lengths and the tokens they generated
+    (booked), for length-aware balancing."""
+
+    __slots__ = ("env", "max_num_seqs", "max_num_batched_tokens", "kv", "batch", "tools", "telemetry", "waiting",
+                 "running", "prefilling", "queued_tokens", "preemptions", "interruptions", "left", "predicted_total",
+                 "generated_total", "_predicted", "_admissions")
+
+    def __init__(self, env: simpy.Environment, max_num_seqs: int, max_num_batched_tokens: int, kv: KVLedger,
+                 batch: DecodeBatch, tools: ToolWaits, telemetry: EngineTelemetry, waiting: deque[Rollout],
+                 running: dict[Rollout, Slot]):
+        self.env = env
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.kv = kv
+        self.batch = batch
+        self.tools = tools
+        self.telemetry = telemetry
+        self.waiting = waiting
+        self.running = running
+        self.prefilling: list[Slot] = []
+        self.queued_tokens = 0  # context tokens of the waiting sequences (what admitting them would cache)
+        self.preemptions = 0  # sequences preempted because the KV cache was full
+        self.interruptions = 0  # sequences sent back to the queue by an interrupting pause
+        self.left = False  # a sequence left the engine since the last boundary: work stealing may refill it
+        self._predicted: dict[Rollout, float] = {}
+        self.predicted_total = 0.0  # predicted lengths of the outstanding rollouts
+        self.generated_total = 0  # tokens they generated (booked)
+        self._admissions = 0
+
+    def submit(self, rollout: Rollout, predicted: float) -> None:
+        """A new outstanding rollout, predicted to generate `predicted` tokens in all, queued at the back."""
+        self._predicted[rollout] = predicted
+        self.predicted_total += predicted
+        self.generated_total += rollout.generated
+        self.queue(rollout)
+
+    def queue(self, rollout: Rollout) -> None:
+        """Queue at the back: submitted, or back from tool calls that released its slot."""
+        self.waiting.append(rollout)
+        self.queued_tokens += rollout.context_tokens
+
+    def finish(self, slot: Slot) -> None:
+        """The slot's rollout reached its target: it leaves, its KV freed."""
+        rollout = slot.rollout
+        target = rollout.target_tokens
+        del self.running[rollout]
+        slot.live = False
+        rollout.generated = target
+        self.kv.drop(slot, rollout.context_tokens)
+        self.telemetry.changed = True
+        self.generated_total -= target
+        self.predicted_total -= self._predicted.pop(rollout)
+        self.left = True
+
+    def release(self, slot: Slot) -> None:
+        """The slot's trajectory leaves for its tool calls without holding its slot, its context left cached."""
+        del self.running[slot.rollout]
+        slot.live = False
+        self.kv.release(slot)
+        self.left = True
+
+    def make_room(self, interrupt: bool) -> bool:
+        """Boundary work before planning: held trajectories back from their tools resume; an interrupting pause
+        empties the engine; otherwise preempt until the next iteration's tokens fit. Whether anything was preempted."""
+        if self.tools.returned:
+            self.tools.resume_held(self.prefilling)
+        running = self.running
+        if interrupt and running:
+            for slot in reversed(list(running.values())):
+                self.evict(slot)
+                self.interruptions += 1
+                self.telemetry.observe("interrupted", slot.rollout)
+            self.batch.emptied()
+            return False
+        kv, batch = self.kv, self.batch
+        kv.trim(batch.size)
+        preempted = False
+        # A held trajectory back from its tools reserves room for its new tokens unchecked, so even with nothing
+        # decoding the cache can be over-full.
+        while running and kv.used + batch.size > kv.capacity:
+            slot = next(reversed(running.values()))
+            self.evict(slot)
+            slot.rollout.preemptions += 1
+            self.preemptions += 1
+            self.telemetry.observe("preempted", slot.rollout)
+            preempted = True
+        return preempted
+
+    def plan(self, admit: bool) -> list[tuple[Slot, int]]:
+        """Prefill chunks of the next iteration: the running prefills first, then admissions while `admit`."""
+        budget = self.max_num_batched_tokens - self.batch.size
+        plan: list[tuple[Slot, int]] = []
+        for slot in self.prefilling:
+            if budget <= 0:
+                break
+            tokens = min(slot.prefill_left, budget)
+            plan.append((slot, tokens))
+            budget -= tokens
+        waiting = self.waiting
+        while admit and budget > 0 and waiting and self.admissible(waiting[0]):
+            slot = self._admit(waiting.popleft())
+            tokens = min(slot.prefill_left, budget)
+            plan.append((slot, tokens))
+            budget -= tokens
+        return plan
+
+    def prefilled(self, plan: list[tuple[Slot, int]]) -> list[Slot]:
+        """The planned chunks ran: the slots whose prefill is now complete, which sample their next token."""
+        for slot, tokens in plan:
+            slot.computed += tokens
+            slot.prefill_left -= tokens
+        done = [slot for slot, _ in plan if not slot.prefill_left]
+        if done:
+            self.prefilling = [slot for slot in self.prefilling if slot.prefill_left]
+        return done
+
+    def admissible(self, rollout: Rollout, growth: int = 0) -> bool:
+        """A free slot, and room in the KV cache for its context after the decodes of the next iteration; `growth`:
+        at the boundary after the cache has grown by that many more tokens."""
+        decoding = self.batch.size
+        return (len(self.running) < self.max_num_seqs and decoding < self.max_num_batched_tokens
+                and self.kv.fits(rollout, growth + decoding))
+
+    def steal(self, n: int) -> list[Rollout]:
+        """Take up to n rollouts that have not started from the back of the queue, in queue order."""
+        taken: list[Rollout] = []
+        waiting = self.waiting
+        while len(taken) < n and waiting and waiting[-1].generated == 0:
+            rollout = waiting.pop()
+            self.queued_tokens -= rollout.context_tokens
+            self.predicted_total -= self._predicted.pop(rollout)
+            taken.append(rollout)
+        taken.reverse()
+        return taken
+
+    def evict(self, slot: Slot) -> None:
+        """Drop a running sequence's KV cache and put it back at the front of the queue, keeping its tokens."""
+        rollout = slot.rollout
+        del self.running[rollout]
+        slot.live = False
+        self.telemetry.changed = True
+        if slot.prefill_left:
+            self.prefilling.remove(slot)
+            self.kv.drop(slot, rollout.context_tokens + 1)  # its reservation for the first token
+        elif isinstance(rollout, MultiTurnRollout) and self.tools.drop(rollout):
+            self.kv.drop(slot, rollout.context_tokens)
+        else:
+            self.batch.leave(slot)
+            self.kv.drop(slot, rollout.context_tokens)
+        if isinstance(rollout, MultiTurnRollout) and rollout.in_tool:
+            return  # it queues again when its tools return
+        self.waiting.appendleft(rollout)
+        self.queued_tokens += rollout.context_tokens
+
+    def _admit(self, rollout: Rollout) -> Slot:
+        self.queued_tokens -= rollout.context_tokens
+        slot = Slot(rollout, self._admissions)
+        self.kv.admit(slot)
+        self._admissions += 1
+        if rollout.admitted < 0:
+            rollout.admitted = self.env.now
+        rollout.admissions += 1
+        self.telemetry.changed = True
+        self.running[rollout] = slot
+        self.prefilling.append(slot)
+        self.kv.trim(self.batch.size)
+        self.telemetry.observe("admitted", rollout)
+        return slot
