@@ -84,30 +84,13 @@ class EngineTelemetry:
         self._in_flight_start = self.env.now
 
     def end(self, version: int) -> None:
-        """The iteration or stretch under way ended now, on weights of policy `version`."""
+        """The iteration or stretch under way ended now, on weights of policy `version`: its GPUs did its work from
+        its start (or from where close() stopped recording) until now; consecutive work of one kind is one span."""
         label = self._in_flight
         assert label is not None
         self._in_flight = None
-        self._record(label, self._in_flight_start, version)
-
-    def flush(self, version: int) -> None:
-        """Close the open busy span: the engine stops or idles."""
-        if self._span_label is not None:
-            self.recorder.busy(self.first_gpu, self.gpu_count, self._span_start, self._span_end, self._span_label,
-                               self.stage, unit=self.unit, step=self._span_step, version=version)
-            self._span_label = None
-
-    def close(self, version: int) -> None:
-        """The run stops now: record the busy span still open, with the work in flight up to now."""
-        if self._in_flight is not None:
-            self._record(self._in_flight, self._in_flight_start, version)
-        self.flush(version)
-        self._recorded_until = self.env.now
-
-    def _record(self, label: str, start: float, version: int) -> None:
-        """The engine's GPUs did `label` work from `start` until now; consecutive work of one kind is one span."""
         end = self.env.now
-        start = max(start, self._recorded_until)
+        start = max(self._in_flight_start, self._recorded_until)
         if end <= start:
             return
         step = self.recorder.phase.step
@@ -119,3 +102,20 @@ class EngineTelemetry:
         self._span_start = start
         self._span_step = step
         self._span_end = end
+
+    def flush(self, version: int) -> None:
+        """Close the open busy span: the engine stops or idles."""
+        if self._span_label is not None:
+            self.recorder.busy(self.first_gpu, self.gpu_count, self._span_start, self._span_end, self._span_label,
+                               self.stage, unit=self.unit, step=self._span_step, version=version)
+            self._span_label = None
+
+    def close(self, version: int) -> None:
+        """The run stops now: record the busy span still open, with the work in flight up to now (should the work go
+        on, it is recorded from now when it ends)."""
+        label = self._in_flight
+        if label is not None:
+            self.end(version)
+            self.begin(label)
+        self.flush(version)
+        self._recorded_until = self.env.now

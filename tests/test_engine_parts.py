@@ -1,0 +1,187 @@
+"""The rollout engine's parts alone (rlsim/sim/engine/): the KV ledger's admission, sharing and eviction arithmetic,
+the decode batch's bookkeeping and fast-advance stretch, and the pause protocol of the engine's state."""
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read
+from rlsim.sim.engine.kv_ledger import KVLedger
+from rlsim.sim.engine.slot import Slot
+from rlsim.sim.engine.state import BUSY, IDLE, PAUSED, EngineState
+from rlsim.sim.sequence import MultiTurnRollout, Rollout
+from rlsim.workload.multiturn import Turn
+from tests.test_sim_rollout import FixedCosts, rollout
+
+
+def admitted(ledger: KVLedger, r: Rollout, order: int = 0) -> Slot:
+    slot = Slot(r, order)
+    ledger.admit(slot)
+    return slot
+
+
+# ---- KV ledger ------------------------------------------------------------------------------------------------------
+
+def test_admission_reserves_the_context_after_prefill_and_a_group_holds_its_prompt_once():
+    ledger = KVLedger(capacity=100, sharing=True)
+    a, b = rollout(0, 40, 10, group=7), rollout(1, 40, 10, group=7)
+    first = admitted(ledger, a)
+    assert ledger.used == 40 + 1  # prompt + the first token's slot
+    assert (first.prefill_left, first.computed) == (40, 0)
+    # The group's prompt is here: the second sample needs only its own first token, and prefills only the last prompt
+    # token (to sample from its logits).
+    assert ledger.fits(b, room=58) and not ledger.fits(b, room=59)
+    second = admitted(ledger, b, 1)
+    assert ledger.used == 42
+    assert (second.prefill_left, second.computed) == (1, 39)
+    assert ledger.cached_prefill_tokens == 39
+
+
+def test_without_sharing_every_sequence_holds_its_own_prompt():
+    ledger = KVLedger(capacity=100, sharing=False)
+    a, b = rollout(0, 40, 10, group=7), rollout(1, 40, 10, group=7)
+    admitted(ledger, a)
+    assert not ledger.fits(b, room=20) and ledger.fits(b, room=18)
+    admitted(ledger, b, 1)
+    assert ledger.used == 82 and ledger.cached_prefill_tokens == 0
+
+
+def test_the_shared_prompt_is_freed_with_the_groups_last_sequence():
+    ledger = KVLedger(capacity=100, sharing=True)
+    a, b = rollout(0, 40, 10, group=7), rollout(1, 40, 10, group=7)
+    slots = [admitted(ledger, a), admitted(ledger, b, 1)]
+    a.generated = 5
+    ledger.used += 4  # its decodes wrote 4 tokens past its first-token reservation
+    ledger.drop(slots[0], a.context_tokens)
+    assert ledger.used == 42 - 1  # b's first-token reservation and the prompt stay
+    ledger.drop(slots[1], b.context_tokens + 1)
+    assert ledger.used == 0
+
+
+def test_a_group_shares_one_prompt():
+    ledger = KVLedger(capacity=100, sharing=True)
+    admitted(ledger, rollout(0, 40, 10, group=7))
+    with pytest.raises(ValueError, match="a group shares one prompt"):
+        admitted(ledger, rollout(1, 30, 10, group=7), 1)
+
+
+def trajectory(seq_id: int, prompt: int, turns: list[Turn], group: int | None = None) -> MultiTurnRollout:
+    return MultiTurnRollout(seq_id, seq_id if group is None else group, prompt, sum(t.tokens for t in turns), False,
+                            0.0, turns=tuple(turns))
+
+
+def test_a_released_context_is_found_cached_until_evicted_least_recently_released_first():
+    ledger = KVLedger(capacity=100, sharing=True)
+    a, b = trajectory(0, 20, [Turn(5, 1.0, 3), Turn(2)]), trajectory(1, 30, [Turn(5, 1.0, 3), Turn(2)])
+    slots = [admitted(ledger, a), admitted(ledger, b, 1)]
+    a.generated = b.generated = 5
+    ledger.used += 8  # their decodes wrote 4 tokens each past the first-token reservation
+    ledger.release(slots[0])
+    ledger.release(slots[1])
+    assert ledger.used == 0
+    # Each entry holds its prompt and generated tokens but the last: 20 + 4 and 30 + 4.
+    ledger.trim(100 - 24 - 34)
+    a.appended, a.turn = 3, 1
+    back = admitted(ledger, a, 2)
+    assert (back.computed, back.prefill_left) == (24, 4)  # the turn's last token and the 3 tool tokens
+    ledger.drop(back, a.context_tokens + 1)
+    ledger.trim(100 - 34 + 1)  # room for one more token than b's entry leaves: b's entry goes
+    b.appended, b.turn = 3, 1
+    assert admitted(ledger, b, 3).computed == 0
+
+
+# ---- decode batch ---------------------------------------------------------------------------------------------------
+
+def test_the_batch_books_iterations_and_ends_turns_in_finish_then_admission_order():
+    ended = []
+    batch = DecodeBatch(FixedCosts(), lambda slot: ended.append((slot.rollout.seq_id, slot.rollout.generated)))
+    slots = []
+    for order, (prompt, target) in enumerate([(10, 4), (20, 2), (30, 2)]):
+        r = rollout(order, prompt, target)
+        r.generated = 1  # its first token came from its prefill
+        slot = Slot(r, order)
+        batch.join(slot)
+        slots.append(slot)
+    assert (batch.size, batch.context) == (3, 10 + 20 + 30)
+    grown = batch.advance(1, decode=True)
+    assert grown == 3 and batch.context == 63
+    batch.finish_due()
+    assert ended == [(1, 2), (2, 2)] and batch.size == 1
+    batch.advance(2, decode=True)
+    batch.finish_due()
+    assert ended[-1] == (0, 4) and batch.size == 0
+
+
+def test_decode_read_sums_every_iterations_reads():
+    batch, context, k = 7, 1000, 13
+    assert decode_read(batch, context, k) == sum(context + i * batch + batch for i in range(k))
+
+
+def test_a_left_sequence_is_skipped_and_brought_up_to_date():
+    ended = []
+    batch = DecodeBatch(FixedCosts(), lambda slot: ended.append(slot.rollout.seq_id))
+    a, b = rollout(0, 10, 5), rollout(1, 10, 3)
+    a.generated = b.generated = 1
+    slot_a, slot_b = Slot(a, 0), Slot(b, 1)
+    batch.join(slot_a)
+    batch.join(slot_b)
+    batch.advance(1, decode=True)
+    batch.leave(slot_b)
+    slot_b.live = False
+    assert b.generated == 2 and batch.size == 1
+    batch.advance(3, decode=True)
+    batch.finish_due()
+    assert ended == [0]
+
+
+def test_a_stretch_runs_to_the_first_finish_or_the_kv_room_and_a_wake_up_waits_for_the_iteration_in_flight():
+    batch = DecodeBatch(FixedCosts(), lambda slot: None)  # one second per decode iteration
+    for order, target in enumerate([50, 80]):
+        r = rollout(order, 10, target)
+        r.generated = 1
+        batch.join(Slot(r, order))
+    assert batch.begin_stretch(0.0, room=1000).k == 49
+    batch.end_stretch()
+    stretch = batch.begin_stretch(0.0, room=21)  # 2 tokens per iteration
+    assert (stretch.k, stretch.seconds) == (10, 10.0)
+    assert batch.unbooked(3.5) == 3
+    assert batch.cut_short(3.5) == pytest.approx(0.5)  # the 4th iteration completes
+    assert batch.end_stretch() == 4 and batch.unbooked(3.5) == 0
+    batch.begin_stretch(0.0, room=21)
+    assert batch.cut_short(3.0) is None  # woken at a boundary: nothing in flight
+    assert batch.end_stretch() == 3
+    batch.begin_stretch(5.0, room=21)
+    assert batch.cut_short(5.0) == pytest.approx(1.0)  # woken as it began: its first iteration is in flight
+    assert batch.end_stretch() == 1
+
+
+# ---- state and pauses -----------------------------------------------------------------------------------------------
+
+def test_a_pause_that_stops_sooner_overrides_one_under_way_and_resume_wakes_the_process():
+    env = simpy.Environment()
+    trace = []
+
+    def run():
+        yield state.idle()
+        trace.append(("woken", env.now, state.pause.mode))
+        state.activity = BUSY
+        yield state.take_pause()
+        trace.append(("resumed", env.now))
+
+    state = EngineState(env, run())
+    env.run(until=1.0)
+    assert state.activity is IDLE
+    taken = state.ask_pause("drain")  # wakes an idle process
+    state.ask_pause("interrupt")
+    state.ask_pause("hold")
+
+    def controller():
+        yield taken
+        trace.append(("paused", env.now))
+        assert state.activity is PAUSED and state.ask_pause("drain").triggered
+        yield env.timeout(2.0)
+        state.resume()
+
+    env.process(controller())
+    env.run()
+    assert trace == [("woken", 1.0, "interrupt"), ("paused", 1.0), ("resumed", 3.0)]
