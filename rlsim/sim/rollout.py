@@ -220,7 +220,8 @@ class RolloutEngine:
         """The run stops now: record the busy span still open, with the work in flight up to now, and bring the
         running rollouts' `generated` up to date."""
         held = self.tools.held
-        self.batch.catch_up((slot for slot in self._running.values() if slot.rollout not in held), self.env.now)
+        decoding = (slot for slot in self._running.values() if not slot.prefill_left and slot.rollout not in held)
+        self.batch.catch_up(decoding, self.env.now)
         self.telemetry.close(self.version)
         self.telemetry.sample()
 

@@ -85,11 +85,10 @@ class DecodeBatch:
         self.context -= rollout.context_tokens - 1
 
     def catch_up(self, slots: Iterable[Slot], now: float) -> None:
-        """Bring the decoding `slots`' `generated` up to date with the iterations completed by `now`."""
+        """Bring the `generated` of these decoding slots up to date with the iterations completed by `now`."""
         iteration = self.iteration + self.unbooked(now)
         for slot in slots:
-            if not slot.prefill_left:
-                slot.rollout.generated = slot.start_generated + iteration - slot.start_iteration
+            slot.rollout.generated = slot.start_generated + iteration - slot.start_iteration
 
     def emptied(self) -> None:
         """Every sequence left at once (an interrupting pause): every finish entry is stale."""
