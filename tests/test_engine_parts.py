@@ -16,7 +16,7 @@ from tests.test_sim_rollout import FixedCosts, rollout
 
 def admitted(ledger: KVLedger, r: Rollout, order: int = 0) -> Slot:
     slot = Slot(r, order)
-    ledger.admit(slot)
+    ledger.admit(slot, 0)
     return slot
 
 

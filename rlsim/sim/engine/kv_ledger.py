@@ -39,10 +39,10 @@ class KVLedger:
         need = rollout.context_tokens - rollout.prompt_tokens + 1 + (0 if shared else rollout.prompt_tokens)
         return self.used + room + need <= self.capacity
 
-    def admit(self, slot: Slot) -> None:
+    def admit(self, slot: Slot, room: int) -> None:
         """Reserve the KV of the slot's rollout, and set what it prefills: the cached prefix is its group's prompt
         (held by its running sequences, or revived from this trajectory's entry), then the trajectory's own released
-        context, usable only behind its prompt."""
+        context, usable only behind its prompt. Released contexts are evicted until `room` more tokens fit."""
         rollout = slot.rollout
         context = rollout.context_tokens
         shared = self.sharing and rollout.group in self._groups
@@ -72,6 +72,7 @@ class KVLedger:
         slot.own_prompt = own_prompt
         slot.prefill_left = context - cached
         slot.computed = cached
+        self.trim(room)
 
     def drop(self, slot: Slot, tokens: int) -> None:
         """The slot's sequence leaves holding a context of `tokens` (its reservation while it prefills): free its

@@ -178,7 +178,7 @@ class Scheduler:
     def _admit(self, rollout: Rollout) -> Slot:
         self.queued_tokens -= rollout.context_tokens
         slot = Slot(rollout, self._admissions)
-        self.kv.admit(slot)
+        self.kv.admit(slot, self.batch.size)
         self._admissions += 1
         if rollout.admitted < 0:
             rollout.admitted = self.env.now
@@ -186,6 +186,5 @@ class Scheduler:
         self.telemetry.changed = True
         self.running[rollout] = slot
         self.prefilling.append(slot)
-        self.kv.trim(self.batch.size)
         self.telemetry.observe("admitted", rollout)
         return slot

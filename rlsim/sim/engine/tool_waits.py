@@ -37,16 +37,16 @@ def release_during_tools(engine: RolloutEngine, rollout: MultiTurnRollout) -> bo
 
 class ToolWaits:
     """The engine's trajectories whose tool calls run: those holding their slot (`held`), and those of them whose
-    tools returned, taken up at the next boundary like every batch change."""
+    tools `returned`, taken up at the next boundary like every batch change."""
 
-    __slots__ = ("engine", "policy", "calls", "held", "_returned")
+    __slots__ = ("engine", "policy", "calls", "held", "returned")
 
     def __init__(self, engine: RolloutEngine, policy: ToolWait):
         self.engine = engine
         self.policy = policy
         self.calls = 0  # turns that ended in tool calls
         self.held: dict[MultiTurnRollout, Slot] = {}
-        self._returned: list[tuple[Slot, int]] = []  # held trajectories back from their tools: (slot, tokens appended)
+        self.returned: list[tuple[Slot, int]] = []  # held trajectories back from their tools: (slot, tokens appended)
 
     def call(self, slot: Slot) -> bool:
         """The slot's turn ended in tool calls: whether it holds its slot meanwhile."""
@@ -69,7 +69,7 @@ class ToolWaits:
         self.engine.telemetry.observe("tool_returned", rollout)
         slot = self.held.get(rollout)
         if slot is not None:
-            self._returned.append((slot, tokens))
+            self.returned.append((slot, tokens))
             return True
         rollout.turn += 1
         rollout.appended += tokens
@@ -79,17 +79,13 @@ class ToolWaits:
         """The trajectory loses its slot (preempted or interrupted): whether it held one through its tool calls."""
         return self.held.pop(rollout, None) is not None
 
-    @property
-    def returned(self) -> bool:
-        return bool(self._returned)
-
     def resume_held(self, prefilling: list[Slot]) -> None:
         """Held trajectories back from their tools continue: their cache holds the context up to the turn's last
         token, whose KV was never written, so they prefill that token and the tool responses (reserving room for them,
         and for the next turn's first token, unchecked: the engine preempts if that overfills the cache)."""
         kv = self.engine.kv
         self.engine.telemetry.changed = True
-        for slot, tokens in self._returned:
+        for slot, tokens in self.returned:
             rollout = slot.rollout
             assert isinstance(rollout, MultiTurnRollout)
             before = rollout.context_tokens
@@ -100,4 +96,4 @@ class ToolWaits:
             slot.computed = before - 1
             kv.used += tokens + 1
             prefilling.append(slot)
-        self._returned.clear()
+        self.returned.clear()
