@@ -77,8 +77,8 @@ class DecodeBatch:
         heapq.heappush(self._finishes, (self.iteration + rollout.remaining, slot.order, slot))
 
     def leave(self, slot: Slot) -> None:
-        """The slot's sequence leaves the batch mid-turn (preempted or interrupted), its `generated` brought up to
-        date; its finish entry goes stale."""
+        """The slot's sequence leaves the batch (its turn ended, or it is preempted or interrupted), its `generated`
+        brought up to date; a finish entry it leaves behind goes stale."""
         rollout = slot.rollout
         rollout.generated = slot.start_generated + self.iteration - slot.start_iteration
         self.size -= 1
