@@ -14,7 +14,7 @@ import simpy
 from rlsim.events import STAGES, StepRecord
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.build import Simulation
-from rlsim.sim.dynamic_sampling import DynamicSampling, KeepAll
+from rlsim.sim.dynamic_sampling import Sampling
 from rlsim.sim.groups import GroupLedger, trained_tokens
 from rlsim.sim.reward import Reward
 from rlsim.sim.roles import RoleGPUs
@@ -28,7 +28,7 @@ _WEIGHT_UPDATE_PAUSE: dict[str, PauseMode] = {"off": "drain", "april": "drain", 
 class Controller:
     """Runs `scenario.run.steps` RL steps (`run`); a schedule implements `_steps` and `_group_done`."""
 
-    def __init__(self, sim: Simulation, reward: Reward, sampling: KeepAll | DynamicSampling):
+    def __init__(self, sim: Simulation, reward: Reward, sampling: Sampling):
         self.sim = sim
         self.env = sim.env
         self.scenario = sim.bound.scenario

@@ -39,3 +39,7 @@ class DynamicSampling:
         if self.generation_batch is not None:
             return self.generation_batch
         return math.ceil(missing / self.kept)
+
+
+# What a controller composes: one of the two.
+Sampling = KeepAll | DynamicSampling

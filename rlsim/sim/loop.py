@@ -22,7 +22,7 @@ from functools import partial
 from rlsim.sim.admission import StalenessAdmission
 from rlsim.sim.build import Simulation, judge_max_verdict
 from rlsim.sim.controller import Controller
-from rlsim.sim.dynamic_sampling import DynamicSampling, KeepAll
+from rlsim.sim.dynamic_sampling import DynamicSampling, KeepAll, Sampling
 from rlsim.sim.groups import trained_tokens
 from rlsim.sim.off_policy import OffPolicyController, Pacing
 from rlsim.sim.reward import JudgeReward, ModelReward, PoolReward, Reward
@@ -35,7 +35,7 @@ def controller_for(sim: Simulation) -> Controller:
     scenario = sim.bound.scenario
     schedule, algorithm = scenario.schedule, scenario.algorithm
     reward = reward_for(sim)
-    sampling: KeepAll | DynamicSampling = KeepAll()
+    sampling: Sampling = KeepAll()
     if algorithm.dynamic_sampling:
         sampling = DynamicSampling(expected_kept_fraction(scenario.workload, algorithm.samples_per_prompt),
                                    scenario.workload.generation_batch_prompts)

@@ -16,7 +16,7 @@ import simpy
 from rlsim.sim.admission import StalenessAdmission
 from rlsim.sim.build import Simulation
 from rlsim.sim.controller import Controller
-from rlsim.sim.dynamic_sampling import DynamicSampling, KeepAll
+from rlsim.sim.dynamic_sampling import Sampling
 from rlsim.sim.reward import Reward
 from rlsim.sim.roles import overlap
 
@@ -45,7 +45,7 @@ class Pacing:
 
 
 class OffPolicyController(Controller):
-    def __init__(self, sim: Simulation, reward: Reward, sampling: KeepAll | DynamicSampling,
+    def __init__(self, sim: Simulation, reward: Reward, sampling: Sampling,
                  admission: StalenessAdmission, pacing: Pacing):
         super().__init__(sim, reward, sampling)
         self.admission = admission
