@@ -7,7 +7,7 @@ low-discrepancy order as random draws would be, and the step's expected longest 
 a long response starts, the latest it ends). Capped responses are many when the cap truncates: they decode together,
 at the batch they form, which is the long-tail phase of the step.
 
-Dynamic sampling without a fixed generation batch generates in rounds (`rlsim.sim.loop`): the batch, then top-ups of
+Dynamic sampling without a fixed generation batch generates in rounds (`rlsim.sim.sync`): the batch, then top-ups of
 the groups still missing over the kept fraction, each round waiting for its last response. `generation_rounds` gives
 the expected rounds from the binomial count of kept groups; each round is priced at its expected size.
 Asynchronous generation has at most 1 + η batches in flight under the staleness bound η, so a batch pays its share of

@@ -211,7 +211,7 @@ def _batches(engine: Engine, responses: Responses, lengths: _Lengths, scenario: 
     if algo.dynamic_sampling and scenario.schedule.mode == "sync":
         batch = workload.generation_batch_prompts
         first = max(algo.prompts_per_step, batch or 0)
-        # The controller sizes top-ups by the filter's expected keep rate (rlsim.sim.loop), whatever the groups do.
+        # The controller sizes top-ups by the filter's expected keep rate (rlsim.sim.dynamic_sampling), whatever the groups do.
         top_up = expected_kept_fraction(workload, algo.samples_per_prompt)
         rounds = generation_rounds(algo.prompts_per_step, first, lengths.kept, batch, top_up)
     else:
@@ -235,7 +235,7 @@ def _batches(engine: Engine, responses: Responses, lengths: _Lengths, scenario: 
 def _reward(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageEstimate:
     scenario = bound.scenario
     reward = scenario.workload.reward
-    # A synchronous step scores the groups it trains (rlsim.sim.loop); off-policy, every sample as it arrives.
+    # A synchronous step scores the groups it trains (rlsim.sim.sync); off-policy, every sample as it arrives.
     samples = lengths.trained if scenario.schedule.mode == "sync" else lengths.generated
     if reward.kind == "rule":
         return StageEstimate("reward", samples * reward.cpu_seconds_per_sample / reward.workers,
