@@ -42,8 +42,6 @@ LAYERS: tuple[set[str], ...] = (
 KNOWN_VIOLATIONS = {
     ("config", "workload"): "the loader parses each trace file the scenario names, with the workload's readers "
                             "(config/checks.py `_trace_readers`), so bad traces fail at load time with a line",
-    ("estimate", "sim"): "the LLM judge's engine is sized by rlsim.sim.build.judge_scenario; it moves out of sim "
-                         "with the reward interface (issue 32, controller seam)",
 }
 
 

@@ -31,6 +31,7 @@ from rlsim.estimate.training import RankedTraining, TrainedBatch
 from rlsim.events import STAGES as EVENT_STAGES
 from rlsim.topology import ClusterTopology
 from rlsim.workload.filters import expected_kept_fraction
+from rlsim.workload.judge import judge_scenario
 from rlsim.workload.lengths import LengthDistribution
 from rlsim.workload.marginals import workload_marginals
 
@@ -252,7 +253,6 @@ def _reward(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> Stage
 def _judge(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageEstimate:
     """The judge's engines read each prompt and response and write a verdict: the throughput bound of generation."""
     from rlsim.models import ModelCatalog
-    from rlsim.sim.build import judge_scenario
     from rlsim.workload.lengths import length_schedule
 
     scenario = bound.scenario

@@ -20,7 +20,7 @@ from __future__ import annotations
 from functools import partial
 
 from rlsim.sim.admission import StalenessAdmission
-from rlsim.sim.build import Simulation, judge_max_verdict
+from rlsim.sim.build import Simulation
 from rlsim.sim.controller import Controller
 from rlsim.sim.dynamic_sampling import DynamicSampling, KeepAll, Sampling
 from rlsim.sim.groups import trained_tokens
@@ -28,6 +28,7 @@ from rlsim.sim.off_policy import OffPolicyController, Pacing
 from rlsim.sim.reward import JudgeReward, ModelReward, PoolReward, Reward
 from rlsim.sim.sync import AprilController, SyncController
 from rlsim.workload.filters import expected_kept_fraction
+from rlsim.workload.judge import judge_max_verdict
 from rlsim.workload.lengths import length_schedule
 
 
