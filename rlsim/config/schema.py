@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from rlsim.config.framework import Framework
 from rlsim.config.workload import Workload
@@ -439,6 +439,10 @@ class Run(Frozen):
 
 
 class Scenario(Frozen):
+    # Set by rlsim.api: the YAML this scenario was read from, so that `with_` re-applies a change to what the user
+    # wrote (derived defaults follow it). Not content: two scenarios with equal fields are equal wherever they came from.
+    _source: Any = PrivateAttr(default=None)
+
     name: str = Field(min_length=1, description="the run's name: its folder under runs/ and its label in reports")
     description: str = Field("", description="one line on what the scenario is for (`rlsim example` lists it)")
     seed: NonNegativeInt = Field(0, description="random seed of the workload draws; the same seed gives the same run")
@@ -454,6 +458,9 @@ class Scenario(Frozen):
         default_factory=Framework, description="framework and host overheads (CPU times, kernel launches); defaults measured on "
         "x86 hosts")
     run: Run = Field(default_factory=Run, description="how many steps to simulate")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Scenario) and self.__dict__ == other.__dict__
 
 
 def scenario_json_schema() -> dict[str, Any]:

@@ -29,6 +29,7 @@ from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for
 from rlsim.estimate.generation import Engine, Responses, generation_rounds, rollout_engine
 from rlsim.estimate.training import RankedTraining, TrainedBatch
 from rlsim.events import STAGES as EVENT_STAGES
+from rlsim.events import TRAINING_STAGES
 from rlsim.topology import ClusterTopology
 from rlsim.workload.filters import expected_kept_fraction
 from rlsim.workload.judge import judge_scenario
@@ -38,7 +39,6 @@ from rlsim.workload.marginals import workload_marginals
 # The simulator's stages (verl's names, in the order a synchronous step runs them) but `wait`, the trainer's wait for
 # engines to stop, which an estimate without engines cannot see.
 STAGES = tuple(stage for stage in EVENT_STAGES if stage != "wait")
-TRAINING_STAGES = ("old_log_prob", "ref", "values", "adv", "update_actor", "update_critic")
 
 
 @dataclass(frozen=True)
