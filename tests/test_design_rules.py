@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rlsim"
 # Bottom to top: a unit (a top-level module or sub-package of rlsim) may import units of lower layers only; units
 # sharing a layer may not import each other, except inside FOUNDATION.
 # `rlsim` is the package's own __init__: its version, and public names it loads on first use (import_module).
-FOUNDATION = {"rlsim", "errors", "fields", "yamlsource", "loading", "shipped", "exports", "progress", "examples"}
+FOUNDATION = {"rlsim", "errors", "registry", "fields", "yamlsource", "loading", "shipped", "exports", "progress",
+              "examples"}
 LAYERS: tuple[set[str], ...] = (
     FOUNDATION,
     {"hardware", "models"},

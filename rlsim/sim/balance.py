@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlsim import registry
 from rlsim.config.schema import Schedule
+from rlsim.registry import Registry
 from rlsim.sim.rollout import RolloutEngine
 from rlsim.sim.sequence import Rollout
 
@@ -35,12 +37,13 @@ class Balancer:
     steal: Steal | None = None
 
 
-BALANCERS: dict[str, Balancer] = {}
+BALANCERS: Registry[Balancer] = registry.LOAD_BALANCERS
 
 
 def register_balancer(name: str, *, predicts: bool = False, steal: Steal | None = None) -> Callable[[Choose], Choose]:
+    """Decorator: `choose` becomes the load balancer `schedule.load_balancer: <name>` selects."""
     def decorate(choose: Choose) -> Choose:
-        BALANCERS[name] = Balancer(name, choose, predicts, steal)
+        BALANCERS.register(name)(Balancer(name, choose, predicts, steal))
         return choose
     return decorate
 

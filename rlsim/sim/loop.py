@@ -1,5 +1,5 @@
 """The RL loop: the controller that runs a scenario's schedule, with its reward stage and its group filter, chosen
-once per run.
+once per run. Each schedule is a function registered under its `schedule.mode` name (`@register_schedule`).
 
 sync          generate a batch (all of it, or under APRIL the first `prompts_per_step` complete groups, carrying the
               rest over), score it, train on it, then move the new weights to the engines (`rlsim.sim.sync`).
@@ -17,55 +17,72 @@ engines (`rlsim.sim.reward`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
+from rlsim import registry
+from rlsim.registry import Registry
 from rlsim.sim.admission import StalenessAdmission
 from rlsim.sim.build import Simulation
 from rlsim.sim.controller import Controller
 from rlsim.sim.dynamic_sampling import DynamicSampling, KeepAll, Sampling
 from rlsim.sim.groups import trained_tokens
 from rlsim.sim.off_policy import OffPolicyController, Pacing
-from rlsim.sim.reward import JudgeReward, ModelReward, PoolReward, Reward
+from rlsim.sim.reward import REWARDS, Reward
 from rlsim.sim.sync import AprilController, SyncController
 from rlsim.workload.filters import expected_kept_fraction
-from rlsim.workload.judge import judge_max_verdict
-from rlsim.workload.lengths import length_schedule
+
+# A schedule (`schedule.mode`) is one registered function: the simulation, its reward stage and its group filter in,
+# the controller that runs the steps out.
+ScheduleBuilder = Callable[[Simulation, Reward, Sampling], Controller]
+SCHEDULES: Registry[ScheduleBuilder] = registry.SCHEDULES
+register_schedule = SCHEDULES.register
 
 
 def controller_for(sim: Simulation) -> Controller:
     scenario = sim.bound.scenario
-    schedule, algorithm = scenario.schedule, scenario.algorithm
+    algorithm = scenario.algorithm
     reward = reward_for(sim)
     sampling: Sampling = KeepAll()
     if algorithm.dynamic_sampling:
         sampling = DynamicSampling(expected_kept_fraction(scenario.workload, algorithm.samples_per_prompt),
                                    scenario.workload.generation_batch_prompts)
-    if schedule.mode == "sync":
-        sync = AprilController if schedule.partial_rollout.mode == "april" else SyncController
-        return sync(sim, reward, sampling)
-    per_step = algorithm.prompts_per_step
-    if schedule.streaming:
-        pacing = Pacing.streaming(algorithm.mini_batches, schedule.weight_sync.every_updates)
-    else:
-        pacing = Pacing.whole_batch(algorithm.mini_batches)
-    per_version = pacing.groups_per_version(per_step)
-    if schedule.mode == "one_step_off":
-        admission = StalenessAdmission(1, per_version, batch=per_step)
-    else:
-        assert schedule.max_staleness is not None
-        admission = StalenessAdmission(schedule.max_staleness, per_version)
+    return SCHEDULES[scenario.schedule.mode](sim, reward, sampling)
+
+
+@register_schedule("sync")
+def sync(sim: Simulation, reward: Reward, sampling: Sampling) -> Controller:
+    april = sim.bound.scenario.schedule.partial_rollout.mode == "april"
+    return (AprilController if april else SyncController)(sim, reward, sampling)
+
+
+@register_schedule("one_step_off")
+def one_step_off(sim: Simulation, reward: Reward, sampling: Sampling) -> Controller:
+    pacing = _pacing(sim)
+    per_step = sim.bound.scenario.algorithm.prompts_per_step
+    admission = StalenessAdmission(1, pacing.groups_per_version(per_step), batch=per_step)
     return OffPolicyController(sim, reward, sampling, admission, pacing)
 
 
+@register_schedule("async")
+def asynchronous(sim: Simulation, reward: Reward, sampling: Sampling) -> Controller:
+    pacing = _pacing(sim)
+    schedule = sim.bound.scenario.schedule
+    assert schedule.max_staleness is not None
+    admission = StalenessAdmission(schedule.max_staleness,
+                                   pacing.groups_per_version(sim.bound.scenario.algorithm.prompts_per_step))
+    return OffPolicyController(sim, reward, sampling, admission, pacing)
+
+
+def _pacing(sim: Simulation) -> Pacing:
+    scenario = sim.bound.scenario
+    if scenario.schedule.streaming:
+        return Pacing.streaming(scenario.algorithm.mini_batches, scenario.schedule.weight_sync.every_updates)
+    return Pacing.whole_batch(scenario.algorithm.mini_batches)
+
+
 def reward_for(sim: Simulation) -> Reward:
+    """The reward stage of `workload.reward.kind` (registered in rlsim.sim.reward)."""
     scenario = sim.bound.scenario
     tokens = partial(trained_tokens, max_response_tokens=scenario.algorithm.max_response_tokens)
-    if sim.reward is not None:
-        return PoolReward(sim.reward)
-    if sim.reward_model is not None:
-        trainer, costs = sim.reward_model
-        return ModelReward(sim.env, trainer, costs, sim.recorder, tokens)
-    judge = scenario.workload.reward
-    assert judge.kind == "llm_judge"
-    return JudgeReward(sim.env, sim.judges, sim.recorder, tokens, judge.instruction_tokens,
-                       length_schedule(judge.verdict_tokens).at(0), judge_max_verdict(scenario), sim.reward_rng)
+    return REWARDS[scenario.workload.reward.kind](sim, tokens)

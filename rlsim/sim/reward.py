@@ -9,18 +9,24 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Generator, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import simpy
 
+from rlsim import registry
 from rlsim.config.workload import RuleReward, SandboxReward
 from rlsim.costs.training import TrainingCosts
+from rlsim.registry import Registry
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.rollout import RolloutEngine
 from rlsim.sim.sequence import Rollout
 from rlsim.sim.trainer import Trainer
-from rlsim.workload.lengths import LengthDistribution
+from rlsim.workload.judge import judge_max_verdict
+from rlsim.workload.lengths import LengthDistribution, length_schedule
+
+if TYPE_CHECKING:
+    from rlsim.sim.build import Simulation
 
 # A finished rollout's tokens as the reward (and training) reads them.
 Tokens = Callable[[Rollout], int]
@@ -173,3 +179,35 @@ class JudgeReward:
         if not self._left[done]:
             del self._left[done]
             done.succeed()
+
+
+# ------------------------------------------------------------------------------------------------ the kinds
+# Each `workload.reward.kind` is built by one registered function from the simulation's parts (rlsim.sim.build makes
+# the CPU pool, the reward model's trainer or the judge engines the kind needs).
+
+Builder = Callable[["Simulation", Tokens], Reward]
+REWARDS: Registry[Builder] = registry.REWARDS
+register_reward = REWARDS.register
+
+
+@register_reward("rule")
+@register_reward("sandbox")
+def pool_reward(sim: Simulation, tokens: Tokens) -> Reward:
+    assert sim.reward is not None
+    return PoolReward(sim.reward)
+
+
+@register_reward("reward_model")
+def model_reward(sim: Simulation, tokens: Tokens) -> Reward:
+    assert sim.reward_model is not None
+    trainer, costs = sim.reward_model
+    return ModelReward(sim.env, trainer, costs, sim.recorder, tokens)
+
+
+@register_reward("llm_judge")
+def judge_reward(sim: Simulation, tokens: Tokens) -> Reward:
+    scenario = sim.bound.scenario
+    judge = scenario.workload.reward
+    assert judge.kind == "llm_judge"
+    return JudgeReward(sim.env, sim.judges, sim.recorder, tokens, judge.instruction_tokens,
+                       length_schedule(judge.verdict_tokens).at(0), judge_max_verdict(scenario), sim.reward_rng)

@@ -54,10 +54,10 @@ import simpy
 
 from rlsim.costs.rollout import PrefillChunk
 from rlsim.events import EngineSample
+from rlsim.registry import TOOL_WAITS, Registry
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.sequence import Rollout
 from rlsim.workload.multiturn import Turn
-from rlsim.workload.registry import Registry
 
 
 class IterationCosts(Protocol):
@@ -121,7 +121,7 @@ def _peak_context(rollout: Rollout) -> int:
 
 ToolWait = Callable[["RolloutEngine", MultiTurnRollout], bool]
 """A tool-wait policy: whether the trajectory, whose tool calls start now, keeps its slot and KV cache meanwhile."""
-TOOL_WAIT_POLICIES: Registry[ToolWait] = Registry("tool-wait policy")
+TOOL_WAIT_POLICIES: Registry[ToolWait] = TOOL_WAITS
 register_tool_wait = TOOL_WAIT_POLICIES.register
 
 
