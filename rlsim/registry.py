@@ -90,7 +90,7 @@ class Registry(Generic[T]):
 # `BALANCERS: Registry[Balancer] = registry.LOAD_BALANCERS`.
 LOAD_BALANCERS: Registry[Any] = Registry("load balancer", "rlsim.sim.balance")
 DP_BALANCERS: Registry[Any] = Registry("DP balancer", "rlsim.sim.dp_balance")
-SCHEDULES: Registry[Any] = Registry("schedule", "rlsim.sim.loop")
+SCHEDULES: Registry[Any] = Registry("schedule", "rlsim.sim.schedules")
 REWARDS: Registry[Any] = Registry("reward kind", "rlsim.sim.reward")
 TOOL_WAITS: Registry[Any] = Registry("tool-wait policy", "rlsim.sim.rollout")
 LENGTH_MODELS: Registry[Any] = Registry("length model", "rlsim.workload.lengths")

@@ -15,7 +15,7 @@ from rlsim.config.schema import scenario_json_schema
 from rlsim.errors import ScenarioError
 from rlsim.sim.balance import register_balancer
 from rlsim.sim.dp_balance import in_order, register_dp_balancer
-from rlsim.sim.loop import register_schedule, sync
+from rlsim.sim.schedules import register_schedule, sync
 from tests.sim_scenarios import scenario_yaml
 
 TINY = dict(gpus=4, prompts=4, samples=2, steps=1, max_response=256)

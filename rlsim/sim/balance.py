@@ -11,18 +11,21 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rlsim import registry
 from rlsim.config.schema import Schedule
 from rlsim.registry import Registry
-from rlsim.sim.rollout import RolloutEngine
 from rlsim.sim.sequence import Rollout
 
-Choose = Callable[[Sequence[Rollout], Sequence[RolloutEngine], "Dispatcher"], int]
-Steal = Callable[[RolloutEngine, Sequence[RolloutEngine]], int]
-Measure = Callable[[RolloutEngine], float]
+if TYPE_CHECKING:  # names of policies are read when a scenario is loaded, which must not start the simulator
+    from rlsim.sim.rollout import RolloutEngine
+
+Choose = Callable[[Sequence[Rollout], Sequence["RolloutEngine"], "Dispatcher"], int]
+Steal = Callable[["RolloutEngine", Sequence["RolloutEngine"]], int]
+Measure = Callable[["RolloutEngine"], float]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The RL loop: the controller that runs a scenario's schedule, with its reward stage and its group filter, chosen
-once per run. Each schedule is a function registered under its `schedule.mode` name (`@register_schedule`).
+once per run. Each schedule is a function registered under its `schedule.mode` name (`@register_schedule` in
+rlsim.sim.schedules).
 
 sync          generate a batch (all of it, or under APRIL the first `prompts_per_step` complete groups, carrying the
               rest over), score it, train on it, then move the new weights to the engines (`rlsim.sim.sync`).
@@ -17,26 +18,15 @@ engines (`rlsim.sim.reward`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 
-from rlsim import registry
-from rlsim.registry import Registry
-from rlsim.sim.admission import StalenessAdmission
 from rlsim.sim.build import Simulation
 from rlsim.sim.controller import Controller
 from rlsim.sim.dynamic_sampling import DynamicSampling, KeepAll, Sampling
 from rlsim.sim.groups import trained_tokens
-from rlsim.sim.off_policy import OffPolicyController, Pacing
 from rlsim.sim.reward import REWARDS, Reward
-from rlsim.sim.sync import AprilController, SyncController
+from rlsim.sim.schedules import SCHEDULES
 from rlsim.workload.filters import expected_kept_fraction
-
-# A schedule (`schedule.mode`) is one registered function: the simulation, its reward stage and its group filter in,
-# the controller that runs the steps out.
-ScheduleBuilder = Callable[[Simulation, Reward, Sampling], Controller]
-SCHEDULES: Registry[ScheduleBuilder] = registry.SCHEDULES
-register_schedule = SCHEDULES.register
 
 
 def controller_for(sim: Simulation) -> Controller:
@@ -48,37 +38,6 @@ def controller_for(sim: Simulation) -> Controller:
         sampling = DynamicSampling(expected_kept_fraction(scenario.workload, algorithm.samples_per_prompt),
                                    scenario.workload.generation_batch_prompts)
     return SCHEDULES[scenario.schedule.mode](sim, reward, sampling)
-
-
-@register_schedule("sync")
-def sync(sim: Simulation, reward: Reward, sampling: Sampling) -> Controller:
-    april = sim.bound.scenario.schedule.partial_rollout.mode == "april"
-    return (AprilController if april else SyncController)(sim, reward, sampling)
-
-
-@register_schedule("one_step_off")
-def one_step_off(sim: Simulation, reward: Reward, sampling: Sampling) -> Controller:
-    pacing = _pacing(sim)
-    per_step = sim.bound.scenario.algorithm.prompts_per_step
-    admission = StalenessAdmission(1, pacing.groups_per_version(per_step), batch=per_step)
-    return OffPolicyController(sim, reward, sampling, admission, pacing)
-
-
-@register_schedule("async")
-def asynchronous(sim: Simulation, reward: Reward, sampling: Sampling) -> Controller:
-    pacing = _pacing(sim)
-    schedule = sim.bound.scenario.schedule
-    assert schedule.max_staleness is not None
-    admission = StalenessAdmission(schedule.max_staleness,
-                                   pacing.groups_per_version(sim.bound.scenario.algorithm.prompts_per_step))
-    return OffPolicyController(sim, reward, sampling, admission, pacing)
-
-
-def _pacing(sim: Simulation) -> Pacing:
-    scenario = sim.bound.scenario
-    if scenario.schedule.streaming:
-        return Pacing.streaming(scenario.algorithm.mini_batches, scenario.schedule.weight_sync.every_updates)
-    return Pacing.whole_batch(scenario.algorithm.mini_batches)
 
 
 def reward_for(sim: Simulation) -> Reward:
