@@ -7,15 +7,14 @@
     result.metrics["step_time_s"]; result.steps; result.figure("timeline")
     rlsim.compare(result, rlsim.simulate(wider))
 
-Nothing here holds state between calls except which file (and overrides) each loaded scenario came from, so that
-`with_` can re-validate a change the way `rlsim run --set` does (see `with_`).
+Nothing here holds state between calls: a loaded scenario carries the YAML it came from, so that `with_` can
+re-validate a change the way `rlsim run --set` does (see `with_`).
 """
 from __future__ import annotations
 
 import dataclasses
 import sys
 import warnings
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -48,21 +47,23 @@ from rlsim.yamlsource import YamlDocument, parse_yaml, read_yaml
 __all__ = ["Comparison", "MeasuredWindowWarning", "Result", "compare", "load_scenario", "simulate", "with_"]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class _Origin:
     document: YamlDocument  # the YAML as written, with the overrides applied so far
     base_dir: Path  # where relative paths in it resolve
+    scenario: Scenario  # what it resolved to: a copy changed since (model_copy) did not come from this YAML
 
 
-# id(scenario) -> where it came from; an entry leaves with its scenario.
-_origins: dict[int, _Origin] = {}
-
-
-def _remember(scenario: Scenario, origin: _Origin) -> Scenario:
-    key = id(scenario)
-    _origins[key] = origin
-    weakref.finalize(scenario, _origins.pop, key, None)
+def _remember(document: YamlDocument, base_dir: Path) -> Scenario:
+    """The scenario `document` describes, carrying it (Scenario._source) for `with_`."""
+    scenario = scenario_from_document(document, base_dir=base_dir)
+    scenario._source = _Origin(document, base_dir, scenario)
     return scenario
+
+
+def _origin(scenario: Scenario) -> _Origin | None:
+    origin = scenario._source
+    return origin if isinstance(origin, _Origin) and origin.scenario == scenario else None
 
 
 def load_scenario(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Scenario:
@@ -71,8 +72,7 @@ def load_scenario(path: str | Path, overrides: Mapping[str, Any] | None = None) 
     document = read_yaml(path)
     if overrides:
         document = document.with_overrides(dict(overrides))
-    origin = _Origin(document, Path(path).resolve().parent)
-    return _remember(scenario_from_document(document, base_dir=origin.base_dir), origin)
+    return _remember(document, Path(path).resolve().parent)
 
 
 def with_(scenario: Scenario, overrides: Mapping[str, Any] | None = None, /, **more: Any) -> Scenario:
@@ -84,12 +84,11 @@ def with_(scenario: Scenario, overrides: Mapping[str, Any] | None = None, /, **m
     `model` brings its own architecture). A scenario made some other way is taken as written in full.
     """
     changes = {**(overrides or {}), **more}
-    origin = _origins.get(id(scenario))
+    origin = _origin(scenario)
     if origin is None:
         text = yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
-        origin = _Origin(parse_yaml(text, f"<scenario {scenario.name}>"), Path.cwd())
-    changed = _Origin(origin.document.with_overrides(changes), origin.base_dir)
-    return _remember(scenario_from_document(changed.document, base_dir=changed.base_dir), changed)
+        return _remember(parse_yaml(text, f"<scenario {scenario.name}>").with_overrides(changes), Path.cwd())
+    return _remember(origin.document.with_overrides(changes), origin.base_dir)
 
 
 def _table(rows: list[dict]):

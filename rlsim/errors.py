@@ -117,3 +117,8 @@ class UnknownName(LookupError):
         self.known = sorted(known)
         self.suggestion = suggestion
         super().__init__(f"unknown {kind} {name!r}")
+
+
+class TraceFormatError(ValueError):
+    """A trace file is missing, empty or not in the format expected; the message names the file and line. Raised by
+    the trace readers (rlsim.workload.traces) and turned into a ScenarioError at the field that names the file."""

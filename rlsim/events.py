@@ -16,10 +16,12 @@ MEMORY_LABELS = ("offload", "reload")
 IDLE_LABELS = ("tail", "starved", "barrier", "staleness_block", "pipeline_bubble", "unassigned")
 LABELS = BUSY_LABELS + COMMUNICATION_LABELS + MEMORY_LABELS + IDLE_LABELS
 
-# Stage names as verl logs them (timing_s/...).
 # What `SequenceRecord.dropped_by` says of a rollout still generating or waiting when the last step ended.
 RUN_END = "run_end"
+# Stage names as verl logs them (timing_s/...).
 STAGES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_actor", "update_critic", "weight_sync", "wait")
+# The stages of a step the trainer's side runs, in order: the forward passes, the driver's advantage work, the updates.
+TRAINING_STAGES = ("old_log_prob", "ref", "values", "adv", "update_actor", "update_critic")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import difflib
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -42,7 +43,7 @@ def closest(word: str, options: typing.Iterable[str]) -> str | None:
     return lowered[match[0]] if match else None
 
 
-def problem_from_error(model: type[BaseModel], doc: YamlDocument, error: dict[str, Any]) -> Problem:
+def problem_from_error(model: type[BaseModel], doc: YamlDocument, error: Mapping[str, Any]) -> Problem:
     path, parent = _yaml_path(model, error["loc"])
     kind = error["type"]
     ctx = error.get("ctx") or {}

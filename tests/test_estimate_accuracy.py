@@ -1,12 +1,12 @@
 """`rlsim estimate` against the simulation in steady state (after the pipeline fill), on every shipped scenario: within
-15 % for synchronous schedules and 25 % for off-policy ones (`rlsim.estimate.accuracy.BOUNDS`). The table of
+15 % for synchronous schedules and 25 % for off-policy ones (`rlsim.validation.estimate_accuracy.BOUNDS`). The table of
 docs/estimate.md comes from the same function. Each scenario simulates its fill plus three measured steps, a few
 seconds of CPU at most."""
 from __future__ import annotations
 
 import pytest
 
-from rlsim.estimate.accuracy import BOUNDS, SHIPPED, accuracy
+from rlsim.validation.estimate_accuracy import BOUNDS, SHIPPED, accuracy
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])

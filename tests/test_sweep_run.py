@@ -15,9 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlsim.cli import main
+from rlsim.report.sweep_report import pareto_front
 from rlsim.sweep import expand, load_sweep, run_sweep
 from rlsim.sweep.store import PARTIAL, ROW_FILE
-from rlsim.sweep.table import pareto_front, read_csv_rows
+from rlsim.sweep.table import read_csv_rows
 
 ROOT = Path(__file__).parents[1]
 SWEEP_200 = ROOT / "scenarios" / "sweeps" / "quickstart-200.yaml"

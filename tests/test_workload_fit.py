@@ -15,7 +15,7 @@ from rlsim.config.bound import bind
 from rlsim.config.schema import Algorithm
 from rlsim.config.workload import Workload
 from rlsim.sim.build import build
-from rlsim.sim.loop import RLLoop
+from rlsim.sim.loop import controller_for
 from rlsim.workload.batches import GroupSampler
 from rlsim.workload.fitting import (
     Summary,
@@ -169,8 +169,7 @@ def simulate_search_r1(policy: str):
 
     for engine in sim.engines:
         engine.probe = probe
-    loop = RLLoop(sim)
-    done = sim.env.process(loop.run())
+    done = sim.env.process(controller_for(sim).run())
     sim.env.run(until=done)
     lengths = [r.prompt_tokens + r.response_tokens for r in sim.recorder.freeze(sim.env.now, 0).sequences
                if r.finished >= 0]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlsim.calibrate.show import curve_table, profile_curves, write_figure
+from rlsim.calibrate.show import curve_table, profile_curves
 from rlsim.cli.exitcodes import OK
 from rlsim.errors import Problem, ScenarioError, UnknownName
 from rlsim.hardware import HardwareCatalog
+from rlsim.report.calibration_figure import write_figure
 
 
 def show_command(args: argparse.Namespace) -> int:

@@ -11,10 +11,10 @@ import yaml
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.workload_show import summary_table
 from rlsim.config.workload import Workload
-from rlsim.errors import Problem, ScenarioError
+from rlsim.errors import Problem, ScenarioError, TraceFormatError
 from rlsim.loading import validate_document
 from rlsim.workload.fitting import Summary, fit_trace
-from rlsim.workload.traces import TraceFormatError, read_lengths, trace_format
+from rlsim.workload.traces import read_lengths, trace_format
 
 
 def run_fit(args: argparse.Namespace) -> int:

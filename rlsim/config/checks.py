@@ -14,11 +14,10 @@ from pydantic import BaseModel
 from rlsim.config.run_length import resolve_run_length
 from rlsim.config.schema import OffloadHostMemory, Placement, Pool, Run, Scenario
 from rlsim.config.workload import Workload
-from rlsim.errors import Problem, ScenarioError, UnknownName
+from rlsim.errors import Problem, ScenarioError, TraceFormatError, UnknownName
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog, ModelSpec
 from rlsim.models.hf_config import architecture_from_config, config_file, looks_like_path
-from rlsim.workload.traces import TraceFormatError
 from rlsim.yamlsource import PathKey, YamlDocument
 
 

@@ -7,9 +7,9 @@ frozen Scenario; simulation code never sees a `None` default.
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from rlsim.config.framework import Framework
 from rlsim.config.workload import Workload
@@ -21,8 +21,10 @@ from rlsim.fields import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    Registered,
 )
 from rlsim.models.architecture import Architecture
+from rlsim.registry import DP_BALANCERS, LOAD_BALANCERS, SCHEDULES
 
 POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 # The model shape's fields (rlsim/models/architecture.py, Hugging Face config.json names) that carry no description of
@@ -366,6 +368,11 @@ class PartialRollout(Frozen):
         return "off" if value is False else value
 
 
+# Policies chosen by name: the allowed names are the registry's (rlsim/registry.py), so adding one never touches this file.
+ScheduleName = Annotated[str, Registered(SCHEDULES)]
+LoadBalancerName = Annotated[str, Registered(LOAD_BALANCERS)]
+DPBalancerName = Annotated[str, Registered(DP_BALANCERS)]
+
 # What a tensor-by-tensor export broadcasts over the pipeline stages (WeightSync.pp_broadcast).
 PPBroadcast = Literal["tp_shards", "full_tensors"]
 
@@ -386,7 +393,7 @@ class WeightSync(Frozen):
 
 
 class Schedule(Frozen):
-    mode: Literal["sync", "one_step_off", "async"] = Field(
+    mode: ScheduleName = Field(
         "sync", description="sync: generate, then train; one_step_off: generation of step k+1 overlaps training of step k; "
         "async: generation runs ahead within max_staleness")
     max_staleness: NonNegativeFloat | None = Field(
@@ -397,7 +404,7 @@ class Schedule(Frozen):
     streaming: Flag = Field(False, description="training consumes mini-batches as they complete")
     partial_rollout: PartialRollout = Field(
         default_factory=PartialRollout, description="what happens to unfinished sequences at a weight update")
-    load_balancer: Literal["round_robin", "least_requests", "least_kv", "length_aware", "work_stealing"] = Field(
+    load_balancer: LoadBalancerName = Field(
         "round_robin", description="how requests are routed to engines")
     length_predictor_noise: float = Field(0.0, ge=0.0, description="relative error of the length predictor (length_aware)")
     group_placement: Literal["together", "spread"] = Field(
@@ -414,7 +421,7 @@ class Schedule(Frozen):
         "max_concurrent_rollouts (prompt groups in flight; its v0.3 default is the training batch's prompts). Set "
         "this or max_concurrent_groups_per_engine, not both"
     )
-    dp_balance: Literal["none", "sorted_greedy", "karmarkar_karp"] = Field(
+    dp_balance: DPBalancerName = Field(
         "sorted_greedy", description="how sequences are assigned to data-parallel ranks"
     )
     weight_sync: WeightSync = Field(default_factory=WeightSync, description="how new weights move from training to the engines")
@@ -439,6 +446,10 @@ class Run(Frozen):
 
 
 class Scenario(Frozen):
+    # Set by rlsim.api: the YAML this scenario was read from, so that `with_` re-applies a change to what the user
+    # wrote (derived defaults follow it). Not content: two scenarios with equal fields are equal wherever they came from.
+    _source: Any = PrivateAttr(default=None)
+
     name: str = Field(min_length=1, description="the run's name: its folder under runs/ and its label in reports")
     description: str = Field("", description="one line on what the scenario is for (`rlsim example` lists it)")
     seed: NonNegativeInt = Field(0, description="random seed of the workload draws; the same seed gives the same run")
@@ -454,6 +465,9 @@ class Scenario(Frozen):
         default_factory=Framework, description="framework and host overheads (CPU times, kernel launches); defaults measured on "
         "x86 hosts")
     run: Run = Field(default_factory=Run, description="how many steps to simulate")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Scenario) and self.__dict__ == other.__dict__
 
 
 def scenario_json_schema() -> dict[str, Any]:

@@ -12,7 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rlsim.fields import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt, Probability
+from rlsim.fields import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt, Probability, Registered
+from rlsim.registry import TOOL_WAITS
 
 
 def _check_weights(weights: list[float] | None, count: int, what: str) -> None:
@@ -402,6 +403,9 @@ RewardConfig = Annotated[RuleReward | SandboxReward | ModelReward | JudgeReward,
 
 # ------------------------------------------------------------------------------------------------ the workload
 
+# What a trajectory does with its engine slot during tool calls: a policy registered in rlsim/sim/engine/tool_waits.py.
+ToolWaitName = Annotated[str, Registered(TOOL_WAITS)]
+
 
 class Workload(Frozen):
     prompt_tokens: LengthModel | None = Field(None, description="required unless joint_tokens or replay gives it")
@@ -415,7 +419,7 @@ class Workload(Frozen):
     replay: Replay | None = Field(
         None, description="replay a recorded trace as recorded (lengths, groups, turns), instead of length models")
     multiturn: MultiTurn | None = Field(None, description="agentic rollouts: turns of generation separated by tool calls")
-    tool_wait: Literal["hold", "release"] = Field(
+    tool_wait: ToolWaitName = Field(
         "hold", description="during a tool call a trajectory keeps its engine slot and KV cache (hold), or frees them "
         "and is re-admitted when the tool returns, re-using whatever of its prefix is still cached (release)")
     samples_per_prompt: Budget = Field(

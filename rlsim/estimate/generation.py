@@ -7,11 +7,11 @@ low-discrepancy order as random draws would be, and the step's expected longest 
 a long response starts, the latest it ends). Capped responses are many when the cap truncates: they decode together,
 at the batch they form, which is the long-tail phase of the step.
 
-Dynamic sampling without a fixed generation batch generates in rounds (`rlsim.sim.loop`): the batch, then top-ups of
+Dynamic sampling without a fixed generation batch generates in rounds (`rlsim.sim.sync`): the batch, then top-ups of
 the groups still missing over the kept fraction, each round waiting for its last response. `generation_rounds` gives
 the expected rounds from the binomial count of kept groups; each round is priced at its expected size.
-Asynchronous generation never waits for a batch's last response: its engines always have the next groups queued, so a
-batch costs what it adds to a continuously fed engine (`steady_batch_seconds`).
+Asynchronous generation has at most 1 + η batches in flight under the staleness bound η, so a batch pays its share of
+one tail over that many batches (rlsim.estimate.step).
 """
 from __future__ import annotations
 
@@ -110,13 +110,6 @@ class Engine:
         runs = [engine_run(self.costs, self.limits, [(responses.prompt, n) for n in lengths])
                 for lengths in (longest, heaviest)]
         return max(runs, key=lambda run: run.seconds)
-
-    def steady_batch_seconds(self, responses: Responses, sequences: float) -> float:
-        """What a batch of `sequences` adds to an engine fed without pause: two batches less one, tails cancelling."""
-        share = max(1, math.ceil(sequences / self.count))
-        one = engine_run(self.costs, self.limits, [(responses.prompt, n) for n in responses.quantiles(share)])
-        two = engine_run(self.costs, self.limits, [(responses.prompt, n) for n in responses.quantiles(2 * share)])
-        return two.seconds - one.seconds
 
 
 def rollout_engine(bound: Bound, topology: ClusterTopology, rollout_gpus, max_num_seqs: int | None = None) -> Engine:

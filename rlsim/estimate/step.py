@@ -29,15 +29,16 @@ from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for
 from rlsim.estimate.generation import Engine, Responses, generation_rounds, rollout_engine
 from rlsim.estimate.training import RankedTraining, TrainedBatch
 from rlsim.events import STAGES as EVENT_STAGES
+from rlsim.events import TRAINING_STAGES
 from rlsim.topology import ClusterTopology
 from rlsim.workload.filters import expected_kept_fraction
+from rlsim.workload.judge import judge_scenario
 from rlsim.workload.lengths import LengthDistribution
 from rlsim.workload.marginals import workload_marginals
 
 # The simulator's stages (verl's names, in the order a synchronous step runs them) but `wait`, the trainer's wait for
 # engines to stop, which an estimate without engines cannot see.
 STAGES = tuple(stage for stage in EVENT_STAGES if stage != "wait")
-TRAINING_STAGES = ("old_log_prob", "ref", "values", "adv", "update_actor", "update_critic")
 
 
 @dataclass(frozen=True)
@@ -184,9 +185,13 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
     slots = None if groups_per_engine is None else max(1, round(groups_per_engine * samples_per_group))
     engine = rollout_engine(bound, topology, rollout_gpus, slots)
     if scenario.schedule.mode == "async":
-        seconds = engine.steady_batch_seconds(responses, lengths.generated)
-        note = (f"engines fed without pause: what {lengths.generated / layout.engines:.0f} more sequences per engine "
-                "add to a busy engine")
+        # The staleness bound lets at most 1 + η batches be in flight (the producer admits version + η + 1), so an
+        # engine's long tail is shared by that many batches, not hidden behind an endless queue: at η = 1 each batch
+        # still pays most of a tail, at large η the engines run at their throughput.
+        in_flight = 1 + scenario.schedule.max_staleness
+        seconds = engine.slowest(responses, in_flight * lengths.generated).seconds / in_flight
+        note = (f"{in_flight:g} batches in flight under the staleness bound share one tail: "
+                f"{in_flight * lengths.generated / layout.engines:.0f} sequences per engine")
     else:
         seconds, note = _batches(engine, responses, lengths, scenario)
     if groups_per_engine is not None:
@@ -207,7 +212,7 @@ def _batches(engine: Engine, responses: Responses, lengths: _Lengths, scenario: 
     if algo.dynamic_sampling and scenario.schedule.mode == "sync":
         batch = workload.generation_batch_prompts
         first = max(algo.prompts_per_step, batch or 0)
-        # The controller sizes top-ups by the filter's expected keep rate (rlsim.sim.loop), whatever the groups do.
+        # The controller sizes top-ups by the filter's expected keep rate (rlsim.sim.dynamic_sampling), whatever the groups do.
         top_up = expected_kept_fraction(workload, algo.samples_per_prompt)
         rounds = generation_rounds(algo.prompts_per_step, first, lengths.kept, batch, top_up)
     else:
@@ -231,7 +236,7 @@ def _batches(engine: Engine, responses: Responses, lengths: _Lengths, scenario: 
 def _reward(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageEstimate:
     scenario = bound.scenario
     reward = scenario.workload.reward
-    # A synchronous step scores the groups it trains (rlsim.sim.loop); off-policy, every sample as it arrives.
+    # A synchronous step scores the groups it trains (rlsim.sim.sync); off-policy, every sample as it arrives.
     samples = lengths.trained if scenario.schedule.mode == "sync" else lengths.generated
     if reward.kind == "rule":
         return StageEstimate("reward", samples * reward.cpu_seconds_per_sample / reward.workers,
@@ -248,7 +253,6 @@ def _reward(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> Stage
 def _judge(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageEstimate:
     """The judge's engines read each prompt and response and write a verdict: the throughput bound of generation."""
     from rlsim.models import ModelCatalog
-    from rlsim.sim.build import judge_scenario
     from rlsim.workload.lengths import length_schedule
 
     scenario = bound.scenario

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlsim.events import EventLog
+from rlsim.events import TRAINING_STAGES, EventLog
 from rlsim.metrics.engines import ROLLOUT_ENGINE, engine_tracks
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.sequences import SequenceArrays, trained
 
 # The verl stages that run on the training layout: forward-only passes and updates.
-TRAINING_STAGES = ("old_log_prob", "ref", "values", "update_actor", "update_critic")
+# The training stages that run on the GPUs: `adv` is the driver's Python work on the host (framework CPU time).
+GPU_TRAINING_STAGES = tuple(stage for stage in TRAINING_STAGES if stage != "adv")
 GENERATION_LABELS = ("prefill", "decode")
 
 
@@ -54,7 +55,7 @@ def mfu(log: EventLog, facts: RunFacts, flops: dict[str, float]) -> dict[str, fl
         peak = facts.pool_of_gpu(span.first_gpu).peak_bf16_flops
         if span.label in GENERATION_LABELS:
             generation_capacity += peak * span.seconds * span.gpu_count
-        elif span.unit.startswith("dp") and span.stage in TRAINING_STAGES:
+        elif span.unit.startswith("dp") and span.stage in GPU_TRAINING_STAGES:
             training_capacity += peak * span.seconds * span.gpu_count
     training = flops["inference_passes"] + flops["updates"]
     return {

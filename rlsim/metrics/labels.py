@@ -69,3 +69,10 @@ def gpu_rows(log: EventLog, facts: RunFacts) -> list[dict]:
                                 if log.wall_s else 0.0)
         rows.append(row)
     return rows
+
+
+def label_shares(metrics: dict) -> dict[str, float]:
+    """Each label's share of all GPU-seconds of a run, from its metrics.json (`gpu_seconds_by_label`)."""
+    seconds = metrics["gpu_seconds_by_label"]
+    total = sum(seconds.values()) or 1.0
+    return {label: seconds.get(label, 0.0) / total for label in LABELS}

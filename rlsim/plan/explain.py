@@ -3,16 +3,10 @@ busy, communication, memory and every idle label (tail, starved, barrier, stalen
 from __future__ import annotations
 
 from rlsim.events import IDLE_LABELS, LABELS
+from rlsim.metrics.labels import label_shares
 from rlsim.plan.planner import Evaluated, Plan
 
 CATEGORIES = ("busy", "communication", "memory", "idle")
-
-
-def label_shares(metrics: dict) -> dict[str, float]:
-    """Each label's share of all GPU-seconds of the run."""
-    seconds = metrics["gpu_seconds_by_label"]
-    total = sum(seconds.values()) or 1.0
-    return {label: seconds.get(label, 0.0) / total for label in LABELS}
 
 
 def explanation(plan: Plan) -> str:

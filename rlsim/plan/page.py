@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import html
 
-from rlsim.plan.figures import gpu_time_figure
 from rlsim.plan.planner import Plan
 from rlsim.plan.text import budget_summary, plan_text
 from rlsim.report.html import figure_div, page
+from rlsim.report.plan_figures import gpu_time_figure
 
 
 def plan_html(plans: list[Plan]) -> str:

@@ -8,7 +8,8 @@
 5. refine: while the best simulated candidate divides the GPUs between roles, simulate its neighbours — one eighth
    of the GPUs either side (same placement, schedule and engine size) and, when it runs async, the next staleness
    bound either side and the other way of taking new weights (same split) — and move to the best — the estimate
-   prices stages from mean lengths and cannot see which role starves the other, nor tell these schedules apart;
+   prices stages on representative sequences, tells staleness bounds apart only roughly (a shared tail) and ways
+   of taking new weights not at all, and cannot see how long one role starves the other;
 6. rank the simulated candidates by trained tokens per second, and explain the winner against the runner-up.
 """
 from __future__ import annotations
@@ -130,8 +131,9 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
             continue
         estimate = estimate_step(bound)
         estimated.append(Evaluated(candidate, estimate.step_s, estimate.tokens_per_s, scenario))
-    # The estimate cannot tell staleness bounds or weight updates apart; on a tie the fresher samples (smaller η) come
-    # first, then AReaL's interruption (the planner's longest-standing async schedule) before updates in flight.
+    # The estimate cannot tell weight updates apart, nor staleness bounds when training sets the pace; on a tie the
+    # fresher samples (smaller η) come first, then AReaL's interruption (the planner's longest-standing async
+    # schedule) before updates in flight.
     estimated.sort(key=lambda e: (-e.estimate_tokens_per_s, e.candidate.schedule.staleness or 0,
                                   e.candidate.schedule.weight_update != "interrupt", e.candidate.label))
     if not estimated:
@@ -199,7 +201,7 @@ def _refine(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], budget: i
             base_dir: Path, progress: TextIO | None) -> tuple[tuple[Evaluated, ...], list[str]]:
     """Hill-climb from the winner over its neighbours (`_is_neighbour`: the split one eighth either side; for an async
     winner, the staleness bound one step either side and the other way of taking new weights, which the estimate
-    cannot tell apart), simulating every neighbour at each round, within `budget` extra simulations."""
+    prices roughly or not at all), simulating every neighbour at each round, within `budget` extra simulations."""
     seen = {e.candidate.label for e in ranked}
     notes: list[str] = []
     while budget > 0:

@@ -1,7 +1,8 @@
 """A plan as text (the ranked table and the explanation) and as JSON-ready data."""
 from __future__ import annotations
 
-from rlsim.plan.explain import explanation, label_shares
+from rlsim.metrics.labels import label_shares
+from rlsim.plan.explain import explanation
 from rlsim.plan.planner import Plan
 from rlsim.report.terminal import text_table
 

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from rlsim.errors import Problem, ScenarioError
 from rlsim.events import LABELS, STAGES
+from rlsim.metrics.labels import label_shares
 from rlsim.report.colors import LABEL_COLORS
 from rlsim.report.figures import LAYOUT, STAGE_COLORS
 from rlsim.report.headline import HEADLINES, Headline, format_value, lookup
@@ -82,12 +83,6 @@ def differences(runs: list[NamedMetrics]) -> list[Difference]:
         values = tuple(lookup(run.metrics, headline.path) for run in runs)
         rows.append(Difference(headline, values, tuple(_change(v, values[0], headline.unit) for v in values)))
     return sorted(rows, key=lambda d: -d.largest)
-
-
-def label_shares(metrics: dict) -> dict[str, float]:
-    seconds = metrics["gpu_seconds_by_label"]
-    total = sum(seconds.values()) or 1.0
-    return {label: seconds[label] / total for label in LABELS}
 
 
 def moved_labels(runs: list[NamedMetrics]) -> list[tuple[str, list[float]]]:

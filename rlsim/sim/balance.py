@@ -11,16 +11,21 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rlsim import registry
 from rlsim.config.schema import Schedule
-from rlsim.sim.rollout import RolloutEngine
+from rlsim.registry import Registry
 from rlsim.sim.sequence import Rollout
 
-Choose = Callable[[Sequence[Rollout], Sequence[RolloutEngine], "Dispatcher"], int]
-Steal = Callable[[RolloutEngine, Sequence[RolloutEngine]], int]
-Measure = Callable[[RolloutEngine], float]
+if TYPE_CHECKING:  # names of policies are read when a scenario is loaded, which must not start the simulator
+    from rlsim.sim.rollout import RolloutEngine
+
+Choose = Callable[[Sequence[Rollout], Sequence["RolloutEngine"], "Dispatcher"], int]
+Steal = Callable[["RolloutEngine", Sequence["RolloutEngine"]], int]
+Measure = Callable[["RolloutEngine"], float]
 
 
 @dataclass(frozen=True)
@@ -35,12 +40,13 @@ class Balancer:
     steal: Steal | None = None
 
 
-BALANCERS: dict[str, Balancer] = {}
+BALANCERS: Registry[Balancer] = registry.LOAD_BALANCERS
 
 
 def register_balancer(name: str, *, predicts: bool = False, steal: Steal | None = None) -> Callable[[Choose], Choose]:
+    """Decorator: `choose` becomes the load balancer `schedule.load_balancer: <name>` selects."""
     def decorate(choose: Choose) -> Choose:
-        BALANCERS[name] = Balancer(name, choose, predicts, steal)
+        BALANCERS.register(name)(Balancer(name, choose, predicts, steal))
         return choose
     return decorate
 

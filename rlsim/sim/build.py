@@ -10,7 +10,7 @@ import numpy as np
 import simpy
 
 from rlsim.config.bound import Bound
-from rlsim.config.schema import RolloutPlacement, Scenario, TrainingPlacement
+from rlsim.config.schema import RolloutPlacement, TrainingPlacement
 from rlsim.costs.collectives import collective_time
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, memory_report, require_all, rollout_memory
@@ -32,6 +32,7 @@ from rlsim.sim.sequence import Rollout
 from rlsim.sim.trainer import Trainer, TrainingGroup
 from rlsim.topology import GPU, ClusterTopology, CommGroup
 from rlsim.workload.batches import GroupSampler
+from rlsim.workload.judge import judge_scenario
 
 
 @dataclass
@@ -177,29 +178,3 @@ def _judges(env, bound: Bound, topology: ClusterTopology, index: dict[GPU, int],
                                      index[mine[0]], len(mine), recorder, lambda r: None, mode=mode,
                                      busy_labels=("reward_model", "reward_model", "reward"), unit=f"judge{e}"))
     return engines
-
-
-def judge_scenario(scenario: Scenario) -> Scenario:
-    """The scenario as the judge's engines see it: their own GPUs (no training state beside them) generating on
-    placement.reward_model, reading prompts of up to prompt + response + instruction tokens."""
-    placement = scenario.placement
-    judge = scenario.workload.reward
-    assert placement.reward_model is not None and judge.kind == "llm_judge"
-    layout = RolloutPlacement(pool=placement.reward_model.pool, gpus=placement.reward_model.gpus,
-                              tp=placement.reward_model.tp, max_num_seqs=judge.max_num_seqs)
-    algorithm = scenario.algorithm.model_copy(update={
-        "max_prompt_tokens": scenario.algorithm.model_len + judge.instruction_tokens,
-        "max_sequence_tokens": None,
-        "max_response_tokens": judge_max_verdict(scenario)})
-    return scenario.model_copy(update={
-        "algorithm": algorithm,
-        "placement": placement.model_copy(update={"mode": "disaggregated", "rollout": layout})})
-
-
-def judge_max_verdict(scenario: Scenario) -> int:
-    """The longest verdict the judge writes: its verdict model's 99.9th percentile (the judge's own generation cap)."""
-    from rlsim.workload.lengths import length_schedule
-
-    judge = scenario.workload.reward
-    assert judge.kind == "llm_judge"
-    return max(1, int(length_schedule(judge.verdict_tokens).at(0).quantile(0.999, 1 << 30)))

@@ -9,16 +9,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
+from rlsim import registry
+from rlsim.registry import Registry
+
 Assignment = list[list[int]]
 DPBalancer = Callable[[Sequence[int], int], Assignment]
-DP_BALANCERS: dict[str, DPBalancer] = {}
-
-
-def register_dp_balancer(name: str) -> Callable[[DPBalancer], DPBalancer]:
-    def decorate(policy: DPBalancer) -> DPBalancer:
-        DP_BALANCERS[name] = policy
-        return policy
-    return decorate
+DP_BALANCERS: Registry[DPBalancer] = registry.DP_BALANCERS
+register_dp_balancer = DP_BALANCERS.register
 
 
 def work(length: int) -> float:

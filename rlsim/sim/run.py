@@ -11,7 +11,7 @@ from typing import Literal
 from rlsim.config.bound import Bound
 from rlsim.events import EventLog, StepRecord
 from rlsim.sim.build import build
-from rlsim.sim.loop import RLLoop
+from rlsim.sim.loop import controller_for
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,7 @@ def _simulate_log(bound: Bound, mode: Literal["fast", "exact"],
                   on_step: Callable[[StepRecord], None] | None) -> RunOutput:
     began = time.perf_counter()
     sim = build(bound, mode=mode)
-    loop = RLLoop(sim)
-    done = sim.env.process(loop.run())
+    done = sim.env.process(controller_for(sim).run())
     events = reported = 0
     env = sim.env
     # Stepping by hand (rather than env.run) counts the events: the simulator's work, which must scale with sequences.

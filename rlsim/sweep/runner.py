@@ -39,7 +39,7 @@ class SweepRun:
 
     def figure(self, name: str = "pareto"):
         """"pareto" (step time against cost, the Pareto front marked), or an axis path: its effect on step time."""
-        from rlsim.sweep.report import effect_figure, pareto_figure
+        from rlsim.report.sweep_report import effect_figure, pareto_figure
 
         if name == "pareto":
             return pareto_figure(self.rows)
@@ -83,7 +83,7 @@ def run_sweep(sweep: SweepSpec | str | Path, out: str | Path, *, workers: int = 
     store.write("results.parquet", parquet_bytes(table, names))
     result = SweepRun(Path(out), expansion, table, len(tasks), names)
     if report:
-        from rlsim.sweep.report import sweep_report_html
+        from rlsim.report.sweep_report import sweep_report_html
 
         store.write("report.html", sweep_report_html(result))
     return result

@@ -234,7 +234,8 @@ class _Reader:
             return []
         if not value:
             return []
-        choices, lines = [], {}
+        choices: list[dict[str, Any]] = []
+        lines: dict[str, int] = {}
         for index, case in enumerate(value):
             assignments = self.assignments(("cases", index), case)
             choices.append(assignments)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,23 +120,3 @@ def _parse_cell(text: str) -> Any:
         except ValueError:
             pass
     return {"True": True, "False": False}.get(text, text)
-
-
-def best(rows: Sequence[dict], column: str, *, lowest: bool = True, count: int = 5) -> list[dict]:
-    """The `count` finished points with the best value of `column`."""
-    ranked = [r for r in rows if r["status"] == "ok" and r.get(column) is not None]
-    return sorted(ranked, key=_key(column, lowest))[:count]
-
-
-def _key(column: str, lowest: bool) -> Callable[[dict], tuple]:
-    return lambda row: (row[column] if lowest else -row[column], row["point"])
-
-
-def pareto_front(rows: Sequence[dict], objectives: Sequence[str]) -> list[dict]:
-    """Finished points that no other point beats on every objective (all minimised) while being better on one."""
-    candidates = [r for r in rows if r["status"] == "ok" and all(r.get(o) is not None for o in objectives)]
-
-    def dominates(a: dict, b: dict) -> bool:
-        return all(a[o] <= b[o] for o in objectives) and any(a[o] < b[o] for o in objectives)
-
-    return [r for r in candidates if not any(dominates(other, r) for other in candidates)]

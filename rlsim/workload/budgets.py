@@ -10,12 +10,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rlsim import registry
 from rlsim.config.workload import Budget, CategoricalBudget, KnapsackBudget, UniformBudget
-from rlsim.workload.registry import Registry
+from rlsim.registry import Registry
 
 Allocate = Callable[[int, "np.ndarray | None", np.random.Generator], np.ndarray]
 Builder = Callable[[Budget, int], Allocate]
-BUDGETS: Registry[Builder] = Registry("sample budget")
+BUDGETS: Registry[Builder] = registry.BUDGETS
 register_budget = BUDGETS.register
 
 

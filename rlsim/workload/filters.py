@@ -11,14 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
+from rlsim import registry
 from rlsim.config.workload import FractionFilter, Informative, SuccessRateFilter, TraceFilter, Workload
-from rlsim.workload.registry import Registry
+from rlsim.registry import Registry
 from rlsim.workload.traces import read_filter_indices
 
 Decide = Callable[[int, "float | None", np.random.Generator], bool]
 """(samples in the group, the prompt's success rate or None, rng) → informative?"""
 Builder = Callable[[Informative], Decide]
-FILTERS: Registry[Builder] = Registry("group filter")
+FILTERS: Registry[Builder] = registry.GROUP_FILTERS
 register_filter = FILTERS.register
 
 

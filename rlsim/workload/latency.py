@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rlsim import registry
 from rlsim.config.workload import (
     EmpiricalLatency,
     FixedLatency,
@@ -11,11 +12,11 @@ from rlsim.config.workload import (
     LognormalLatency,
     LognormalMixtureLatency,
 )
+from rlsim.registry import Registry
 from rlsim.workload.lengths import FiniteLengths, LengthDistribution, MixtureLengths, ScipyLengths
-from rlsim.workload.registry import Registry
 
 Builder = Callable[[LatencyModel], LengthDistribution]
-LATENCY_MODELS: Registry[Builder] = Registry("latency model")
+LATENCY_MODELS: Registry[Builder] = registry.LATENCY_MODELS
 register_latency_model = LATENCY_MODELS.register
 
 

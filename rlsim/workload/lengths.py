@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlsim import registry
 from rlsim.config.workload import (
     DriftLength,
     EmpiricalLength,
@@ -31,7 +32,7 @@ from rlsim.config.workload import (
     StaticLengthModel,
     TraceLength,
 )
-from rlsim.workload.registry import Registry
+from rlsim.registry import Registry
 
 # Quantile-function grid for distributions known only through their quantile function (blends): midpoints of 4096
 # equal slices, plus finer tails, so that means and the p99 are exact to well under a token.
@@ -243,7 +244,7 @@ class BlendLengths(LengthDistribution):
 # ------------------------------------------------------------------------------------------------ registry
 
 Builder = Callable[[StaticLengthModel, str], LengthDistribution]
-LENGTH_MODELS: Registry[Builder] = Registry("length model")
+LENGTH_MODELS: Registry[Builder] = registry.LENGTH_MODELS
 register_length_model = LENGTH_MODELS.register
 
 

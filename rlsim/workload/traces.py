@@ -22,13 +22,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from rlsim.errors import TraceFormatError
+
 PACKED = "packed_lengths_step_"
 MULTITURN = "multiturn_workload_step_"
 REWARD_TIMINGS = "reward_timings_step_"
-
-
-class TraceFormatError(ValueError):
-    """A trace file is missing, empty or not in the format expected; the message names the file and line."""
 
 
 def step_files(path: Path, prefix: str) -> list[Path]:

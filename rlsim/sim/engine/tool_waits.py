@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from rlsim.registry import TOOL_WAITS, Registry
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.sequence import MultiTurnRollout
-from rlsim.workload.registry import Registry
 
 if TYPE_CHECKING:
     from rlsim.sim.rollout import RolloutEngine
 
 ToolWait = Callable[["RolloutEngine", MultiTurnRollout], bool]
 """A tool-wait policy: whether the trajectory, whose tool calls start now, keeps its slot and KV cache meanwhile."""
-TOOL_WAIT_POLICIES: Registry[ToolWait] = Registry("tool-wait policy")
+TOOL_WAIT_POLICIES: Registry[ToolWait] = TOOL_WAITS
 register_tool_wait = TOOL_WAIT_POLICIES.register
 
 

@@ -1,12 +1,16 @@
 """A plan's figure: where each simulated candidate's GPU-time went, one bar per candidate in rank order."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import plotly.graph_objects as go
 
 from rlsim.events import LABELS
-from rlsim.plan.explain import label_shares
-from rlsim.plan.planner import Plan
+from rlsim.metrics.labels import label_shares
 from rlsim.report.colors import LABEL_COLORS
+
+if TYPE_CHECKING:  # the report draws what the planner hands it, and never calls back into it
+    from rlsim.plan.planner import Plan
 
 
 def gpu_time_figure(result: Plan) -> go.Figure:

@@ -3,18 +3,37 @@ the effect of each axis on step time, and the whole results table. Figures are p
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
 from rlsim.report.html import figure_div, page
-from rlsim.sweep.table import best, pareto_front
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the report draws what the sweep hands it, and never calls back into it
     from rlsim.sweep.runner import SweepRun
 
 OK_COLOR, FRONT_COLOR = "#9aa5b1", "#d1495b"
+
+
+def best(rows: Sequence[dict], column: str, *, lowest: bool = True, count: int = 5) -> list[dict]:
+    """The `count` finished points with the best value of `column`."""
+    ranked = [r for r in rows if r["status"] == "ok" and r.get(column) is not None]
+    return sorted(ranked, key=_key(column, lowest))[:count]
+
+
+def _key(column: str, lowest: bool) -> Callable[[dict], tuple]:
+    return lambda row: (row[column] if lowest else -row[column], row["point"])
+
+
+def pareto_front(rows: Sequence[dict], objectives: Sequence[str]) -> list[dict]:
+    """Finished points that no other point beats on every objective (all minimised) while being better on one."""
+    candidates = [r for r in rows if r["status"] == "ok" and all(r.get(o) is not None for o in objectives)]
+
+    def dominates(a: dict, b: dict) -> bool:
+        return all(a[o] <= b[o] for o in objectives) and any(a[o] < b[o] for o in objectives)
+
+    return [r for r in candidates if not any(dominates(other, r) for other in candidates)]
 
 
 def cost_column(rows: Sequence[dict]) -> str:

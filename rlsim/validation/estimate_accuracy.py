@@ -3,9 +3,9 @@
 Each scenario is simulated in steady state, after its schedule's pipeline fill (`rlsim.config.run_length.fill_steps`, as
 `rlsim run` and validation cases measure), over MEASURED_STEPS steps, and its mean step time set beside the estimate's.
 
-    python -m rlsim.estimate.accuracy                      print the table for scenarios/*.yaml
-    python -m rlsim.estimate.accuracy --write docs/estimate.md   replace the table between the page's markers
-    python -m rlsim.estimate.accuracy FILE...              other scenarios
+    python -m rlsim.validation.estimate_accuracy                      print the table for scenarios/*.yaml
+    python -m rlsim.validation.estimate_accuracy --write docs/estimate.md   replace the table between the page's markers
+    python -m rlsim.validation.estimate_accuracy FILE...              other scenarios
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def write_table(page: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlsim.estimate.accuracy", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rlsim.validation.estimate_accuracy", description=__doc__.split("\n")[0])
     parser.add_argument("scenarios", nargs="*", type=Path, help="scenario files (default: scenarios/*.yaml)")
     parser.add_argument("--write", type=Path, help="a page whose table to replace, between its markers")
     args = parser.parse_args(argv)

@@ -1,0 +1,402 @@
+"""The kernels and collectives of one rollout-engine iteration on one GPU, and their roofline time (the model of
+`rlsim.costs.rollout`'s notes): the decoder layers' weight GEMMs, memory-bound ops and collectives, the output head
+and sampler, and fused attention, each kernel's work affine in the decode batch's total context."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+from rlsim.costs.compute import GPURates
+from rlsim.costs.memory import kv_bytes_per_token_per_gpu
+from rlsim.models import ModelSpec
+
+if TYPE_CHECKING:
+    from rlsim.costs.rollout import EngineOverheads, PrefillChunk
+
+CollectiveSeconds = Callable[[float], float]
+"""Time of one collective over the engine's GPUs, given its size in bytes: for an all-reduce the tensor every GPU
+holds and reduces, for an all-to-all the bytes each GPU sends to the group (its own share included)."""
+
+# ---- precisions of what is not a weight -----------------------------------------------------------------------
+
+ACTIVATION_BYTES = 2  # bf16 hidden states and intermediate activations
+LOGIT_BYTES = 4  # the sampler works on fp32 logits
+# The sampler's passes over the logits of each row after the output head wrote them: softmax reads them and writes the
+# probabilities, sampling reads the probabilities.
+SAMPLER_LOGIT_PASSES = 3
+
+
+
+class Kernel(NamedTuple):
+    """One kernel launched `count` times per iteration, its work affine in the decode batch's total context c.
+
+    kind: "gemm" runs at the GEMM rate, "attention" at the fused-attention rate, "memory" is bound by HBM alone.
+    shape: (m, n, k) of a GEMM, timed by `GPURates.gemm_seconds` (tile and wave quantization); its work does not
+    depend on the context.
+    """
+
+    name: str
+    count: int
+    kind: Literal["gemm", "attention", "memory"]
+    flops: float = 0.0
+    flops_per_context: float = 0.0
+    nbytes: float = 0.0
+    bytes_per_context: float = 0.0
+    shape: tuple[float, float, float] | None = None
+
+
+class KernelCollective(NamedTuple):
+    name: str
+    count: int
+    seconds: float
+
+
+class Work(NamedTuple):
+    """What one iteration computes: decode rows plus prefill chunks, summed."""
+
+    decode: int  # decoding sequences, one new token each
+    prefill: int  # new prompt tokens
+    prefill_cached: int  # tokens of those prompts already cached, re-read by their attention
+    prefill_pairs: float  # (query, key) pairs of the prefill attention, causal within each chunk
+    prefill_logits: int  # chunks that end their prompt
+    prefill_sequences: int  # sequences with a prefill chunk in the iteration
+
+    @property
+    def tokens(self) -> int:
+        return self.decode + self.prefill
+
+    @property
+    def logit_rows(self) -> int:
+        return self.decode + self.prefill_logits
+
+
+# How each weight matrix of a layer is split over the engine's GPUs, and which ones one fused kernel computes
+# together (vLLM's QKVParallelLinear, MergedColumnParallelLinear, fused MoE and MLA's fused down-projections).
+_SPLIT: dict[str, Literal["column", "row", "replicated", "experts"]] = {
+    "self_attn.q_proj": "column",
+    "self_attn.k_proj": "column",
+    "self_attn.v_proj": "column",
+    "self_attn.o_proj": "row",
+    "self_attn.q_a_proj": "replicated",
+    "self_attn.q_b_proj": "column",
+    "self_attn.kv_a_proj_with_mqa": "replicated",
+    "self_attn.kv_b_proj": "column",
+    "mlp.gate_proj": "column",
+    "mlp.up_proj": "column",
+    "mlp.down_proj": "row",
+    "mlp.gate": "replicated",
+    "mlp.experts.gate_proj": "experts",
+    "mlp.experts.up_proj": "experts",
+    "mlp.experts.down_proj": "experts",
+    "mlp.shared_experts.gate_proj": "column",
+    "mlp.shared_experts.up_proj": "column",
+    "mlp.shared_experts.down_proj": "row",
+}
+_ROUTED_EXPERTS = "mlp.experts."
+_FUSED = {
+    "self_attn.q_proj": "qkv_proj",
+    "self_attn.k_proj": "qkv_proj",
+    "self_attn.v_proj": "qkv_proj",
+    "self_attn.q_a_proj": "qkv_a_proj",
+    "self_attn.kv_a_proj_with_mqa": "qkv_a_proj",
+    "mlp.gate_proj": "mlp.gate_up_proj",
+    "mlp.up_proj": "mlp.gate_up_proj",
+    "mlp.experts.gate_proj": "mlp.experts.gate_up_proj",
+    "mlp.experts.up_proj": "mlp.experts.gate_up_proj",
+    "mlp.shared_experts.gate_proj": "mlp.shared_experts.gate_up_proj",
+    "mlp.shared_experts.up_proj": "mlp.shared_experts.gate_up_proj",
+}
+
+
+# Kernels vLLM launches per decoder layer in a decode step when it runs eagerly (enforce_eager: no CUDA graphs and no
+# torch.compile, so each PyTorch-native op is a kernel), by half of the layer, counted op by op from vLLM 0.8.5.post1's
+# source (V1 engine, BF16, FlashAttention 3 / FlashMLA on Hopper; the version verl's DeepSeek-V3 recipe installs). The
+# NCCL all-reduces are not in these counts (`_layer_collectives`). Attention halves, each with the input RMSNorm:
+# * gqa 7: norm, qkv GEMM, rotary_embedding, reshape_and_cache_flash, FA3 forward and its combine (or semaphore reset),
+#   o_proj (model_executor/models/llama.py:203-207; v1/attention/backends/flash_attn.py:561-626); Qwen2.5's qkv bias is
+#   fused into the GEMM (cuBLASLt epilogue);
+# * gqa_qk_norm 23: Qwen3 calls q_norm and k_norm through RMSNorm.forward_native, 8 kernels each (to(fp32), pow, mean,
+#   +eps, rsqrt, mul, to(bf16), ·weight: models/qwen3.py:134-141, layers/layernorm.py:111-147);
+# * mla 32: DeepSeek-V3's MLA decode: 4 projections, 2 latent norms, 3 copies, the absorbed W_UK and W_UV bmm's, 13
+#   kernels of DeepseekScalingRotaryEmbedding in plain PyTorch, concat_and_cache_mla, the cat of query parts, FlashMLA's
+#   two kernels, 2 write-backs (models/deepseek_v2.py:471-477, v1/attention/backends/mla/common.py:690-971,
+#   layers/rotary_embedding.py:779-817).
+# MLP halves, each with the post-attention RMSNorm:
+# * dense 4: norm, gate_up GEMM, silu_and_mul, down GEMM;
+# * moe 13 (Qwen3-MoE: softmax top-k, no shared experts): router GEMM, fp32 cast, topk_softmax, renormalising sum and
+#   divide, 2 buffer fills, moe_align_block_size, 2 Triton fused_moe kernels, silu_and_mul, moe_sum
+#   (models/qwen3_moe.py:122-135, layers/fused_moe/fused_moe.py:833-840, 1360-1423);
+# * moe_mla 26 (the MoE block vLLM's DeepSeek-V2/V3 class runs: grouped sigmoid top-k compiled by its own
+#   @torch.compile to about 10 kernels, shared experts, routed scaling): models/deepseek_v2.py:150-178,
+#   fused_moe/fused_moe.py:888-944, moe_align_block_size.py:204-236.
+VLLM_EAGER_KERNELS = {"gqa": 7, "gqa_qk_norm": 23, "mla": 32, "dense": 4, "moe": 13, "moe_mla": 26}
+
+
+
+class EngineKernels:
+    """The kernels of an iteration of `spec` on one of an engine's `tp` GPUs (experts over `ep` groups), weights of
+    `weight_bytes` bytes each, and their times at `rates`; `all_reduce_seconds` and `all_to_all_seconds` price the
+    engine's own collectives, `overheads` its CPU side."""
+
+    __slots__ = ("spec", "rates", "tp", "ep", "all_reduce_seconds", "all_to_all_seconds", "overheads", "weight_bytes",
+                 "kv_per_layer", "attention_layers", "attention_launches", "_gemm_shapes", "_attention_widths",
+                 "_expert_weight_elements")
+
+    def __init__(self, spec: ModelSpec, rates: GPURates, tp: int, ep: int,
+                 all_reduce_seconds: CollectiveSeconds | None, all_to_all_seconds: CollectiveSeconds | None,
+                 overheads: EngineOverheads, weight_bytes: float):
+        self.spec, self.rates, self.tp, self.ep = spec, rates, tp, ep
+        self.all_reduce_seconds, self.all_to_all_seconds = all_reduce_seconds, all_to_all_seconds
+        self.overheads, self.weight_bytes = overheads, weight_bytes
+        self.kv_per_layer = kv_bytes_per_token_per_gpu(spec, tp) / spec.architecture.num_hidden_layers
+        # Layers of each kind that has any (dense, then MoE): one attention kernel each per iteration.
+        self.attention_layers = tuple(spec.layer_count(kind) for kind in ("dense", "moe") if spec.layer_count(kind))
+        self.attention_launches = sum(self.attention_layers)
+        # The spec rebuilds its shapes on every call; an engine prices thousands of iterations.
+        self._gemm_shapes = {kind: spec.layer_gemm_shapes(kind) for kind in ("dense", "moe") if spec.layer_count(kind)}
+        self._attention_widths = self._widths()
+        # Weight elements of one routed expert on this GPU (all its GEMMs, after TP slicing).
+        self._expert_weight_elements = sum(
+            i * o for name, i, o, _, _ in self.layer_gemms("moe", 1, 0) if name.startswith(_ROUTED_EXPERTS)
+        ) if "moe" in self._gemm_shapes else 0.0
+
+    def kernel_seconds(self, kernel: Kernel, decode_context: float) -> float:
+        """Roofline time of `kernel.count` launches of a kernel at decode context `decode_context`."""
+        flops = kernel.flops + kernel.flops_per_context * decode_context
+        nbytes = kernel.nbytes + kernel.bytes_per_context * decode_context
+        if kernel.kind == "gemm" and kernel.shape is not None:
+            seconds = self.rates.gemm_seconds(*kernel.shape, nbytes=nbytes)
+        elif kernel.kind == "gemm":
+            seconds = self.rates.kernel_seconds(flops, nbytes)
+        elif kernel.kind == "attention":
+            seconds = self.rates.attention_seconds(flops, nbytes)
+        else:
+            seconds = self.rates.memory_seconds(nbytes)
+        return kernel.count * seconds
+
+    def cpu_bounds(self, tokens: int, launches: int, sequences: int) -> tuple[float, float]:
+        """(time the CPU keeps the iteration from ending before, CPU time added after it) for an iteration of
+        `tokens` tokens over `sequences` scheduled sequences."""
+        overheads = self.overheads
+        launching = 0.0 if overheads.replays_graph(tokens) else launches * overheads.kernel_launch_seconds
+        step = overheads.step_cpu_seconds + overheads.step_cpu_per_sequence_seconds * sequences
+        if overheads.overlap_scheduling:
+            return launching + step, 0.0
+        return launching, step
+
+    def kernels(self, work: Work) -> tuple[list[Kernel], list[KernelCollective]]:
+        """Kernels and collectives of one iteration on one GPU, their costs affine in the decode context."""
+        kernels, collectives = self.context_free_kernels(work.tokens, work.logit_rows, self.latent_rows(work))
+        return [*self.attention_kernels(work), *kernels], collectives
+
+    def latent_rows(self, work: Work) -> int:
+        """Rows of MLA's kv_b_proj: prefill expands the cached latents of its sequences too (0 without MLA)."""
+        return work.decode + work.prefill + work.prefill_cached if self.spec.architecture.mla is not None else 0
+
+    def attention_kernels(self, work: Work) -> list[Kernel]:
+        return [self._attention_kernel(work, self.kv_per_layer, layers) for layers in self.attention_layers]
+
+    def context_free_kernels(
+        self, tokens: int, logit_rows: int, latent_rows: int
+    ) -> tuple[list[Kernel], list[KernelCollective]]:
+        """Every kernel and collective of an iteration but attention: functions of the tokens in it, the rows whose
+        logits are sampled and (MLA) the latent rows kv_b_proj expands."""
+        kernels, collectives = self.layer_kernels(tokens, latent_rows)
+        return [*kernels, *self.logit_kernels(logit_rows), *self.after_head_kernels(tokens)], collectives
+
+    def layer_kernels(self, tokens: int, latent_rows: int) -> tuple[list[Kernel], list[KernelCollective]]:
+        """The decoder layers' kernels (but attention) and collectives for an iteration of `tokens` tokens."""
+        spec, arch, tp, act = self.spec, self.spec.architecture, self.tp, ACTIVATION_BYTES
+        kv_per_layer = kv_bytes_per_token_per_gpu(spec, tp) / arch.num_hidden_layers
+        kernels: list[Kernel] = []
+        collectives: list[KernelCollective] = []
+        for kind in ("dense", "moe"):
+            layers = spec.layer_count(kind)
+            if not layers:
+                continue
+            first = len(kernels)
+            for name, in_features, out_features, rows, weights in self.layer_gemms(kind, tokens, latent_rows):
+                flops = 2.0 * rows * in_features * out_features
+                nbytes = weights * self.weight_bytes + act * rows * (in_features + out_features)
+                if name.startswith(_ROUTED_EXPERTS):
+                    nbytes += self._expert_fixed_bytes(in_features * out_features, weights)
+                kernels.append(Kernel(name, layers, "gemm", flops, 0.0, nbytes, shape=(rows, out_features, in_features)))
+            kernels.extend(self._elementwise_kernels(kind, tokens, kv_per_layer, layers))
+            if self.overheads.launches_op_by_op:
+                # The layer's priced kernels, and its attention kernel (priced apart), stand for that many of the
+                # kernels eager vLLM launches; the rest are small ops, each a launch and a kernel's fixed cost.
+                priced = sum(k.count for k in kernels[first:]) // layers + 1
+                unpriced = self._eager_kernels_per_layer(kind) - priced
+                if unpriced > 0:
+                    kernels.append(Kernel("eager_small_ops", unpriced * layers, "memory"))
+            collectives.extend(self._layer_collectives(kind, tokens, layers))
+        return kernels, collectives
+
+    def logit_kernels(self, rows: int) -> list[Kernel]:
+        """The output head (vocabulary split over tp) for the `rows` rows that are sampled, then the sampler on their
+        full-vocabulary logits."""
+        if not rows:
+            return []
+        arch, act = self.spec.architecture, ACTIVATION_BYTES
+        hidden, vocab = arch.hidden_size, arch.vocab_size
+        head_weights = hidden * vocab / self.tp
+        flops = 2.0 * rows * head_weights
+        nbytes = head_weights * self.weight_bytes + act * rows * (hidden + vocab / self.tp)
+        return [Kernel("lm_head", 1, "gemm", flops, 0.0, nbytes, shape=(rows, vocab / self.tp, hidden)),
+                Kernel("sampler", 1, "memory", nbytes=SAMPLER_LOGIT_PASSES * LOGIT_BYTES * rows * vocab)]
+
+    def after_head_kernels(self, tokens: int) -> list[Kernel]:
+        """The embedding lookup and the final norm, for every token (listed after the head, as they are summed)."""
+        nbytes = 2 * ACTIVATION_BYTES * tokens * self.spec.architecture.hidden_size
+        return [Kernel("embedding", 1, "memory", nbytes=nbytes), Kernel("final_norm", 1, "memory", nbytes=nbytes)]
+
+    def _expert_fixed_bytes(self, per_expert: float, weights: float) -> float:
+        """The fused-MoE kernel's fixed times (`GPURates.moe_call_seconds` per call, `moe_expert_seconds` per expert
+        touched) as the bytes the stream would move meanwhile, shared between the kernel's GEMMs by their weights:
+        `per_expert` is one GEMM's weight elements for one expert, `weights` over the experts it touches."""
+        rates = self.rates
+        share = per_expert / self._expert_weight_elements
+        experts_touched = weights / per_expert
+        return share * (rates.moe_call_seconds + experts_touched * rates.moe_expert_seconds) * rates.hbm_bytes_per_s
+
+    def _eager_kernels_per_layer(self, kind: str) -> int:
+        """Kernels eager vLLM launches for one layer of `kind` in a decode step (`VLLM_EAGER_KERNELS`): its attention
+        half by attention type, its MLP half dense or MoE (for MLA models, the MoE block of vLLM's DeepSeek class)."""
+        arch = self.spec.architecture
+        attention = "mla" if arch.mla is not None else "gqa_qk_norm" if arch.qk_norm else "gqa"
+        mlp = "dense" if kind == "dense" else "moe_mla" if arch.mla is not None else "moe"
+        return VLLM_EAGER_KERNELS[attention] + VLLM_EAGER_KERNELS[mlp]
+
+    def layer_gemms(self, kind: str, tokens: int, latent_rows: int) -> list[tuple[str, float, float, float, float]]:
+        """(name, in_features, out_features, rows M, weight elements read) per fused GEMM of one layer on one GPU."""
+        arch, tp, ep = self.spec.architecture, self.tp, self.ep
+        fused: dict[str, list[float]] = {}  # name -> [in_features, out_features, rows, weight elements]
+        for shape in self._gemm_shapes[kind]:
+            split = _SPLIT.get(shape.name)
+            if split is None:
+                raise ValueError(f"no tensor-parallel layout is known for weight {shape.name!r}")
+            in_features, out_features, rows = float(shape.in_features), float(shape.out_features), float(tokens)
+            if split == "column":
+                # K and V heads split until each GPU holds one, then are replicated.
+                ways = min(tp, arch.num_key_value_heads) if shape.name in ("self_attn.k_proj", "self_attn.v_proj") else tp
+                out_features /= ways
+            elif split == "row":
+                in_features /= tp
+            if shape.name == "self_attn.kv_b_proj":
+                # Decode multiplies the queries by it (MLA's absorbed form); prefill expands the cached latents of its
+                # sequences as well as the new ones (vLLM's MLA prefill path).
+                rows = float(latent_rows)
+            weights = in_features * out_features
+            if split == "experts":
+                assert arch.moe is not None
+                slices = tp // ep  # GPUs sharing each expert
+                if shape.name.endswith("down_proj"):
+                    in_features /= slices
+                else:
+                    out_features /= slices
+                touched = arch.moe.experts_touched(tokens)
+                weights = in_features * out_features * touched / ep
+                rows = tokens * shape.active / ep  # (token, expert) assignments this GPU's experts serve
+            group = _FUSED.get(shape.name, shape.name)
+            entry = fused.setdefault(group, [in_features, 0.0, rows, 0.0])
+            entry[1] += out_features
+            entry[3] += weights
+        return [(name, i, o, m, w) for name, (i, o, m, w) in fused.items()]
+
+    def _widths(self) -> tuple[float, float, float]:
+        """(FLOPs per (query, key) pair in the expanded form, in the absorbed form, query/output bytes per token over
+        ACTIVATION_BYTES) of one layer's attention on one GPU: fixed for the engine, asked at every iteration."""
+        arch, spec = self.spec.architecture, self.spec
+        heads = arch.num_attention_heads / self.tp
+        mla = arch.mla
+        # Expanded form (prefill): per head, scores over qk dims and values over v dims; spec counts it per pair.
+        expanded = spec.attention_flops_per_context_token / arch.num_hidden_layers / self.tp
+        if mla is not None:
+            # Absorbed form (decode): queries and values live in the compressed latent, scores also see the RoPE key.
+            absorbed = 2 * heads * (2 * mla.kv_lora_rank + mla.qk_rope_head_dim)
+            query_width = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim)
+        else:
+            absorbed = expanded
+            query_width = heads * 2 * arch.attention_head_dim
+        return expanded, absorbed, query_width
+
+    def attention_seconds(self, work: Work, decode_context: float) -> float:
+        """The attention kernels' time in an iteration at `decode_context`: one layer's kernel priced once, times the
+        layers of each kind (`_attention_kernels` builds one kernel per kind; every iteration asks for this)."""
+        seconds = self.kernel_seconds(self._attention_kernel(work, self.kv_per_layer, 1), decode_context)
+        return sum(layers * seconds for layers in self.attention_layers)
+
+    def _attention_kernel(self, work: Work, kv_per_layer: float, layers: int) -> Kernel:
+        """Fused attention of one layer on one GPU: KV reads of every key attended, FLOPs per (query, key) pair."""
+        expanded, absorbed, query_width = self._attention_widths
+        decode_keys = work.decode  # plus the context c: each sequence also attends to the token it decodes
+        flops = absorbed * decode_keys + expanded * work.prefill_pairs
+        keys_read = decode_keys + work.prefill + work.prefill_cached
+        nbytes = kv_per_layer * keys_read + ACTIVATION_BYTES * work.tokens * query_width
+        return Kernel("attention", layers, "attention", flops, absorbed, nbytes, kv_per_layer)
+
+    def _elementwise_kernels(self, kind: str, tokens: int, kv_per_layer: float, layers: int) -> list[Kernel]:
+        """Memory-bound kernels of one layer: the two fused residual-add + RMSNorms, RoPE with the KV-cache write,
+        the SwiGLU activation and, in MoE layers, routing and combining the experts' outputs."""
+        arch, tp, act = self.spec.architecture, self.tp, ACTIVATION_BYTES
+        hidden = arch.hidden_size
+        heads = arch.num_attention_heads / tp
+        if arch.mla is not None:
+            rope_width = heads * arch.mla.qk_rope_head_dim + arch.mla.qk_rope_head_dim
+        else:
+            kv_heads = max(1.0, arch.num_key_value_heads / tp)
+            rope_width = (heads + kv_heads) * arch.attention_head_dim
+        kernels = [
+            # Each reads the input and the residual and writes both back: 4 hidden vectors per token.
+            Kernel("norms", 2 * layers, "memory", nbytes=4 * act * tokens * hidden),
+            # RoPE reads and writes the queries and keys; the cache write reads K and V and stores them.
+            Kernel("rope_kv_write", layers, "memory", nbytes=tokens * (2 * act * rope_width + 2 * kv_per_layer)),
+        ]
+        if kind == "dense":
+            width = arch.intermediate_size / tp
+            kernels.append(Kernel("activation", layers, "memory", nbytes=3 * act * tokens * width))
+            return kernels
+        moe = arch.moe
+        assert moe is not None
+        # SwiGLU reads gate and up and writes their product, for every (token, expert) assignment.
+        width = (moe.num_experts_per_tok * moe.moe_intermediate_size + moe.n_shared_experts * moe.moe_intermediate_size)
+        kernels.append(Kernel("activation", layers, "memory", nbytes=3 * act * tokens * width / tp))
+        # Top-k over fp32 router logits, then gathering tokens for their experts and summing the k outputs back.
+        routing = tokens * (LOGIT_BYTES * moe.num_experts + 2 * act * moe.num_experts_per_tok * hidden / self.ep)
+        kernels.append(Kernel("moe_routing", layers, "memory", nbytes=routing))
+        return kernels
+
+    def _layer_collectives(self, kind: str, tokens: int, layers: int) -> list[KernelCollective]:
+        """TP all-reduces after attention and after the FFN; an EP layer dispatches and combines by all-to-all."""
+        if self.tp == 1:
+            return []
+        assert self.all_reduce_seconds is not None
+        hidden_bytes = ACTIVATION_BYTES * tokens * self.spec.architecture.hidden_size
+        all_reduce = self.all_reduce_seconds(hidden_bytes)
+        if kind == "moe" and self.ep > 1:
+            assert self.all_to_all_seconds is not None and self.spec.architecture.moe is not None
+            # Each GPU dispatches its 1/tp share of the tokens to the k experts each is routed to, and gets them back.
+            share = hidden_bytes / self.tp * self.spec.architecture.moe.num_experts_per_tok
+            return [
+                KernelCollective("all_reduce", layers, all_reduce),
+                KernelCollective("all_to_all", 2 * layers, self.all_to_all_seconds(share)),
+            ]
+        return [KernelCollective("all_reduce", 2 * layers, all_reduce)]
+
+    # ---- the closed form ----------------------------------------------------------------------------------------
+
+
+
+def work_of(decode_batch: int, prefill: Iterable[PrefillChunk]) -> Work:
+    new = cached = pairs = logits = sequences = 0
+    for chunk in prefill:
+        tokens = chunk.tokens
+        if tokens < 0 or chunk.cached_tokens < 0:
+            raise ValueError(f"prefill chunk sizes must be >= 0, got {chunk}")
+        if tokens:
+            new += tokens
+            cached += chunk.cached_tokens
+            pairs += tokens * chunk.cached_tokens + tokens * (tokens + 1) // 2
+            logits += chunk.logits
+            sequences += 1
+    return Work(decode_batch, new, cached, float(pairs), logits, sequences)

@@ -1,0 +1,202 @@
+"""The prompt groups of a run from launch to training: drawn from the workload's sampler for the policy version that
+generates them, sent to the engines (held back while a concurrency cap is full), counted down as their samples
+finish, kept in the order they complete, and finally trained or dropped — each rollout's record written then.
+
+A concurrency cap (`schedule.max_concurrent_groups_per_engine`, verl fully_async's 16 groups per server, or
+`schedule.max_concurrent_groups` for the whole rollout, AReaL's max_concurrent_rollouts) holds launched groups back
+from the engines until a group in flight has finished its last sample, in any schedule.
+"""
+from __future__ import annotations
+
+from bisect import insort
+from collections import deque
+from collections.abc import Callable, Generator
+
+import simpy
+
+from rlsim.events import RUN_END, SequenceRecord
+from rlsim.sim.balance import Dispatcher
+from rlsim.sim.recorder import Recorder
+from rlsim.sim.rollout import MultiTurnRollout, RolloutEngine
+from rlsim.sim.sequence import Rollout
+from rlsim.workload.batches import GroupSampler, PromptGroup
+
+# Completions closer together than this count as simultaneous. Fast mode sums iteration times in closed form and exact
+# mode one by one, so the same instant can differ by ~1e-15 s between them; decisions must not depend on that.
+TIE_WINDOW_S = 1e-9
+
+
+class GroupLedger:
+    """Every group launched and not yet trained or dropped. `on_group_done(group)` is called when a group's last
+    sample finishes; the controller decides when it counts as complete (`complete`)."""
+
+    def __init__(self, env: simpy.Environment, sampler: GroupSampler, dispatcher: Dispatcher,
+                 engines: list[RolloutEngine], recorder: Recorder, group_cap: int | None, max_response_tokens: int,
+                 on_group_done: Callable[[int], None]):
+        self.env = env
+        self.sampler = sampler
+        self.dispatcher = dispatcher
+        self.recorder = recorder
+        self.max_response_tokens = max_response_tokens
+        self.on_group_done = on_group_done
+        for engine in engines:
+            engine.on_finish = self._finished
+        self._next_seq = 0
+        self._members: dict[int, list[Rollout]] = {}  # group -> its rollouts
+        self._left: dict[int, int] = {}  # group -> samples still generating
+        self._informative: dict[int, bool] = {}  # group -> whether dynamic sampling keeps it
+        # (completion instant in tie windows, group) of complete groups, kept sorted: taken in that order, so that
+        # simultaneous completions never depend on the order SimPy happens to process them in.
+        self._complete: list[tuple[int, int]] = []
+        self.changed = env.event()  # fires when a group completes or is dropped on completion
+        self._group_cap = group_cap
+        self._held: deque[list[Rollout]] = deque()  # launched groups the concurrency cap keeps from the engines
+        self._generating = 0  # groups sent to the engines whose last sample has not finished
+        self._trained: dict[int, list[Rollout]] = {}  # group -> its rollouts, once trained
+
+    # ------------------------------------------------------------------------------------------- launch
+
+    def launch(self, count: int, version: int) -> None:
+        if count <= 0:
+            return
+        launched = []
+        for group in self.sampler.draw(count, version):
+            members = [self._rollout(group, i) for i in range(len(group.response_tokens))]
+            self._members[group.group] = members
+            self._left[group.group] = len(members)
+            self._informative[group.group] = group.informative
+            launched.append(members)
+        if self._group_cap is None:
+            self.dispatcher.dispatch(r for members in launched for r in members)
+            return
+        self._held.extend(launched)
+        self._send_held()
+
+    def _send_held(self) -> None:
+        """Send held groups to the engines while the concurrency cap has room, in launch order; a group waits in the
+        framework's queue, not the engine's, so its samples count as submitted when sent."""
+        assert self._group_cap is not None
+        while self._held and self._generating < self._group_cap:
+            members = self._held.popleft()
+            for rollout in members:
+                rollout.submitted = self.env.now
+            self._generating += 1
+            self.dispatcher.dispatch(members)
+
+    def _rollout(self, group: PromptGroup, i: int) -> Rollout:
+        if group.turns is not None:
+            rollout: Rollout = MultiTurnRollout(self._next_seq, group.group, group.prompt_tokens,
+                                                group.response_tokens[i], group.truncated[i], submitted=self.env.now,
+                                                turns=group.turns[i])
+        else:
+            rollout = Rollout(self._next_seq, group.group, group.prompt_tokens, group.response_tokens[i],
+                              group.truncated[i], submitted=self.env.now)
+        self._next_seq += 1
+        return rollout
+
+    def _finished(self, rollout: Rollout) -> None:
+        group = rollout.group
+        self._left[group] -= 1
+        if self._left[group]:
+            return
+        if self._group_cap is not None:
+            # The group's place frees now; a held group goes out once the engine's callback has returned (a launch
+            # sends its own groups, so nothing need be scheduled while none is held).
+            self._generating -= 1
+            if self._held:
+                self.env.timeout(0).callbacks.append(lambda _: self._send_held())
+        self.on_group_done(group)
+
+    # ------------------------------------------------------------------------------------------- completion
+
+    def members(self, group: int) -> list[Rollout]:
+        return self._members[group]
+
+    def informative(self, group: int) -> bool:
+        return self._informative[group]
+
+    def oldest_version(self, group: int) -> int:
+        """The policy version its first sample started under: how stale the group is."""
+        return min(r.version_started for r in self._members[group])
+
+    def complete(self, group: int) -> None:
+        # Kept in the order `take` serves: completion instant (to the tie window), then group id.
+        insort(self._complete, (round(self.env.now / TIE_WINDOW_S), group))
+
+    def notify(self) -> None:
+        event, self.changed = self.changed, self.env.event()
+        event.succeed()
+
+    @property
+    def complete_count(self) -> int:
+        return len(self._complete)
+
+    def generating(self) -> bool:
+        """Whether any launched group still has a sample generating."""
+        return any(left > 0 for left in self._left.values())
+
+    def generating_count(self) -> int:
+        return sum(1 for left in self._left.values() if left > 0)
+
+    def take(self, count: int) -> list[int]:
+        """The `count` earliest-completed groups (simultaneous ones by group id), removed from the complete set."""
+        taken = [group for _, group in self._complete[:count]]
+        del self._complete[:count]
+        return taken
+
+    def take_all_by_id(self) -> list[int]:
+        """Every complete group in launch (id) order, removed from the complete set."""
+        taken = sorted(group for _, group in self._complete)
+        self._complete = []
+        return taken
+
+    def settle(self) -> Generator:
+        """Let every completion of this instant arrive before deciding which groups to take."""
+        yield self.env.timeout(TIE_WINDOW_S)
+        while True:
+            seen = len(self._complete)
+            yield self.env.timeout(0)  # queues behind every event already due now
+            if len(self._complete) == seen:
+                return
+
+    # ------------------------------------------------------------------------------------------- the end of a group
+
+    def lengths(self, groups: list[int]) -> list[int]:
+        cap = self.max_response_tokens
+        return [trained_tokens(r, cap) for g in groups for r in self._members[g]]
+
+    def trained(self, groups: list[int]) -> list[Rollout]:
+        return [r for g in groups for r in self._trained[g]]
+
+    def consume(self, groups: list[int], version: int, step: int) -> None:
+        for group in groups:
+            members = self._members.pop(group)
+            for r in members:
+                self.recorder.sequence(_record(r, version, step))
+            self._trained[group] = members
+            del self._left[group]
+            del self._informative[group]
+
+    def drop(self, group: int, policy: str) -> None:
+        for r in self._members.pop(group):
+            self.recorder.sequence(_record(r, -1, -1, dropped_by=policy))
+        del self._left[group]
+        del self._informative[group]
+
+    def drop_leftovers(self) -> None:
+        """Rollouts still generating or waiting when the last step ends are dropped by the run's end, and named so."""
+        for group in list(self._members):
+            self.drop(group, RUN_END)
+
+
+def trained_tokens(r: Rollout, max_response_tokens: int) -> int:
+    """A finished rollout's tokens in training: its context, the response part (generated and tool tokens) cut at
+    max_response_tokens as verl cuts multi-turn responses."""
+    return r.prompt_tokens + min(r.context_tokens - r.prompt_tokens, max_response_tokens)
+
+
+def _record(r: Rollout, version: int, step: int, dropped_by: str = "") -> SequenceRecord:
+    # A trajectory's prompt tokens are all it did not generate: its prompt and every tool response appended.
+    return SequenceRecord(r.seq_id, r.group, r.engine, r.context_tokens - r.generated, r.generated, r.truncated,
+                          r.submitted, r.finished, r.version_started, version, step, r.preemptions, dropped_by,
+                          r.admitted, max(0, r.admissions - 1))

@@ -1,0 +1,129 @@
+"""The one registry (rlsim/registry.py): a policy registered from outside the package is accepted by the scenario's
+schema, listed by `rlsim schema`, and run by the simulator; unregistering it leaves no trace."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import get_args
+
+import pytest
+
+from rlsim import registry
+from rlsim.api import simulate
+from rlsim.config import parse_scenario
+from rlsim.config import workload as config
+from rlsim.config.schema import scenario_json_schema
+from rlsim.errors import ScenarioError
+from rlsim.sim.balance import register_balancer
+from rlsim.sim.dp_balance import in_order, register_dp_balancer
+from rlsim.sim.schedules import register_schedule, sync
+from tests.sim_scenarios import scenario_yaml
+
+TINY = dict(gpus=4, prompts=4, samples=2, steps=1, max_response=256)
+
+
+def first_engine(unit, engines, dispatcher) -> int:
+    """A toy load balancer: every rollout to engine 0."""
+    return 0
+
+
+def one_rank(lengths, ranks):
+    """A toy DP balancer: every sequence on rank 0."""
+    return [list(range(len(lengths)))] + [[] for _ in range(ranks - 1)]
+
+
+built: list[str] = []
+
+
+def recorded_sync(sim, reward, sampling):
+    """A toy schedule: the synchronous one, noting that it was chosen."""
+    built.append(sim.bound.scenario.name)
+    return sync(sim, reward, sampling)
+
+
+@pytest.fixture
+def toys() -> Iterator[None]:
+    register_balancer("first_engine")(first_engine)
+    register_dp_balancer("one_rank")(one_rank)
+    register_schedule("recorded_sync")(recorded_sync)
+    built.clear()
+    yield
+    registry.LOAD_BALANCERS.unregister("first_engine")
+    registry.DP_BALANCERS.unregister("one_rank")
+    registry.SCHEDULES.unregister("recorded_sync")
+
+
+def test_a_balancer_registered_outside_the_package_routes_the_run(toys):
+    result = simulate(parse_scenario(scenario_yaml(balancer="first_engine", **TINY)))
+    assert {record.engine for record in result.log.sequences} == {0}
+    decoding = {span.first_gpu for span in result.log.spans if span.label == "decode"}
+    assert decoding == {0}
+    spread = simulate(parse_scenario(scenario_yaml(**TINY)))
+    assert {record.engine for record in spread.log.sequences} == {0, 1, 2, 3}
+
+
+def test_a_dp_balancer_registered_outside_the_package_splits_the_batch(toys):
+    def training_seconds(dp_balance: str) -> dict[str, float]:
+        log = simulate(parse_scenario(scenario_yaml(dp_balance=dp_balance, **TINY))).log
+        seconds: dict[str, float] = {}
+        for span in log.spans:
+            if span.label in ("train_forward", "train_backward"):
+                seconds[span.unit] = seconds.get(span.unit, 0.0) + span.end - span.start
+        return seconds
+
+    # Rank 0 trains the whole batch while the others wait at the barrier; balanced, all four train.
+    assert set(training_seconds("one_rank")) == {"dp0"}
+    assert set(training_seconds("sorted_greedy")) == {"dp0", "dp1", "dp2", "dp3"}
+
+
+def test_a_schedule_registered_outside_the_package_runs_the_steps(toys):
+    # The loader's checks treat any schedule but sync as overlapping generation with training: not on colocated GPUs.
+    result = simulate(parse_scenario(scenario_yaml(schedule="recorded_sync", mode="disaggregated", rollout_gpus=2,
+                                                   training_gpus=2, **TINY)))
+    assert built == ["test"]
+    assert result.scenario.schedule.mode == "recorded_sync"
+    assert len(result.log.steps) == 1
+    assert len(result.log.sequences) == 4 * 2
+
+
+def test_the_schema_lists_a_registered_policy_and_forgets_it_when_unregistered(toys):
+    schedule = scenario_json_schema()["$defs"]["Schedule"]["properties"]
+    assert "first_engine" in schedule["load_balancer"]["enum"]
+    assert "one_rank" in schedule["dp_balance"]["enum"]
+    assert "recorded_sync" in schedule["mode"]["enum"]
+    registry.LOAD_BALANCERS.unregister("first_engine")
+    try:
+        assert "first_engine" not in scenario_json_schema()["$defs"]["Schedule"]["properties"]["load_balancer"]["enum"]
+        with pytest.raises(ScenarioError) as caught:
+            parse_scenario(scenario_yaml(balancer="first_engine", **TINY))
+    finally:
+        register_balancer("first_engine")(first_engine)
+    [problem] = caught.value.problems
+    assert problem.path == "schedule.load_balancer" and problem.line is not None
+    assert "not a known load balancer" in problem.message and "round_robin" in str(problem.valid)
+
+
+def test_an_unknown_name_lists_the_registered_ones_with_a_did_you_mean(toys):
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(scenario_yaml(balancer="first_engin", **TINY))
+    [problem] = caught.value.problems
+    assert problem.path == "schedule.load_balancer"
+    assert problem.suggestion == "first_engine"
+    assert problem.valid is not None and "first_engine" in problem.valid and "least_kv" in problem.valid
+
+
+def test_a_name_registered_twice_is_an_error(toys):
+    with pytest.raises(ValueError, match="registered twice"):
+        register_dp_balancer("none")(in_order)
+
+
+def _tags(union) -> list[str]:
+    return sorted(get_args(member.model_fields["kind"].annotation)[0] for member in get_args(get_args(union)[0]))
+
+
+@pytest.mark.parametrize(("union", "kind"), [
+    (config.StaticLengthModel, registry.LENGTH_MODELS), (config.LatencyModel, registry.LATENCY_MODELS),
+    (config.Budget, registry.BUDGETS), (config.Informative, registry.GROUP_FILTERS),
+    (config.RewardConfig, registry.REWARDS)], ids=lambda v: getattr(v, "kind", ""))
+def test_every_kind_the_schema_accepts_has_a_builder(union, kind):
+    # Kinds with parameters are tagged unions of config classes; each tag needs its registered builder.
+    assert _tags(union) == kind.names()
