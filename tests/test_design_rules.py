@@ -8,6 +8,8 @@ and so does a listed one that has gone (delete it from the list)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,3 +174,14 @@ def test_each_rule_fails_when_broken(source, imported, rule, monkeypatch):
 def _names(statement: str) -> list[str]:
     node = ast.parse(statement).body[0]
     return [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+
+
+def test_loading_a_scenario_does_not_start_the_simulator():
+    """The loader reads the registered policy names (rlsim.registry) without importing SimPy: `rlsim check` and
+    `rlsim estimate` never load the simulator."""
+    scenarios = sorted((PACKAGE.parent / "scenarios").glob("*.yaml"))
+    code = ("import sys\nfrom rlsim.config import load_scenario\n"
+            f"for path in {[str(p) for p in scenarios]!r}:\n    load_scenario(path)\n"
+            "print(sorted(m for m in ('simpy', 'plotly') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
+    assert out.stdout.strip() == "[]"
