@@ -57,7 +57,6 @@ class Simulation:
     sampler: GroupSampler
     balancer_rng: np.random.Generator
     reward_rng: np.random.Generator  # the judge's verdict lengths
-    finished: list[Rollout]
 
 
 def build(bound: Bound, *, mode: str = "fast") -> Simulation:
@@ -74,7 +73,6 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     rollout, training = role_gpus(bound, topology)
     # One independent stream per component, so adding randomness to one never shifts another's draws.
     workload_seed, balancer_seed, reward_seed, filter_seed = np.random.SeedSequence(scenario.seed).spawn(4)
-    finished: list[Rollout] = []
 
     engine_layout = placement.rollout
     gpu = bound.gpu(engine_layout.pool)
@@ -94,7 +92,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
         gpus = rollout[e * engine_layout.tp:(e + 1) * engine_layout.tp]
         engines.append(RolloutEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
                                      engine_layout.max_num_batched_tokens, index[gpus[0]], len(gpus), recorder,
-                                     finished.append, mode=mode, tool_wait=scenario.workload.tool_wait))
+                                     _not_connected, mode=mode, tool_wait=scenario.workload.tool_wait))
 
     layout = placement.training
     group = TrainingGroup(index[training[0]], layout)
@@ -119,7 +117,12 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
                            np.random.default_rng(filter_seed))
     return Simulation(env, bound, recorder, engines, (index[rollout[0]], len(rollout)), group, trainer, actor, critic,
                       reward, reward_model, judges, reference_load_seconds(bound, topology), switch, sync, sampler,
-                      np.random.default_rng(balancer_seed), reward_rng, finished)
+                      np.random.default_rng(balancer_seed), reward_rng)
+
+
+def _not_connected(rollout: Rollout) -> None:
+    """An engine's `on_finish` until the run's controller connects it (rlsim.sim.groups): nothing finishes before."""
+    raise RuntimeError(f"rollout {rollout.seq_id} finished before a controller took the engines (a bug in rlsim)")
 
 
 def _memoised(op: str, group: CommGroup):
@@ -175,6 +178,6 @@ def _judges(env, bound: Bound, topology: ClusterTopology, index: dict[GPU, int],
     for e in range(layout.engines):
         mine = gpus[e * layout.tp:(e + 1) * layout.tp]
         engines.append(RolloutEngine(env, e, costs, kv_tokens, layout.max_num_seqs, layout.max_num_batched_tokens,
-                                     index[mine[0]], len(mine), recorder, lambda r: None, mode=mode,
+                                     index[mine[0]], len(mine), recorder, _not_connected, mode=mode,
                                      busy_labels=("reward_model", "reward_model", "reward"), unit=f"judge{e}"))
     return engines
