@@ -403,6 +403,12 @@ def resident_training_bytes(scenario: Scenario, spec: ModelSpec) -> float:
     return models * kept + reference
 
 
+def engine_kv_tokens(memory: RoleMemory, spec: ModelSpec, tp: int) -> int:
+    """KV-cache tokens one engine holds: its GPUs' cache budget (`rollout_memory`) over the bytes a token takes on each
+    of its `tp` GPUs. The simulated engines, the estimate's and the metrics' capacity all count it here."""
+    return int((memory.kv_cache_bytes or 0.0) // kv_bytes_per_token_per_gpu(spec, tp))
+
+
 def kv_bytes_per_token_per_gpu(spec: ModelSpec, tp: int) -> float:
     """KV bytes a token costs on each GPU of an engine.
 

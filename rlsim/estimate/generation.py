@@ -25,7 +25,7 @@ from scipy import stats
 from rlsim.config.bound import Bound
 from rlsim.costs.collectives import collective_time
 from rlsim.costs.compute import GPURates
-from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
+from rlsim.costs.memory import engine_kv_tokens, rollout_memory
 from rlsim.costs.rollout import EngineCosts
 from rlsim.estimate.engine import EngineLimits, EngineRun, engine_run
 from rlsim.topology import ClusterTopology
@@ -124,7 +124,7 @@ def rollout_engine(bound: Bound, topology: ClusterTopology, rollout_gpus, max_nu
         _collective("all_to_all", group) if layout.ep > 1 else None,
         framework=bound.framework(layout.pool),
     )
-    kv_tokens = int(rollout_memory(scenario, spec, gpu).kv_cache_bytes // kv_bytes_per_token_per_gpu(spec, layout.tp))
+    kv_tokens = engine_kv_tokens(rollout_memory(scenario, spec, gpu), spec, layout.tp)
     slots = layout.max_num_seqs if max_num_seqs is None else min(layout.max_num_seqs, max_num_seqs)
     return Engine(costs, EngineLimits(slots, layout.max_num_batched_tokens, kv_tokens), layout.engines)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from rlsim.config.bound import Bound
 from rlsim.config.schema import Scenario
 from rlsim.costs.compute import GPURates
-from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
+from rlsim.costs.memory import engine_kv_tokens, rollout_memory
 from rlsim.costs.rollout import EngineCosts
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
@@ -263,8 +263,7 @@ def _judge(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageE
     layout = judge_scenario(scenario).placement.rollout
     engine = EngineCosts.for_placement(spec, GPURates.from_profile(gpu, scenario.model.dtype), layout, None, None,
                                        framework=bound.framework(placement.pool))
-    kv_tokens = rollout_memory(judge_scenario(scenario), spec, gpu).kv_cache_bytes / kv_bytes_per_token_per_gpu(
-        spec, layout.tp)
+    kv_tokens = engine_kv_tokens(rollout_memory(judge_scenario(scenario), spec, gpu), spec, layout.tp)
     verdict = max(1, round(length_schedule(judge.verdict_tokens).at(0).clipped_mean(1 << 30)))
     prompt = max(1, round(lengths.prompt + lengths.response + lengths.appended + judge.instruction_tokens))
     per_engine = math.ceil(lengths.trained / layout.engines)

@@ -10,7 +10,7 @@ import numpy as np
 from rlsim.config.bound import Bound
 from rlsim.config.run_length import fill_steps
 from rlsim.costs.compute import GPURates
-from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_memory
+from rlsim.costs.memory import engine_kv_tokens, kv_bytes_per_token_per_gpu, rollout_memory
 from rlsim.costs.rollout import EngineCosts
 from rlsim.models import ModelCatalog, ModelSpec
 
@@ -116,7 +116,7 @@ class RunFacts:
             engine_gpus=engine.tp,
             max_num_seqs=engine.max_num_seqs,
             # The same budget the engines are built with (rlsim.sim.build).
-            kv_capacity_tokens=int(rollout_memory(scenario, spec, rollout_gpu).kv_cache_bytes // kv_per_gpu),
+            kv_capacity_tokens=engine_kv_tokens(rollout_memory(scenario, spec, rollout_gpu), spec, engine.tp),
             kv_bytes_per_token=kv_per_gpu * engine.tp,
             decode_weight_bytes=decode_weight_bytes(bound),
             pipeline_fill_steps=fill_steps(scenario.schedule),

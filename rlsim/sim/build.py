@@ -13,7 +13,7 @@ from rlsim.config.bound import Bound
 from rlsim.config.schema import RolloutPlacement, TrainingPlacement
 from rlsim.costs.collectives import collective_time
 from rlsim.costs.compute import GPURates
-from rlsim.costs.memory import kv_bytes_per_token_per_gpu, memory_report, require_all, rollout_memory
+from rlsim.costs.memory import engine_kv_tokens, memory_report, require_all, rollout_memory
 from rlsim.costs.rollout import EngineCosts
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.costs.weight_sync import (
@@ -77,7 +77,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     engine_layout = placement.rollout
     gpu = bound.gpu(engine_layout.pool)
     rates = GPURates.from_profile(gpu, scenario.model.dtype)
-    kv_tokens = int(rollout_fit.kv_cache_bytes // kv_bytes_per_token_per_gpu(spec, engine_layout.tp))
+    kv_tokens = engine_kv_tokens(rollout_fit, spec, engine_layout.tp)
     # Engines of one placement are identical: one cost model (and its cached decode profiles) serves them all. Their
     # TP groups have the same shape, so the first engine's communicator prices every engine's collectives.
     first_group = topology.group(rollout[:engine_layout.tp])
@@ -168,8 +168,7 @@ def _judges(env, bound: Bound, topology: ClusterTopology, index: dict[GPU, int],
                               max_num_seqs=judge.max_num_seqs)
     spec = ModelCatalog.load().spec(judge.model)
     gpu = bound.gpu(placement.pool)
-    kv_tokens = int(rollout_memory(judge_scenario(scenario), spec, gpu).kv_cache_bytes
-                    // kv_bytes_per_token_per_gpu(spec, layout.tp))
+    kv_tokens = engine_kv_tokens(rollout_memory(judge_scenario(scenario), spec, gpu), spec, layout.tp)
     group = topology.group(gpus[:layout.tp])
     costs = EngineCosts.for_placement(spec, GPURates.from_profile(gpu, scenario.model.dtype), layout,
                                       _memoised("all_reduce", group) if layout.tp > 1 else None, None,
