@@ -8,6 +8,7 @@ them — `unassigned` where none does. So for every GPU the labels sum to the wa
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlsim.events import LABELS, EngineSample, EventLog, SequenceRecord, Span, StepRecord
@@ -33,6 +34,7 @@ class Recorder:
         self._sequences: list[SequenceRecord] = []
         self._steps: list[StepRecord] = []
         self.engine_samples: list[EngineSample] = []  # engines append theirs as the run goes on
+        self.on_step: Callable[[StepRecord], None] | None = None  # told of each RL step as it ends (live output)
 
     def busy(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str,
              *, unit: str = "", step: int | None = None, version: int | None = None) -> None:
@@ -58,14 +60,8 @@ class Recorder:
 
     def step(self, record: StepRecord) -> None:
         self._steps.append(record)
-
-    @property
-    def step_count(self) -> int:
-        return len(self._steps)
-
-    def steps_after(self, count: int) -> list[StepRecord]:
-        """The steps recorded after the first `count`, in the order they ended (a run's live progress)."""
-        return self._steps[count:]
+        if self.on_step is not None:
+            self.on_step(record)
 
     def freeze(self, wall_s: float, events: int) -> EventLog:
         spans = self._busy_clipped(wall_s) + self._idle_spans(wall_s)

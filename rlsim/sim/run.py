@@ -51,8 +51,9 @@ def _simulate_log(bound: Bound, mode: Literal["fast", "exact"],
                   on_step: Callable[[StepRecord], None] | None) -> RunOutput:
     began = time.perf_counter()
     sim = build(bound, mode=mode)
+    sim.recorder.on_step = on_step
     done = sim.env.process(controller_for(sim).run())
-    events = reported = 0
+    events = 0
     env = sim.env
     # Stepping by hand (rather than env.run) counts the events: the simulator's work, which must scale with sequences.
     # Until the loop's end is *processed*: a loop that fails is triggered at once, and only processing re-raises.
@@ -62,10 +63,6 @@ def _simulate_log(bound: Bound, mode: Literal["fast", "exact"],
                                "left: a process waits for an event nothing will trigger (a bug in rlsim)")
         env.step()
         events += 1
-        if on_step is not None and sim.recorder.step_count > reported:
-            for record in sim.recorder.steps_after(reported):
-                on_step(record)
-                reported += 1
     for engine in sim.engines:
         engine.close()
     log = sim.recorder.freeze(env.now, events)

@@ -82,23 +82,31 @@ def accuracy_sentence(validation: Validation) -> str:
     return sentence
 
 
+def between_markers(text: str, start: str, end: str) -> str | None:
+    """What a page holds between two marker lines (a generated part), or None when it has no such part."""
+    head, found, rest = text.partition(start)
+    body, closed, _ = rest.partition(end)
+    return body.strip() if found and closed else None
+
+
+def rewrite_between_markers(page: Path, start: str, end: str, body: str) -> bool:
+    """Put `body` between the page's two marker lines, keeping everything else; False when the page has none."""
+    text = page.read_text()
+    if between_markers(text, start, end) is None:
+        return False
+    head, _, rest = text.partition(start)
+    page.write_text(f"{head}{start}\n{body}\n{end}{rest.partition(end)[2]}")
+    return True
+
+
 def write_readme_accuracy(validation: Validation, readme: Path) -> bool:
     """Rewrite the accuracy sentence between README_START and README_END; False when the README has no such place."""
-    text = readme.read_text()
-    if README_START not in text or README_END not in text:
-        return False
-    head, rest = text.split(README_START, 1)
-    tail = rest.split(README_END, 1)[1]
-    readme.write_text(f"{head}{README_START}\n{accuracy_sentence(validation)}\n{README_END}{tail}")
-    return True
+    return rewrite_between_markers(readme, README_START, README_END, accuracy_sentence(validation))
 
 
 def readme_accuracy(readme: Path) -> str | None:
     """The accuracy sentence the README holds now, or None."""
-    text = readme.read_text()
-    if README_START not in text or README_END not in text:
-        return None
-    return text.split(README_START, 1)[1].split(README_END, 1)[0].strip()
+    return between_markers(readme.read_text(), README_START, README_END)
 
 
 def write_docs(validation: Validation, manifest: Manifest, markdown: Path) -> list[Path]:

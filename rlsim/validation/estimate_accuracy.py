@@ -10,7 +10,6 @@ Each scenario is simulated in steady state, after its schedule's pipeline fill (
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from rlsim.config.bound import bind
 from rlsim.config.run_length import fill_steps
 from rlsim.estimate import estimate_step
 from rlsim.examples import EXAMPLES
+from rlsim.validation.docs import rewrite_between_markers
 
 MEASURED_STEPS = 3
 # The accuracy the estimate is held to (tests/test_estimate_accuracy.py): synchronous steps add their stages, so only
@@ -63,11 +63,8 @@ def table(rows: Iterable[Accuracy]) -> str:
 
 def write_table(page: Path, text: str) -> None:
     """Replace what lies between the page's markers with `text`."""
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
-    content = page.read_text()
-    if not pattern.search(content):
+    if not rewrite_between_markers(page, BEGIN, END, text):
         raise SystemExit(f"{page} has no {BEGIN} … {END} markers")
-    page.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", content))
 
 
 def main(argv: list[str] | None = None) -> int:
