@@ -36,8 +36,8 @@ def measure(label: str, overrides: dict, mode: str = "fast", repeats: int = 3) -
     log = output.log
     rollouts = sum(1 for r in log.sequences if r.step_trained >= 0)
     gen = sum(s.stages["gen"] for s in log.steps)
-    print(f"{label:<28} {seconds:8.2f} s wall {cpu:6.2f} s CPU  {log.events:>10,} events  {rollouts / seconds:>9,.0f} rollouts/s  "
-          f"(simulated step {log.wall_s:,.0f} s, gen {gen:,.0f} s)")
+    print(f"{label:<28} {seconds:8.2f} s wall {cpu:6.2f} s CPU  {log.events:>10,} events  "
+          f"{rollouts / seconds:>9,.0f} rollouts/s  (simulated step {log.wall_s:,.0f} s, gen {gen:,.0f} s)")
     return seconds
 
 
