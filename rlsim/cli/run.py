@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     streaming = not args.json
     width = shutil.get_terminal_size().columns
     if streaming:
-        print(f"simulating {scenario.name}: {scenario.run.steps} steps, the first {scenario.run.warmup_steps} "
-              "warm-up" if scenario.run.warmup_steps else f"simulating {scenario.name}: {scenario.run.steps} steps")
+        warmup = f", the first {scenario.run.warmup_steps} warm-up" if scenario.run.warmup_steps else ""
+        print(f"simulating {scenario.name}: {scenario.run.steps} steps{warmup}")
         print(STEP_HEADER, flush=True)
 
     def show(step: StepRecord) -> None:
