@@ -18,11 +18,14 @@ from functools import cache
 import numpy as np
 import simpy
 
-from rlsim.config.schema import RolloutPlacement, Schedule
+from rlsim.config.framework import Framework
+from rlsim.config.schema import Schedule
 from rlsim.costs.compute import GPURates
+from rlsim.costs.layout import EngineLayout
 from rlsim.costs.rollout import EngineCosts, kv_cache_tokens
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog
+from rlsim.pricing.layouts import engine_overheads
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.rollout import RolloutEngine
@@ -68,9 +71,10 @@ def one_step(prompts: int, engines: int, scale: int, mode: str, balancer: str = 
 def _one_step(prompts: int, engines: int, scale: int, mode: str, balancer: str, group_placement: str,
               kv_scale: int) -> dict[str, float]:
     spec, gpu = model_and_gpu()
-    placement = RolloutPlacement(gpus=engines)
+    placement = EngineLayout(gpus=engines)
     # One cost model for identical engines: their decode profiles are built once and shared.
-    costs = EngineCosts.for_placement(spec, GPURates.from_profile(gpu), placement, None, None)
+    costs = EngineCosts.for_layout(spec, GPURates.from_profile(gpu), placement, None, None,
+                                   engine_overheads(Framework(), placement))
     kv = kv_cache_tokens(spec, gpu.memory_bytes, placement) * kv_scale
     rollouts = workload(prompts, scale)
     wall = time.perf_counter()

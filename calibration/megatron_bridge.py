@@ -22,11 +22,11 @@ import statistics
 from typing import NamedTuple
 
 from rlsim.config.bound import pool_hardware
-from rlsim.config.framework import MEGATRON_KERNEL_EFFICIENCY
 from rlsim.config.schema import Pool, TrainingPlacement
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog
+from rlsim.overheads import MEGATRON_KERNEL_EFFICIENCY
 from rlsim.topology import ClusterTopology
 
 

@@ -31,6 +31,16 @@ import networkx as nx
 from rlsim.config.bound import Bound, PoolHardware
 from rlsim.hardware import Interconnect
 
+
+@dataclass(frozen=True)
+class RoleGPUs:
+    """The GPUs of each role, in rank order (`ClusterTopology.place_roles`)."""
+
+    rollout: tuple[GPU, ...]
+    training: tuple[GPU, ...]
+    reward: tuple[GPU, ...] = ()  # a reward model's or judge's own GPUs; none without
+
+
 _SOURCE = ("source",)
 _SINK = ("sink",)
 _CORE = ("core",)
@@ -161,6 +171,19 @@ class ClusterTopology:
         if count < 0 or offset < 0 or offset + count > len(gpus):
             raise ValueError(f"pool {pool!r} has {len(gpus)} GPUs; cannot take {count} after the first {offset}")
         return tuple(gpus[offset:offset + count])
+
+    def place_roles(self, rollout: tuple[str, int], training: tuple[str, int], reward: tuple[str, int] | None = None,
+                    *, training_after_rollout: bool) -> RoleGPUs:
+        """Where each role's (pool, GPU count) lands: the engines first in their pool; training after them when
+        `training_after_rollout` (the two share a pool but not GPUs), else from the start of its pool (sharing the
+        engines' GPUs when the pool is theirs); a reward model or judge after every policy GPU in its pool."""
+        rollout_gpus = self.allocate(rollout[0], rollout[1])
+        training_gpus = self.allocate(training[0], training[1], rollout[1] if training_after_rollout else 0)
+        reward_gpus: tuple[GPU, ...] = ()
+        if reward is not None:
+            taken = {g for g in rollout_gpus + training_gpus if g.pool == reward[0]}
+            reward_gpus = self.allocate(reward[0], reward[1], len(taken))
+        return RoleGPUs(rollout_gpus, training_gpus, reward_gpus)
 
     def domain(self, gpu: GPU) -> tuple[str, int]:
         """The scale-up domain a GPU belongs to, as (pool, index)."""

@@ -25,11 +25,12 @@ FOUNDATION = {"rlsim", "errors", "registry", "fields", "yamlsource", "loading", 
               "examples"}
 LAYERS: tuple[set[str], ...] = (
     FOUNDATION,
-    {"hardware", "models"},
+    {"hardware", "models", "overheads"},
     {"config"},
     {"topology"},
     {"costs"},
     {"workload"},
+    {"pricing"},  # the one place that turns the scenario's config classes into what the cost models take
     {"events"},
     {"sim", "estimate"},  # the simulation and the analytical model of the same step, each on its own
     {"metrics"},
@@ -115,6 +116,13 @@ def test_metrics_never_sees_a_simpy_object():
     into_simulation = [f"{i.module}:{i.line} imports {i.target}" for i in ALL_IMPORTS if _unit(i.module) == "metrics"
                        and (i.target.split(".")[0] == "simpy" or i.target.startswith("rlsim.sim"))]
     assert into_simulation == []
+
+
+def test_the_cost_models_take_plain_values_not_the_scenario():
+    """`costs` prices layouts it owns (rlsim.costs.layout); only `pricing` reads the scenario's config classes for it."""
+    into_config = [f"{i.module}:{i.line} imports {i.target}" for i in ALL_IMPORTS
+                   if _unit(i.module) == "costs" and i.target.startswith("rlsim.config")]
+    assert into_config == []
 
 
 def test_every_unit_has_a_layer():

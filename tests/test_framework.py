@@ -7,19 +7,19 @@ import pytest
 
 import rlsim
 from rlsim.config.bound import bind
-from rlsim.config.framework import (
-    CUDA_GRAPH_MAX_TOKENS,
-    ENGINE_STEP_CPU_PER_SEQUENCE_S,
-    ENGINE_STEP_CPU_S,
-    HOST_CPU_TIMES,
-    KERNEL_GAP_S,
-    KERNEL_LAUNCH_S,
-    Framework,
-)
+from rlsim.config.framework import HOST_CPU_TIMES, Framework
 from rlsim.costs.compute import GPURates
 from rlsim.costs.rollout import EngineCosts, EngineOverheads, PrefillChunk
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog
+from rlsim.overheads import (
+    CUDA_GRAPH_MAX_TOKENS,
+    ENGINE_STEP_CPU_PER_SEQUENCE_S,
+    ENGINE_STEP_CPU_S,
+    KERNEL_GAP_S,
+    KERNEL_LAUNCH_S,
+)
+from rlsim.pricing.layouts import engine_layout, engine_overheads
 from tests.sim_scenarios import scenario_yaml
 
 
@@ -33,7 +33,7 @@ def scenario(tmp_path_factory) -> rlsim.Scenario:
 def test_defaults_are_the_cited_constants(scenario):
     framework = scenario.framework
     assert framework == Framework()
-    overheads = EngineOverheads.for_placement(scenario.placement.rollout, framework)
+    overheads = engine_overheads(framework, engine_layout(scenario.placement.rollout))
     assert scenario.placement.rollout.engine == "vllm"  # whose async scheduling is opt-in
     assert overheads == EngineOverheads(ENGINE_STEP_CPU_S, ENGINE_STEP_CPU_PER_SEQUENCE_S, False, KERNEL_LAUNCH_S,
                                         KERNEL_GAP_S, scenario.placement.rollout.cuda_graphs, CUDA_GRAPH_MAX_TOKENS)
@@ -43,9 +43,9 @@ def test_defaults_are_the_cited_constants(scenario):
 
 def test_overlap_follows_each_engine_default_unless_set(scenario):
     sglang = rlsim.with_(scenario, {"placement.rollout.engine": "sglang"})
-    assert EngineOverheads.for_placement(sglang.placement.rollout, sglang.framework).overlap_scheduling
+    assert engine_overheads(sglang.framework, engine_layout(sglang.placement.rollout)).overlap_scheduling
     forced = rlsim.with_(scenario, {"framework.overlap_scheduling": True})
-    assert EngineOverheads.for_placement(forced.placement.rollout, forced.framework).overlap_scheduling
+    assert engine_overheads(forced.framework, engine_layout(forced.placement.rollout)).overlap_scheduling
     vllm_gen = rlsim.simulate(scenario).metrics["stages_s"]["gen"]
     assert rlsim.simulate(sglang).metrics["stages_s"]["gen"] < vllm_gen
     assert rlsim.simulate(forced).metrics["stages_s"]["gen"] == rlsim.simulate(sglang).metrics["stages_s"]["gen"]

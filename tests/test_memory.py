@@ -10,24 +10,35 @@ import pytest
 from rlsim.config import load_scenario
 from rlsim.config.bound import bind
 from rlsim.config.schema import Scenario, TrainingPlacement
-from rlsim.costs.memory import (
-    GIB,
-    activation_bytes_per_token,
-    kv_bytes_per_token_per_gpu,
-    memory_report,
-    model_state_bytes,
-    resident_reference,
-    resident_training_bytes,
-    rollout_memory,
-    training_activation_memory,
-    training_memory,
-    training_memory_of,
-)
+from rlsim.costs import memory as costs_memory
+from rlsim.costs.layout import TrainingLayout
+from rlsim.costs.memory import GIB, activation_bytes_per_token, kv_bytes_per_token_per_gpu, model_state_bytes
 from rlsim.errors import InfeasibleError
 from rlsim.models import ModelCatalog
+from rlsim.pricing.layouts import training_layout
+from rlsim.pricing.memory import (
+    memory_report,
+    resident_reference,
+    rollout_memory,
+    training_memory,
+    training_state_beside_engines,
+)
 
 ROOT = Path(__file__).parents[1]
 CATALOG = ModelCatalog.load()
+
+
+def priced(placement: TrainingPlacement) -> TrainingLayout:
+    """A training placement written as in a scenario, as the cost models take it (the pool does not matter here)."""
+    return training_layout(placement.model_copy(update={"pool": placement.pool or "main"}))
+
+
+def training_memory_of(spec, placement: TrainingPlacement, capacity_bytes: float, **roles) -> costs_memory.RoleMemory:
+    return costs_memory.training_memory_of(spec, priced(placement), capacity_bytes, **roles)
+
+
+def training_activation_memory(spec, placement: TrainingPlacement) -> costs_memory.ActivationMemory:
+    return costs_memory.training_activation_memory(spec, priced(placement))
 
 
 def scenario_from_quickstart(tmp_path: Path, *edits: tuple[str, str]) -> Scenario:
@@ -230,7 +241,7 @@ def test_offload_reduces_resident_and_training_memory(tmp_path):
                                                  "reference_weights": "host"})
     offloaded = scenario.model_copy(update={"placement": scenario.placement.model_copy(
         update={"training": offloaded_layout})})
-    assert resident_training_bytes(scenario, spec) > 0 == resident_training_bytes(offloaded, spec)
+    assert training_state_beside_engines(scenario, spec) > 0 == training_state_beside_engines(offloaded, spec)
     before = training_memory_of(spec, layout, 80 * GIB)
     after = training_memory_of(spec, offloaded_layout, 80 * GIB)
     saved = before.components["weights"] + before.components["optimizer"]

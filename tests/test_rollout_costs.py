@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlsim.config.framework import Framework
 from rlsim.config.schema import RolloutPlacement
 from rlsim.costs.compute import DEFAULT_FUSED_MOE_CALL_S, DEFAULT_FUSED_MOE_EXPERT_S, GPURates
 from rlsim.costs.rollout import EngineCosts, EngineOverheads, PrefillChunk, kv_cache_tokens
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog, ModelSpec
+from rlsim.pricing.layouts import engine_layout, engine_overheads
 from tests.test_training_costs import calibration_script
 
 HARDWARE = HardwareCatalog.load()
@@ -54,7 +56,8 @@ def engine(model: str, gpu=H100, tp: int = 1, ep: int = 1, overheads: EngineOver
 def offline_batch(spec: ModelSpec, gpu, placement: RolloutPlacement, prompt: int, output: int) -> int:
     """Sequences an engine runs at once: its max_num_seqs, or fewer when the KV cache cannot hold them all at full
     length (no preemption: each sequence keeps room for its whole prompt and output)."""
-    return min(placement.max_num_seqs, kv_cache_tokens(spec, gpu.memory_bytes, placement) // (prompt + output))
+    layout = engine_layout(placement.model_copy(update={"pool": "main"}))
+    return min(placement.max_num_seqs, kv_cache_tokens(spec, gpu.memory_bytes, layout) // (prompt + output))
 
 
 # ---- published throughput anchors (reference §2) -----------------------------------------------------------------
@@ -415,9 +418,9 @@ def test_engine_rejects_configurations_it_cannot_model():
         costs.decode_iterations_within(4, 0, math.inf)
 
 
-def test_for_placement_reads_the_scenario_engine():
-    placement = RolloutPlacement(gpus=8, tp=4, ep=2, cuda_graphs=False)
-    costs = EngineCosts.for_placement(
-        MODELS.spec("Qwen3-30B-A3B"), GPURates.from_profile(H100), placement, ring_all_reduce(4), all_to_all(4)
-    )
+def test_an_engine_of_a_scenario_reads_its_placement():
+    placement = RolloutPlacement(pool="main", gpus=8, tp=4, ep=2, cuda_graphs=False)
+    layout = engine_layout(placement)
+    costs = EngineCosts.for_layout(MODELS.spec("Qwen3-30B-A3B"), GPURates.from_profile(H100), layout,
+                                   ring_all_reduce(4), all_to_all(4), engine_overheads(Framework(), layout))
     assert (costs.tp, costs.ep, costs.overheads.cuda_graphs) == (4, 2, False)

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 import rlsim.sim.run as run_module
 from rlsim.config import parse_scenario
 from rlsim.config.bound import bind
-from rlsim.costs.weight_sync import colocated_switch_for
 from rlsim.events import LABELS
 from rlsim.metrics import gpu_label_seconds, summary
+from rlsim.pricing.weight_sync import colocated_switch_for
 from rlsim.sim.run import SIMULATION_GC_THRESHOLD, simulate_log
 from tests.sim_scenarios import bound, scenario_yaml
 from tests.test_sim_rollout import assert_same_samples
@@ -419,7 +419,7 @@ def test_rollout_log_probs_remove_the_old_log_prob_stage():
 
 
 def test_the_drivers_per_step_python_work_is_the_adv_stage_and_the_training_gpus_wait_for_it():
-    from rlsim.config.framework import TRAINER_STEP_OVERHEAD_S
+    from rlsim.overheads import TRAINER_STEP_OVERHEAD_S
 
     text = scenario_yaml(steps=3, placement="") + "framework: {trainer_step_overhead_s: OVERHEAD}\n"
     with_driver = simulate_log(bind(parse_scenario(text.replace("OVERHEAD", "2.5")))).log
@@ -458,7 +458,7 @@ def test_a_streaming_step_pays_the_driver_once_in_shares():
     base = dict(mode="disaggregated", rollout_gpus=4, training_gpus=4, schedule="async", staleness=2,
                 mini_batches=4, prompts=16, samples=4, steps=2, streaming=True)
     log, _ = run(**base)
-    from rlsim.config.framework import TRAINER_STEP_OVERHEAD_S
+    from rlsim.overheads import TRAINER_STEP_OVERHEAD_S
 
     assert all(s.stages["adv"] == pytest.approx(TRAINER_STEP_OVERHEAD_S) for s in log.steps)
     # Only the 4 training GPUs wait; the engines keep generating. (A wait may be recorded as several spans over

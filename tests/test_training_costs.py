@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlsim.config.bound import pool_hardware
-from rlsim.config.framework import MEGATRON_KERNEL_EFFICIENCY, TRAINING_KERNEL_EFFICIENCY, Framework
+from rlsim.config.framework import Framework
 from rlsim.config.schema import Pool, TrainingPlacement
 from rlsim.costs.compute import GPURates
 from rlsim.costs.training import (
@@ -27,6 +27,7 @@ from rlsim.costs.training import (
 )
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog
+from rlsim.overheads import MEGATRON_KERNEL_EFFICIENCY, TRAINING_KERNEL_EFFICIENCY
 from rlsim.topology import ClusterTopology
 
 HARDWARE = HardwareCatalog.load()

@@ -5,19 +5,19 @@ import pytest
 
 from rlsim.config import parse_scenario
 from rlsim.config.bound import Bound, bind
-from rlsim.config.framework import PAGEABLE_COPY_IN_BYTES_PER_S, PAGEABLE_COPY_OUT_BYTES_PER_S, Framework
-from rlsim.costs.memory import resident_training_bytes, rollout_memory, training_memory, training_memory_of
+from rlsim.config.framework import Framework
+from rlsim.costs.memory import resident_training_bytes, training_memory_of
 from rlsim.costs.weight_sync import (
     SLEEP_WAKE_FLOOR_S,
-    colocated_switch_for,
     disaggregated_sync,
-    disaggregated_sync_for,
     engine_parameter_count,
     load_call_seconds,
-    reference_load_seconds,
-    role_gpus,
     tensor_count,
 )
+from rlsim.overheads import PAGEABLE_COPY_IN_BYTES_PER_S, PAGEABLE_COPY_OUT_BYTES_PER_S
+from rlsim.pricing.layouts import engine_layout, training_layout, weight_export
+from rlsim.pricing.memory import resident_reference, rollout_memory, training_memory
+from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.topology import ClusterTopology
 
 DISAGGREGATED = """
@@ -176,11 +176,14 @@ def test_tensor_count_follows_the_checkpoint_layout():
 def test_roles_are_placed_rollout_first():
     bound = scenario("Qwen3-30B-A3B", **V8_LAYOUTS["Qwen3-30B-A3B"])
     topo = ClusterTopology.build(bound)
-    rollout, training = role_gpus(bound, topo)
+    gpus = role_gpus(bound, topo)
+    rollout, training = gpus.rollout, gpus.training
     assert rollout == topo.allocate("main", 16) and training == topo.allocate("main", 16, offset=16)
+    placement = bound.scenario.placement
     with pytest.raises(ValueError, match="must not overlap"):
-        disaggregated_sync(bound.model, bound.scenario.placement.training, training, bound.scenario.placement.rollout,
-                           training, bound.scenario.schedule.weight_sync, topo)
+        disaggregated_sync(bound.model, training_layout(placement.training), training,
+                           engine_layout(placement.rollout), training, weight_export(bound.scenario.schedule.weight_sync),
+                           topo)
 
 
 COLOCATED = "{backend: fsdp, zero_stage: 3, offload_while_generating: true}"
@@ -343,10 +346,12 @@ def test_offload_while_generating_moves_the_state_it_names_but_not_into_training
     # Nothing of the training state is left beside the engines, so the KV cache gets it.
     swapped_rollout = rollout_memory(swapped.scenario, swapped.model, swapped.gpu("main"))
     kept_rollout = rollout_memory(kept.scenario, kept.model, kept.gpu("main"))
-    state = resident_training_bytes(kept.scenario, kept.model)
+    state = resident_training_bytes(kept.model, training_layout(kept.scenario.placement.training),
+                                    critic=kept.scenario.algorithm.critic, reference=resident_reference(kept.scenario))
     assert state > 0 and "training state (resident)" not in swapped_rollout.components
     assert swapped_rollout.kv_cache_bytes - kept_rollout.kv_cache_bytes == pytest.approx(state)
     # Training itself runs with everything on the GPU: the same time as without the flag.
-    swapped_layout, kept_layout = swapped.scenario.placement.training, kept.scenario.placement.training
+    swapped_layout = training_layout(swapped.scenario.placement.training)
+    kept_layout = training_layout(kept.scenario.placement.training)
     assert training_memory_of(swapped.model, swapped_layout, 80e9).total_bytes == pytest.approx(
         training_memory_of(kept.model, kept_layout, 80e9).total_bytes)

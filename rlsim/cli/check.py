@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rlsim.config import load_scenario
     from rlsim.config.bound import bind
-    from rlsim.costs.memory import memory_report
+    from rlsim.pricing.memory import memory_report
 
     # Recorded, to print among the summary's lines on stdout, the part of the output a user reads.
     with warnings.catch_warnings(record=True) as caught:

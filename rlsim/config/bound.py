@@ -1,4 +1,5 @@
-"""A resolved scenario bound to the objects its names refer to: the model's derived sizes and each pool's hardware."""
+"""A resolved scenario bound to the objects its names refer to: the model's derived sizes, the reward model's or
+judge's, and each pool's hardware."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +8,7 @@ from pathlib import Path
 from rlsim.config.framework import Framework
 from rlsim.config.schema import Pool, Scenario
 from rlsim.hardware import GPUProfile, HardwareCatalog, Interconnect
-from rlsim.models import ModelSpec
+from rlsim.models import ModelCatalog, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class Bound:
     scenario: Scenario
     model: ModelSpec
     pools: dict[str, PoolHardware]
+    reward_model: ModelSpec | None = None  # the reward model or LLM judge workload.reward names, else None
 
     def gpu(self, pool: str | None) -> GPUProfile:
         return self.pools[pool or self.scenario.cluster.pools[0].name].gpu
@@ -54,4 +56,6 @@ def bind(scenario: Scenario) -> Bound:
     architecture = scenario.model.architecture
     assert architecture is not None, "load_scenario fills the architecture of catalog models"
     spec = ModelSpec.from_architecture(scenario.model.name, architecture)
-    return Bound(scenario=scenario, model=spec, pools=pools)
+    reward = scenario.workload.reward
+    scorer = ModelCatalog.load().spec(reward.model) if reward.kind in ("reward_model", "llm_judge") else None
+    return Bound(scenario=scenario, model=spec, pools=pools, reward_model=scorer)

@@ -155,7 +155,7 @@ class GPURates:
 
     def sustained(self, fraction: float) -> GPURates:
         """These rates with every kernel `fraction` as fast: what a whole training step sustains, where the rates above
-        are each kernel's own (rlsim.config.framework.TRAINING_KERNEL_EFFICIENCY)."""
+        are each kernel's own (rlsim.overheads.TRAINING_KERNEL_EFFICIENCY)."""
         if not 0 < fraction <= 1:
             raise ValueError(f"a sustained fraction is in (0, 1], got {fraction}")
         attention = None if self.fused_attention_flops is None else self.fused_attention_flops * fraction

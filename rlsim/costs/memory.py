@@ -40,14 +40,13 @@ colocated rollout engine runs.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
-from rlsim.config.schema import OffloadWhileGenerating, RolloutPlacement, Scenario, TrainingPlacement
+from rlsim.costs.layout import EngineLayout, TrainingLayout
 from rlsim.errors import InfeasibleError
-from rlsim.hardware import GPUProfile
-from rlsim.models import Architecture, ModelSpec
+from rlsim.models import ModelSpec
 from rlsim.models.spec import LayerKind
 
 GIB = 2**30
@@ -58,7 +57,7 @@ ADAM_MOMENT_BYTES = 8  # the two moments alone: the optimizer's `state` tensors,
 # Megatron's main-gradient buffer is fp32 for bf16 training unless --grad-reduce-in-bf16 (megatron/training/arguments.py).
 MEGATRON_GRAD_BYTES = 4
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
-# Bytes per logit held at once while log-probabilities are computed, by `TrainingPlacement.logprob_kernel`: the bf16
+# Bytes per logit held at once while log-probabilities are computed, by `TrainingLayout.logprob_kernel`: the bf16
 # logits the output head writes, plus what the kernel materialises (see training.LOGPROB_BYTES for the kernels). A fused
 # kernel streams them (flash-attn's cross_entropy_loss); Megatron-Core's vocab-parallel cross-entropy keeps one fp32
 # copy and works in place; NeMo-RL's DistributedLogprob holds the fp32 copy and two fp32 results at once (the shifted
@@ -66,10 +65,6 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 LOGIT_BYTES = {"fused": BF16, "fp32_vocab_parallel": BF16 + FP32, "fp32_unfused": BF16 + 3 * FP32}
 # FSDP gathers the unit it computes and prefetches the next one (FSDP's default backward/forward prefetch of one unit).
 FSDP_GATHERED_LAYERS = 2
-# The smallest micro-batch budget a hint proposes: halving stops here.
-MIN_HINT_MICRO_BATCH_TOKENS = 512
-# Tensor parallelism beyond one 8-GPU NVLink node is not proposed (its per-layer collectives would cross the network).
-MAX_HINT_TP = 8
 
 Implementation = Literal["fused", "eager"]
 
@@ -123,19 +118,18 @@ def model_state_bytes(params: float, zero_stage: int, shards: int, grad_bytes: f
     }
 
 
-def parameters_per_gpu(spec: ModelSpec, layout: TrainingPlacement) -> tuple[float, float]:
+def parameters_per_gpu(spec: ModelSpec, layout: TrainingLayout) -> tuple[float, float]:
     """(dense, routed-expert) parameters one GPU holds before ZeRO sharding, averaged over pipeline stages."""
     expert = spec.routed_expert_params
     return (spec.total_params - expert) / (layout.tp * layout.pp), expert / (layout.ep * layout.pp)
 
 
-def zero_shards(layout: TrainingPlacement) -> tuple[int, int]:
+def zero_shards(layout: TrainingLayout) -> tuple[int, int]:
     """How many ranks ZeRO shards over: (dense parameters: dp·cp, routed experts: tp·cp·dp/ep)."""
-    dp = _dp(layout)
-    return dp * layout.cp, max(1, layout.tp * layout.cp * dp // layout.ep)
+    return layout.dp * layout.cp, max(1, layout.tp * layout.cp * layout.dp // layout.ep)
 
 
-def training_model_state(spec: ModelSpec, layout: TrainingPlacement) -> dict[str, float]:
+def training_model_state(spec: ModelSpec, layout: TrainingLayout) -> dict[str, float]:
     """Weights, gradients and optimizer state on one training GPU, offloaded parts left out."""
     dense, expert = parameters_per_gpu(spec, layout)
     dense_shards, expert_shards = zero_shards(layout)
@@ -150,7 +144,7 @@ def training_model_state(spec: ModelSpec, layout: TrainingPlacement) -> dict[str
     return state
 
 
-def fsdp_gathered_bytes(spec: ModelSpec, layout: TrainingPlacement) -> float:
+def fsdp_gathered_bytes(spec: ModelSpec, layout: TrainingLayout) -> float:
     """ZeRO-3/FSDP working set: unsharded bf16 weights and gradients of the units being computed and prefetched.
 
     The root unit (embedding, final norm, output head) stays gathered from the start of the forward pass to the end of
@@ -212,25 +206,25 @@ class ActivationMemory:
         return self.activations + self.logits
 
 
-def _layer_activations(spec: ModelSpec, layout: TrainingPlacement, tokens: int) -> dict[str, float]:
+def _layer_activations(spec: ModelSpec, layout: TrainingLayout, tokens: int) -> dict[str, float]:
     """Bytes one layer of each kind keeps for a micro-batch of `tokens` per GPU (split by tp: sequence parallelism)."""
     impl = kernel_implementation(layout.backend)
     return {kind: activation_bytes_per_token(spec, kind, impl) * tokens / layout.tp
             for kind in ("dense", "moe") if spec.layer_count(kind)}
 
 
-def _logit_bytes(spec: ModelSpec, layout: TrainingPlacement, tokens: int) -> float:
+def _logit_bytes(spec: ModelSpec, layout: TrainingLayout, tokens: int) -> float:
     return LOGIT_BYTES[layout.logprob_kernel] * tokens * spec.architecture.vocab_size / layout.tp
 
 
-def forward_pass_activation_memory(spec: ModelSpec, layout: TrainingPlacement) -> ActivationMemory:
+def forward_pass_activation_memory(spec: ModelSpec, layout: TrainingLayout) -> ActivationMemory:
     """A forward-only pass (old log-probs, reference, values) keeps no activations for a backward pass: one layer's
     worth in flight, plus the logits of one micro-batch of `logprob_micro_batch_tokens` per GPU."""
     tokens = layout.forward_micro_batch_tokens
     return ActivationMemory(max(_layer_activations(spec, layout, tokens).values()), _logit_bytes(spec, layout, tokens))
 
 
-def training_activation_memory(spec: ModelSpec, layout: TrainingPlacement) -> ActivationMemory:
+def training_activation_memory(spec: ModelSpec, layout: TrainingLayout) -> ActivationMemory:
     """Activations of the layers in flight plus the logits of one micro-batch of `micro_batch_tokens` per GPU."""
     arch = spec.architecture
     tokens = layout.micro_batch_tokens  # per GPU: a micro-batch holds micro_batch_tokens·cp tokens over the CP group
@@ -254,7 +248,7 @@ def training_activation_memory(spec: ModelSpec, layout: TrainingPlacement) -> Ac
     return ActivationMemory(last, logits)
 
 
-def training_activation_bytes(spec: ModelSpec, layout: TrainingPlacement) -> float:
+def training_activation_bytes(spec: ModelSpec, layout: TrainingLayout) -> float:
     """Activations plus logits at the training peak (see `training_activation_memory`)."""
     return training_activation_memory(spec, layout).total
 
@@ -262,13 +256,13 @@ def training_activation_bytes(spec: ModelSpec, layout: TrainingPlacement) -> flo
 # ---------------------------------------------------------------------------------------------------- training role
 
 
-def reference_weight_bytes(spec: ModelSpec, layout: TrainingPlacement) -> float:
+def reference_weight_bytes(spec: ModelSpec, layout: TrainingLayout) -> float:
     """The reference policy's bf16 weights on one training GPU, sharded as the policy's are."""
-    return training_model_state(spec, layout.model_copy(update={"offload_params": False}))["weights"]
+    return training_model_state(spec, replace(layout, offload_params=False))["weights"]
 
 
 def training_memory_of(
-    spec: ModelSpec, layout: TrainingPlacement, capacity_bytes: float, *, critic: bool = False,
+    spec: ModelSpec, layout: TrainingLayout, capacity_bytes: float, *, critic: bool = False,
     reference: bool = False, pool: str = ""
 ) -> RoleMemory:
     """Peak memory of one training GPU, without hints: during the update, or during a forward-only pass where that
@@ -308,103 +302,53 @@ def _with_activations(components: dict[str, float], acts: ActivationMemory) -> d
     return out
 
 
-def training_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
-    """Peak memory of an actor-training GPU during the update; when it does not fit, hints that were checked to fit."""
-    layout = scenario.placement.training
-    critic = scenario.algorithm.critic
-    reference = resident_reference(scenario)
-    memory = training_memory_of(spec, layout, gpu.memory_bytes, critic=critic, reference=reference,
-                                pool=layout.pool or "")
-    if memory.fits:
-        return memory
-
-    gpus = layout.tp * layout.pp * layout.cp * _dp(layout)
-
-    def fits(changes: dict[str, Any]) -> float | None:
-        model_parallel = changes.get("tp", layout.tp) * changes.get("pp", layout.pp) * changes.get("cp", layout.cp)
-        if gpus % model_parallel:
-            return None
-        # The GPU count stays: a larger model-parallel degree leaves fewer data-parallel ranks.
-        dp = gpus // model_parallel
-        if (changes.get("tp", layout.tp) * changes.get("cp", layout.cp) * dp) % layout.ep:
-            return None
-        candidate = layout.model_copy(update={**changes, "dp": dp})
-        memory = training_memory_of(spec, candidate, gpu.memory_bytes, critic=critic, reference=reference)
-        return memory.total_bytes if memory.fits else None
-
-    longest = scenario.algorithm.model_len
-    hints = _verified_hints("placement.training", _training_options(spec, layout, longest), fits)
-    return RoleMemory(memory.role, memory.pool, memory.capacity_bytes, memory.components, notes=memory.notes,
-                      hints=hints)
-
-
-def _training_options(spec: ModelSpec, layout: TrainingPlacement, longest: int) -> list[dict[str, Any]]:
-    """Single changes that lower training memory, cheapest first; a field's later options go further (smaller, larger)."""
-    arch = spec.architecture
-    options: list[dict[str, Any]] = []
-    if layout.zero_stage < 3:
-        options.append({"zero_stage": 3})
-    if layout.activation_recompute != "full":
-        options.append({"activation_recompute": "full"})
-    # A micro-batch must still hold the longest sequence (split over the context-parallel group).
-    for budget in ("logprob_micro_batch_tokens", "micro_batch_tokens"):
-        tokens = (getattr(layout, budget) or 0) // 2
-        while tokens >= MIN_HINT_MICRO_BATCH_TOKENS and tokens * layout.cp >= longest:
-            options.append({budget: tokens})
-            tokens //= 2
-    if not layout.offload_optimizer:
-        options.append({"offload_optimizer": True})
-    if not layout.offload_params:
-        options.append({"offload_params": True})
-    # Megatron splits layers over TP and PP; the FSDP backends (verl) only add Ulysses context parallelism.
-    limits = {"tp": MAX_HINT_TP, "pp": arch.num_hidden_layers, "cp": arch.num_attention_heads}
-    for name in ("tp", "pp", "cp") if layout.backend == "megatron" else ("cp",):
-        degree = getattr(layout, name) * 2
-        while degree <= limits[name] and _divides(name, degree, arch, layout):
-            options.append({name: degree})
-            degree *= 2
-    return options
-
-
-def _divides(name: str, degree: int, arch: Architecture, layout: TrainingPlacement) -> bool:
-    """Whether a parallel degree satisfies the config checks' shape constraints."""
-    if name == "tp":
-        return arch.num_key_value_heads % degree == 0 and arch.num_attention_heads % degree == 0
-    if name == "pp":
-        return arch.num_hidden_layers % (degree * layout.virtual_pipeline_stages) == 0
-    return (arch.num_attention_heads // layout.tp) % degree == 0
-
-
-def _dp(layout: TrainingPlacement) -> int:
-    if layout.dp is None:
-        raise ValueError("the training layout's dp is not resolved; load scenarios with rlsim.config.load_scenario")
-    return layout.dp
+def resident_training_bytes(spec: ModelSpec, layout: TrainingLayout, *, critic: bool, reference: bool) -> float:
+    """Training state left on a GPU while a colocated rollout engine runs (gradients are freed after the update; what
+    lives on the host throughout or moves there while generating is not on the GPU). `critic`: a critic of the
+    actor's shape trains on the same GPUs; `reference`: a resident reference policy."""
+    moved = layout.moved_while_generating
+    state = training_model_state(spec, layout)
+    models = 2 if critic else 1
+    # The reference goes to the host with the policy's weights.
+    reference_bytes = reference_weight_bytes(spec, layout) if reference and not moved.weights else 0.0
+    kept = (0.0 if moved.weights else state["weights"]) + (0.0 if moved.optimizer else state["optimizer"])
+    return models * kept + reference_bytes
 
 
 # ---------------------------------------------------------------------------------------------------- rollout role
 
 
-def resident_reference(scenario: Scenario) -> bool:
-    """Whether a frozen reference policy occupies the training GPUs."""
-    return scenario.algorithm.ref_model and scenario.placement.training.reference_weights == "resident"
+def engine_memory(spec: ModelSpec, layout: EngineLayout, capacity_bytes: float, *, weight_dtype_bytes: float,
+                  resident_training_bytes: float, longest_sequence: int) -> RoleMemory:
+    """One engine GPU: weights, workspace, training state left beside it, and at least one longest sequence's KV
+    inside its gpu_memory_utilization share of `capacity_bytes`; the rest is the KV-cache budget."""
+    components = {
+        "weights": spec.total_params * weight_dtype_bytes / layout.tp,
+        "workspace": rollout_workspace_bytes(spec, layout),
+    }
+    notes: list[str] = []
+    if resident_training_bytes:
+        components["training state (resident)"] = resident_training_bytes
+        notes.append("colocated: training state that is not offloaded stays on the GPU while it generates")
+    budget = layout.gpu_memory_utilization * capacity_bytes
+    kv_cache = budget - sum(components.values())
+    longest = kv_bytes_per_token_per_gpu(spec, layout.tp) * longest_sequence
+    components["KV cache, one longest sequence"] = longest
+    if kv_cache >= longest:
+        notes.append(f"KV cache {kv_cache / GIB:.1f} GiB holds {kv_cache / longest:.0f} sequences of "
+                     f"{longest_sequence} tokens")
+    return RoleMemory("rollout", layout.pool, budget, components, kv_cache_bytes=max(kv_cache, 0.0),
+                      notes=tuple(notes))
 
 
-def resident_training_bytes(scenario: Scenario, spec: ModelSpec) -> float:
-    """Training state left on a GPU while a colocated rollout engine runs (gradients are freed after the update; what
-    lives on the host throughout or moves there while generating is not on the GPU)."""
-    layout = scenario.placement.training
-    moved = layout.moved_while_generating
-    state = training_model_state(spec, layout)
-    models = 2 if scenario.algorithm.critic else 1
-    reference = reference_weight_bytes(spec, layout) if resident_reference(scenario) else 0.0
-    if moved.weights:  # the reference goes with the policy's weights
-        reference = 0.0
-    kept = (0.0 if moved.weights else state["weights"]) + (0.0 if moved.optimizer else state["optimizer"])
-    return models * kept + reference
+def require_all(memories: Iterable[RoleMemory]) -> None:
+    """Raise InfeasibleError for the first role that does not fit."""
+    for memory in memories:
+        memory.require()
 
 
 def engine_kv_tokens(memory: RoleMemory, spec: ModelSpec, tp: int) -> int:
-    """KV-cache tokens one engine holds: its GPUs' cache budget (`rollout_memory`) over the bytes a token takes on each
+    """KV-cache tokens one engine holds: its GPUs' cache budget (`engine_memory`) over the bytes a token takes on each
     of its `tp` GPUs. The simulated engines, the estimate's and the metrics' capacity all count it here."""
     return int((memory.kv_cache_bytes or 0.0) // kv_bytes_per_token_per_gpu(spec, tp))
 
@@ -420,78 +364,7 @@ def kv_bytes_per_token_per_gpu(spec: ModelSpec, tp: int) -> float:
     return per_token / min(tp, spec.architecture.num_key_value_heads)
 
 
-def _rollout_memory_of(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
-    engine = scenario.placement.rollout
-    components = {
-        "weights": spec.total_params * DTYPE_BYTES[scenario.model.dtype] / engine.tp,
-        "workspace": rollout_workspace_bytes(spec, engine),
-    }
-    notes: list[str] = []
-    placement = scenario.placement
-    if placement.mode in ("colocated", "hybrid") and engine.pool == placement.training.pool:
-        resident = resident_training_bytes(scenario, spec)
-        if resident:
-            components["training state (resident)"] = resident
-            notes.append("colocated: training state that is not offloaded stays on the GPU while it generates")
-    budget = engine.gpu_memory_utilization * gpu.memory_bytes
-    kv_cache = budget - sum(components.values())
-    max_len = scenario.algorithm.model_len
-    longest = kv_bytes_per_token_per_gpu(spec, engine.tp) * max_len
-    components["KV cache, one longest sequence"] = longest
-    if kv_cache >= longest:
-        notes.append(f"KV cache {kv_cache / GIB:.1f} GiB holds {kv_cache / longest:.0f} sequences of {max_len} tokens")
-    return RoleMemory("rollout", engine.pool or "", budget, components, kv_cache_bytes=max(kv_cache, 0.0),
-                      notes=tuple(notes))
-
-
-def rollout_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
-    """An engine GPU: weights, workspace and at least one longest sequence's KV inside its gpu_memory_utilization share.
-
-    When that does not fit, the hints are changes (engine TP, memory share, offloading colocated training state) that
-    were checked to fit.
-    """
-    memory = _rollout_memory_of(scenario, spec, gpu)
-    if memory.fits:
-        return memory
-    placement = scenario.placement
-    engine, arch = placement.rollout, spec.architecture
-    options: list[dict[str, Any]] = []
-    tp = engine.tp * 2
-    while tp <= engine.gpus and engine.gpus % tp == 0 and arch.num_attention_heads % tp == 0:
-        options.append({"rollout.tp": tp})
-        tp *= 2
-    if engine.gpu_memory_utilization < 0.95:
-        options.append({"rollout.gpu_memory_utilization": 0.95})
-    if "training state (resident)" in memory.components:
-        if placement.mode == "colocated" and placement.training.moved_while_generating != OffloadWhileGenerating(
-                weights=True, optimizer=True):
-            options.append({"training.offload_while_generating": True})
-        if not placement.training.offload_optimizer:
-            options.append({"training.offload_optimizer": True})
-        if not placement.training.offload_params:
-            options.append({"training.offload_params": True})
-
-    def fits(changes: dict[str, Any]) -> float | None:
-        candidate = _rollout_memory_of(_with_placement(scenario, changes), spec, gpu)
-        return candidate.total_bytes if candidate.fits else None
-
-    hints = _verified_hints("placement", options, fits)
-    return RoleMemory(memory.role, memory.pool, memory.capacity_bytes, memory.components,
-                      kv_cache_bytes=memory.kv_cache_bytes, notes=memory.notes, hints=hints)
-
-
-def _with_placement(scenario: Scenario, changes: dict[str, Any]) -> Scenario:
-    """The scenario with `section.field` placement changes applied (no re-validation: only for re-evaluating memory)."""
-    placement = scenario.placement
-    sections: dict[str, dict[str, Any]] = {}
-    for key, value in changes.items():
-        section, name = key.split(".")
-        sections.setdefault(section, {})[name] = value
-    updated = {name: getattr(placement, name).model_copy(update=fields) for name, fields in sections.items()}
-    return scenario.model_copy(update={"placement": placement.model_copy(update=updated)})
-
-
-def rollout_workspace_bytes(spec: ModelSpec, engine: RolloutPlacement) -> float:
+def rollout_workspace_bytes(spec: ModelSpec, engine: EngineLayout) -> float:
     """Activation workspace of one engine iteration: a layer's intermediate tensors for the token budget plus fp32 logits."""
     arch = spec.architecture
     tokens = engine.max_num_batched_tokens
@@ -501,71 +374,3 @@ def rollout_workspace_bytes(spec: ModelSpec, engine: RolloutPlacement) -> float:
     return tokens * per_token + logits
 
 
-# ---------------------------------------------------------------------------------------------------- hints
-
-
-def _verified_hints(
-    prefix: str, options: list[dict[str, Any]], fits: Callable[[dict[str, Any]], float | None]
-) -> tuple[str, ...]:
-    """Each single option that fits; if none does, the smallest greedy combination of options (in order) that fits.
-
-    `fits` re-evaluates the memory with the changes applied and returns the bytes needed, or None when it still does not fit.
-    """
-    hints = []
-    answered: set[str] = set()
-    for changes in options:
-        key = next(iter(changes))
-        if key in answered:
-            continue  # the mildest change of a field that fits is enough (largest micro-batch, smallest degree)
-        needed = fits(changes)
-        if needed is not None:
-            answered.add(key)
-            hints.append(f"{_describe(prefix, changes)} ({needed / GIB:.1f} GiB)")
-    if hints:
-        return tuple(hints)
-    chosen: list[dict[str, Any]] = []
-    for changes in options:
-        chosen.append(changes)
-        if fits(_merge(chosen)) is not None:
-            # Drop the options the combination does not need, last-added kept.
-            for option in list(chosen[:-1]):
-                trial = [o for o in chosen if o is not option]
-                if fits(_merge(trial)) is not None:
-                    chosen = trial
-            merged = _merge(chosen)
-            needed = fits(merged)
-            assert needed is not None
-            return (f"{_describe(prefix, merged)} together ({needed / GIB:.1f} GiB)",)
-    return ("more GPUs, or GPUs with more memory (no change of ZeRO stage, recompute, micro-batch size, offload or "
-            "parallelism fits, alone or together)",)
-
-
-def _merge(options: list[dict[str, Any]]) -> dict[str, Any]:
-    """One set of changes; a later option of the same field (a smaller micro-batch, a larger degree) wins."""
-    merged: dict[str, Any] = {}
-    for option in options:
-        merged.update(option)
-    return merged
-
-
-def _describe(prefix: str, changes: dict[str, Any]) -> str:
-    return " + ".join(f"{prefix}.{key}: {_yaml(value)}" for key, value in changes.items())
-
-
-def _yaml(value: object) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def memory_report(scenario: Scenario, spec: ModelSpec, gpus: dict[str, GPUProfile]) -> list[RoleMemory]:
-    """Per-GPU memory of each GPU role in the scenario; `gpus` maps pool name to its GPU profile."""
-    placement = scenario.placement
-    return [
-        rollout_memory(scenario, spec, gpus[placement.rollout.pool or ""]),
-        training_memory(scenario, spec, gpus[placement.training.pool or ""]),
-    ]
-
-
-def require_all(memories: Iterable[RoleMemory]) -> None:
-    """Raise InfeasibleError for the first role that does not fit."""
-    for memory in memories:
-        memory.require()

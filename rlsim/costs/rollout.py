@@ -37,23 +37,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
 
-from rlsim.config.framework import (
+from rlsim.costs.compute import GPURates
+from rlsim.costs.decode_profile import DecodeProfile, decode_profile
+from rlsim.costs.engine_kernels import CollectiveSeconds, EngineKernels, work_of
+from rlsim.costs.layout import EngineLayout, InferenceEngine
+from rlsim.costs.memo import Memo
+from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
+from rlsim.models import ModelSpec
+from rlsim.overheads import (
     CUDA_GRAPH_MAX_TOKENS,
     ENGINE_STEP_CPU_PER_SEQUENCE_S,
     ENGINE_STEP_CPU_S,
     KERNEL_GAP_S,
     KERNEL_LAUNCH_S,
-    Framework,
 )
-from rlsim.config.schema import RolloutPlacement
-from rlsim.costs.compute import GPURates
-from rlsim.costs.decode_profile import DecodeProfile, decode_profile
-from rlsim.costs.engine_kernels import CollectiveSeconds, EngineKernels, work_of
-from rlsim.costs.memo import Memo
-from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
-from rlsim.models import ModelSpec
 
 # Names other modules import from here: the rollout cost model's public face.
 __all__ = ["CollectiveSeconds", "DecodeProfile", "EngineCosts", "EngineOverheads", "PrefillChunk", "kv_cache_tokens"]
@@ -67,7 +65,8 @@ LogitsPriced = tuple[tuple[float, ...], int]
 
 @dataclass(frozen=True)
 class EngineOverheads:
-    """CPU-side costs of an engine, the same for every GPU and model (defaults and their sources: rlsim.config.framework)."""
+    """CPU-side costs of an engine, the same for every GPU and model (defaults and their sources: rlsim.overheads; a
+    scenario's `framework:` section sets them through rlsim.pricing)."""
 
     step_cpu_seconds: float = ENGINE_STEP_CPU_S
     step_cpu_per_sequence_seconds: float = ENGINE_STEP_CPU_PER_SEQUENCE_S
@@ -78,23 +77,7 @@ class EngineOverheads:
     cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS
     # Without CUDA graphs vLLM also runs without torch.compile (enforce_eager), so its PyTorch-native ops launch one
     # kernel each (`VLLM_EAGER_KERNELS`); counted for vLLM only.
-    engine: Literal["vllm", "sglang"] = "vllm"
-
-    @classmethod
-    def for_placement(cls, placement: RolloutPlacement, framework: Framework | None = None) -> EngineOverheads:
-        """The overheads of an engine configured as in the scenario (vLLM and SGLang alike, but for whether they overlap
-        their CPU work and vLLM's eager kernels)."""
-        framework = framework or Framework()
-        return cls(
-            step_cpu_seconds=framework.engine_step_cpu_s,
-            step_cpu_per_sequence_seconds=framework.engine_step_cpu_per_sequence_s,
-            overlap_scheduling=framework.overlaps(placement.engine),
-            kernel_launch_seconds=framework.kernel_launch_s,
-            kernel_gap_seconds=framework.kernel_gap_s,
-            cuda_graphs=placement.cuda_graphs,
-            cuda_graph_max_tokens=framework.cuda_graph_max_tokens,
-            engine=placement.engine,
-        )
+    engine: InferenceEngine = "vllm"
 
     @property
     def launches_op_by_op(self) -> bool:
@@ -169,27 +152,20 @@ class EngineCosts:
             object.__setattr__(self, name, part)
 
     @classmethod
-    def for_placement(
+    def for_layout(
         cls,
         spec: ModelSpec,
         rates: GPURates,
-        placement: RolloutPlacement,
+        layout: EngineLayout,
         all_reduce_seconds: CollectiveSeconds | None,
         all_to_all_seconds: CollectiveSeconds | None,
+        overheads: EngineOverheads,
         weight_dtype_bytes: float | None = None,
-        framework: Framework | None = None,
     ) -> EngineCosts:
-        """The engine a scenario's rollout placement describes, with the scenario's framework overheads."""
-        return cls(
-            spec,
-            rates,
-            tp=placement.tp,
-            ep=placement.ep,
-            all_reduce_seconds=all_reduce_seconds,
-            all_to_all_seconds=all_to_all_seconds,
-            overheads=EngineOverheads.for_placement(placement, framework),
-            weight_dtype_bytes=weight_dtype_bytes,
-        )
+        """The engines of `layout`, with `overheads` (rlsim.pricing.engine_overheads: the scenario's framework for
+        the layout's engine kind and CUDA graphs)."""
+        return cls(spec, rates, tp=layout.tp, ep=layout.ep, all_reduce_seconds=all_reduce_seconds,
+                   all_to_all_seconds=all_to_all_seconds, overheads=overheads, weight_dtype_bytes=weight_dtype_bytes)
 
     # ---- public API ---------------------------------------------------------------------------------------------
 
@@ -315,7 +291,7 @@ class EngineCosts:
 
 
 def kv_cache_tokens(
-    spec: ModelSpec, gpu_memory_bytes: float, placement: RolloutPlacement, weight_dtype_bytes: float | None = None
+    spec: ModelSpec, gpu_memory_bytes: float, placement: EngineLayout, weight_dtype_bytes: float | None = None
 ) -> int:
     """KV-cache tokens one engine holds: its HBM share less weights and workspace (as `costs.memory` counts them)."""
     weight_bytes = spec.dtype_bytes if weight_dtype_bytes is None else weight_dtype_bytes

@@ -49,8 +49,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rlsim.config.schema import TrainingPlacement
 from rlsim.costs.compute import GPURates
+from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memo import Memo
 from rlsim.costs.training_groups import Collective, GroupCollectives
 from rlsim.costs.training_layers import LayerPricing, causal_pairs
@@ -81,9 +81,9 @@ def training_rates(gpu: GPUProfile, efficiency: float) -> GPURates:
     return GPURates.from_profile(gpu, "bf16").sustained(efficiency)
 
 
-def pipeline_pad_to(layout: TrainingPlacement, micro_batches: Sequence[Sequence[int]]) -> int:
+def pipeline_pad_to(layout: TrainingLayout, micro_batches: Sequence[Sequence[int]]) -> int:
     """Tokens every micro-batch of a rank's batch runs at: the longest of them when the pipeline pads packed
-    micro-batches to one shape (`TrainingPlacement.pp_pads_micro_batches`, pp > 1), else 0 (each its own length)."""
+    micro-batches to one shape (`TrainingLayout.pp_pads_micro_batches`, pp > 1), else 0 (each its own length)."""
     if layout.pp == 1 or not layout.pp_pads_micro_batches or not micro_batches:
         return 0
     return max(sum(mb) for mb in micro_batches)
@@ -104,7 +104,7 @@ class TrainingCosts:
 
     spec: ModelSpec
     rates: GPURates
-    layout: TrainingPlacement
+    layout: TrainingLayout
     collectives: GroupCollectives
     head: Literal["lm", "value"] = "lm"
     _layers: LayerPricing = field(init=False, repr=False, compare=False)
@@ -115,8 +115,6 @@ class TrainingCosts:
 
     def __post_init__(self) -> None:
         layout = self.layout
-        if layout.dp is None:
-            raise ValueError("the training layout's dp is not resolved; load scenarios with rlsim.config.load_scenario")
         c = self.collectives
         needed = {"tp": layout.tp > 1, "cp": layout.cp > 1, "ep": layout.ep > 1, "pp": layout.pp > 1,
                   "dp": layout.dp * layout.cp > 1,
@@ -170,7 +168,7 @@ class TrainingCosts:
         """One optimizer step on one data-parallel rank: forward and backward of every micro-batch, then the step.
 
         `micro_batches` are this rank's micro-batches, each a list of packed sequence lengths (whole sequences, before
-        the CP split); each runs padded up to `pad_to` tokens (`TrainingPlacement.pp_pads_micro_batches`).
+        the CP split); each runs padded up to `pad_to` tokens (`TrainingLayout.pp_pads_micro_batches`).
         """
         if not micro_batches:
             raise ValueError("an update needs at least one micro-batch")

@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rlsim.config.schema import TrainingPlacement
 from rlsim.costs.collectives import HOST_LINK_EFFICIENCY, Op, collective_time
+from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memo import Memo
 from rlsim.topology import GPU, ClusterTopology, CommGroup
 
@@ -34,14 +34,14 @@ class GroupCollectives:
     host: Callable[[float], float] | None = None
 
     @classmethod
-    def on_cluster(cls, topology: ClusterTopology, gpus: Sequence[GPU], layout: TrainingPlacement) -> GroupCollectives:
+    def on_cluster(cls, topology: ClusterTopology, gpus: Sequence[GPU], layout: TrainingLayout) -> GroupCollectives:
         """The groups of the first GPU of a training job on `gpus` (in fill order), priced by `collective_time`.
 
         Ranks follow Megatron-Core's default order, TP fastest, then CP, DP and PP (rank = t + tp·(c + cp·(d + dp·s))),
         so TP stays inside a node. Routed experts use the folded grid (expert TP 1): EP groups are consecutive ranks of
         a stage, expert data parallelism strides over them. Every rank of a regular layout sees groups of the same shape.
         """
-        dp = layout.dp or 1
+        dp = layout.dp
         stage = layout.tp * layout.cp * dp
         if len(gpus) < stage * layout.pp:
             raise ValueError(f"the layout needs {stage * layout.pp} GPUs, {len(gpus)} given")

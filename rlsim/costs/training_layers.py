@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from rlsim.config.schema import TrainingPlacement
 from rlsim.costs.compute import GPURates
+from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memo import Memo
 from rlsim.costs.memory import kernel_implementation
 from rlsim.costs.training_groups import GroupCollectives
@@ -45,7 +45,7 @@ MOE_PERMUTE_BYTES = 8
 # gradients: 1.5× (unary) to 1.7× (binary) the forward's traffic, plus gradient accumulation into the residual stream.
 ELEMENTWISE_BACKWARD_TRAFFIC = 2.0
 # Bytes moved per logit (one token × one vocabulary entry of this GPU's shard) to turn the bf16 logits into
-# log-probabilities, (forward, backward), by `TrainingPlacement.logprob_kernel`, counted from each implementation:
+# log-probabilities, (forward, backward), by `TrainingLayout.logprob_kernel`, counted from each implementation:
 # * fused: one kernel reads the bf16 logits (2); its backward reads them and writes the gradient in place (2 + 2):
 #   flash-attn's cross_entropy_loss, which verl's FSDP workers use when flash-attn is installed
 #   (verl/utils/torch_functional.py logprobs_from_logits).
@@ -94,7 +94,7 @@ class LayerPricing:
     __slots__ = ("spec", "rates", "layout", "collectives", "head", "_implementation", "_widths", "_gemm_plan",
                  "_elementwise_bytes", "_attention_flops_per_pair", "_attention_efficiency", "_token_memo")
 
-    def __init__(self, spec: ModelSpec, rates: GPURates, layout: TrainingPlacement, collectives: GroupCollectives,
+    def __init__(self, spec: ModelSpec, rates: GPURates, layout: TrainingLayout, collectives: GroupCollectives,
                  head: Literal["lm", "value"]):
         self.spec, self.rates, self.layout, self.collectives, self.head = spec, rates, layout, collectives, head
         self._implementation = kernel_implementation(layout.backend)

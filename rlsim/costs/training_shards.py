@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rlsim.config.schema import TrainingPlacement
 from rlsim.costs.compute import GPURates
+from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memo import Memo
 from rlsim.costs.training_groups import GroupCollectives
 from rlsim.costs.training_time import TrainingTime
@@ -51,11 +51,11 @@ class ShardPricing:
                  "unit_params", "root_params", "dense_shards", "expert_dp_degree", "backward_overlap",
                  "optimizer_step")
 
-    def __init__(self, spec: ModelSpec, rates: GPURates, layout: TrainingPlacement, collectives: GroupCollectives,
+    def __init__(self, spec: ModelSpec, rates: GPURates, layout: TrainingLayout, collectives: GroupCollectives,
                  head: Literal["lm", "value"]):
         self.rates, self.layout, self.collectives = rates, layout, collectives
         self.chunks = chunks = layout.pp * layout.virtual_pipeline_stages
-        self.dense_shards = (layout.dp or 1) * layout.cp
+        self.dense_shards = layout.dp * layout.cp
         self.expert_dp_degree = expert_dp_degree(layout)
         # Layer kinds of each model chunk (stage chunk % pp); layers split as evenly as possible, earlier chunks larger.
         kinds = spec.layer_kinds
@@ -158,9 +158,9 @@ class ShardPricing:
         return TrainingTime(optimizer=seconds, exposed_collective=exposed)
 
 
-def expert_dp_degree(layout: TrainingPlacement) -> int:
+def expert_dp_degree(layout: TrainingLayout) -> int:
     """Ranks holding the same routed experts: tp·cp·dp / ep."""
-    return max(1, layout.tp * layout.cp * (layout.dp or 1) // layout.ep)
+    return max(1, layout.tp * layout.cp * layout.dp // layout.ep)
 
 
 def _counts(items) -> dict:
@@ -171,7 +171,7 @@ def _counts(items) -> dict:
     return counts
 
 
-def _root_params(spec: ModelSpec, layout: TrainingPlacement, head: str, chunk: int, chunks: int) -> float:
+def _root_params(spec: ModelSpec, layout: TrainingLayout, head: str, chunk: int, chunks: int) -> float:
     """Embedding (first chunk) and final norm + output head (last chunk) parameters on this GPU."""
     arch = spec.architecture
     params = 0.0

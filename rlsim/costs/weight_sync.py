@@ -38,16 +38,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from rlsim.config.bound import Bound
-from rlsim.config.framework import PAGEABLE_COPY_IN_BYTES_PER_S, PAGEABLE_COPY_OUT_BYTES_PER_S
-from rlsim.config.schema import PPBroadcast, RolloutPlacement, TrainingPlacement, WeightSync
 from rlsim.costs.collectives import COPY_LINK_EFFICIENCY, HOST_LINK_EFFICIENCY, Op, collective_time
+from rlsim.costs.layout import EngineLayout, PPBroadcast, TrainingLayout, WeightExport
 from rlsim.costs.memory import ADAM_MOMENT_BYTES, ADAM_STATE_BYTES, reference_weight_bytes, training_model_state
 from rlsim.hardware import GPUProfile
 from rlsim.models import ModelSpec
+from rlsim.overheads import PAGEABLE_COPY_IN_BYTES_PER_S, PAGEABLE_COPY_OUT_BYTES_PER_S
 from rlsim.topology import GPU, ClusterTopology, CommGroup
 
 MIB = 2**20
@@ -187,7 +186,7 @@ def load_call_seconds(spec: ModelSpec) -> float:
     return engine_parameter_count(spec) * LOAD_CALL_PER_PARAMETER_S + entries * EXPERT_MAPPING_PER_ENTRY_S
 
 
-def engine_shard_bytes(spec: ModelSpec, rollout: RolloutPlacement) -> float:
+def engine_shard_bytes(spec: ModelSpec, rollout: EngineLayout) -> float:
     """Weight bytes one rollout GPU holds: dense weights split over the engine's TP, routed experts over its EP."""
     expert = spec.routed_expert_params * spec.dtype_bytes
     return (spec.weight_bytes - expert) / rollout.tp + expert / (rollout.ep if rollout.ep > 1 else rollout.tp)
@@ -206,7 +205,7 @@ class _Groups:
     zero: tuple[GPU, ...]  # the ranks ZeRO-3/FSDP shards every parameter over (one GPU when weights are not sharded)
 
     @classmethod
-    def of(cls, layout: TrainingPlacement, gpus: Sequence[GPU]) -> _Groups:
+    def of(cls, layout: TrainingLayout, gpus: Sequence[GPU]) -> _Groups:
         tp, pp = layout.tp, layout.pp
         per_stage = len(gpus) // pp
         if layout.backend == "megatron":
@@ -284,11 +283,11 @@ def _gather_seconds(
 
 def disaggregated_sync(
     spec: ModelSpec,
-    training: TrainingPlacement,
+    training: TrainingLayout,
     training_gpus: Sequence[GPU],
-    rollout: RolloutPlacement,
+    rollout: EngineLayout,
     rollout_gpus: Sequence[GPU],
-    sync: WeightSync,
+    sync: WeightExport,
     topology: ClusterTopology,
 ) -> WeightSyncCost:
     """Time to push updated weights from `training_gpus` (in Megatron rank order) to the engines on `rollout_gpus`."""
@@ -297,7 +296,7 @@ def disaggregated_sync(
     if set(training_gpus) & set(rollout_gpus):
         raise ValueError("disaggregated training and rollout GPUs must not overlap; use colocated_switch")
     method = sync.method
-    bucket = sync.bucket_mib * MIB
+    bucket = sync.bucket_bytes
     total = spec.weight_bytes
     groups = _Groups.of(training, training_gpus)
     per_tensor_export = method in ("per_tensor", "checkpoint_engine")
@@ -349,7 +348,7 @@ def disaggregated_sync(
     return WeightSyncCost(method, gather, transfer, load, tensors, buckets)
 
 
-def _load_seconds(spec: ModelSpec, rollout: RolloutPlacement, gpu: GPUProfile) -> float:
+def _load_seconds(spec: ModelSpec, rollout: EngineLayout, gpu: GPUProfile) -> float:
     """Each engine GPU copies its shard out of the received tensors into its weights (read + write), tensor by tensor."""
     return 2 * engine_shard_bytes(spec, rollout) / _hbm_bytes_per_s(gpu) + tensor_count(spec) * LOAD_PER_TENSOR_S
 
@@ -368,10 +367,10 @@ def _host_bytes_per_s(topology: ClusterTopology, gpu: GPU) -> float:
 
 def colocated_switch(
     spec: ModelSpec,
-    training: TrainingPlacement,
-    rollout: RolloutPlacement,
+    training: TrainingLayout,
+    rollout: EngineLayout,
     gpus: Sequence[GPU],
-    sync: WeightSync,
+    sync: WeightExport,
     topology: ClusterTopology,
     *,
     offload_bytes_per_gpu: float = 0.0,
@@ -393,7 +392,7 @@ def colocated_switch(
         raise ValueError("storage_bytes_per_s must be positive")
     groups = _Groups.of(training, gpus)
     per_tensor_export = sync.method in ("per_tensor", "checkpoint_engine")
-    gather = _gather_seconds(spec, groups, topology, per_tensor=per_tensor_export, bucket_bytes=sync.bucket_mib * MIB,
+    gather = _gather_seconds(spec, groups, topology, per_tensor=per_tensor_export, bucket_bytes=sync.bucket_bytes,
                              pp_broadcast=sync.pp_broadcast)
     hardware = topology.hardware(gpus[0].pool)
     reshard = gather + _load_seconds(spec, rollout, hardware.gpu) + load_call_seconds(spec)  # one call, every tensor
@@ -409,19 +408,35 @@ def colocated_switch(
                       call_weights_out_s=pinned_call / host + pageable_call / copy_out)
 
 
-# ---------------------------------------------------------------------------------------------------- from a scenario
-
-
-def role_gpus(bound: Bound, topology: ClusterTopology) -> tuple[tuple[GPU, ...], tuple[GPU, ...]]:
-    """(rollout GPUs, training GPUs) as the placement puts them: rollout first in its pool, training after it when the
-    two share a pool and do not share GPUs, else from the start of its pool."""
-    placement = bound.scenario.placement
-    rollout, training = placement.rollout, placement.training
-    assert rollout.pool is not None and training.pool is not None and training.gpus is not None, "resolved scenario"
-    rollout_gpus = topology.allocate(rollout.pool, rollout.gpus)
-    separate = placement.mode == "disaggregated" and training.pool == rollout.pool
-    training_gpus = topology.allocate(training.pool, training.gpus, rollout.gpus if separate else 0)
-    return rollout_gpus, training_gpus
+def colocated_switch_of(
+    spec: ModelSpec, training: TrainingLayout, rollout: EngineLayout, gpus: Sequence[GPU], export: WeightExport,
+    topology: ClusterTopology, *, pageable_bytes_per_s: tuple[float, float] = (
+        PAGEABLE_COPY_OUT_BYTES_PER_S, PAGEABLE_COPY_IN_BYTES_PER_S),
+    save_checkpoint: bool = False, storage_bytes_per_s: float | None = None,
+) -> SwitchCost:
+    """`colocated_switch` for a training layout: moves the state `training.moved_while_generating` names (state that
+    lives on the host throughout has nothing to move), to the host memory `offload_host_memory` says (of the optimizer
+    state, only the Adam moments go to pageable memory: the fp32 master copy is a parameter, not optimizer state),
+    and with `save_checkpoint` writes each GPU's weights and optimizer state at `storage_bytes_per_s`. With
+    `offload_weights_per_call` the moved weights' round trip per extra worker call is priced too, in the weights'
+    host memory."""
+    state = training_model_state(spec, replace(training, offload_params=False, offload_optimizer=False))
+    moved = training.moved_while_generating
+    weights = state["weights"] if moved.weights else 0.0
+    optimizer = state["optimizer"] if moved.optimizer else 0.0
+    memory = training.offload_host_memory
+    pageable = (weights if memory.weights == "pageable" else 0.0) + (
+        optimizer * ADAM_MOMENT_BYTES / ADAM_STATE_BYTES if memory.optimizer == "pageable" else 0.0)
+    if save_checkpoint and storage_bytes_per_s is None:
+        raise ValueError("save_checkpoint needs storage_bytes_per_s, the write rate one GPU gets from storage")
+    checkpoint = state["weights"] + state["optimizer"] if save_checkpoint else 0.0
+    per_call = weights if training.offload_weights_per_call else 0.0
+    per_call_weights = (0.0, per_call) if memory.weights == "pageable" else (per_call, 0.0)
+    return colocated_switch(spec, training, rollout, gpus, export, topology,
+                            offload_bytes_per_gpu=weights + optimizer - pageable,
+                            pageable_offload_bytes_per_gpu=pageable, pageable_bytes_per_s=pageable_bytes_per_s,
+                            checkpoint_bytes_per_gpu=checkpoint, storage_bytes_per_s=storage_bytes_per_s,
+                            per_call_weights=per_call_weights)
 
 
 # Host copies per reference pass of one GPU's share of the weights, by where the reference policy lives
@@ -434,64 +449,11 @@ def role_gpus(bound: Bound, topology: ClusterTopology) -> tuple[tuple[GPU, ...],
 REFERENCE_COPIES = {"resident": 0, "host": 2, "swap": 3}
 
 
-def reference_load_seconds(bound: Bound, topology: ClusterTopology | None = None) -> float:
-    """Seconds each reference pass spends bringing the reference policy's weights onto the training GPUs (all copy
-    at once over their own host links), 0 without a reference pass or with a resident reference."""
-    scenario = bound.scenario
-    layout = scenario.placement.training
-    copies = REFERENCE_COPIES[layout.reference_weights]
-    if not scenario.algorithm.ref_model or not copies:
+def reference_load_seconds(spec: ModelSpec, training: TrainingLayout, gpus: Sequence[GPU],
+                           topology: ClusterTopology) -> float:
+    """Seconds each reference pass spends bringing the reference policy's weights onto the training `gpus` (all copy
+    at once over their own host links); 0 with a resident reference."""
+    copies = REFERENCE_COPIES[training.reference_weights]
+    if not copies:
         return 0.0
-    topology = topology or ClusterTopology.build(bound)
-    _, training_gpus = role_gpus(bound, topology)
-    return copies * reference_weight_bytes(bound.model, layout) / _host_bytes_per_s(topology, training_gpus[0])
-
-
-def disaggregated_sync_for(bound: Bound, topology: ClusterTopology | None = None) -> WeightSyncCost:
-    """`disaggregated_sync` for a bound scenario, roles placed by `role_gpus`: to every rollout GPU when disaggregated,
-    to the dedicated rollout GPUs (those that do not train) when hybrid."""
-    topology = topology or ClusterTopology.build(bound)
-    scenario = bound.scenario
-    if scenario.placement.mode == "colocated":
-        raise ValueError("a colocated placement has no separate rollout GPUs to sync; use colocated_switch_for")
-    rollout_gpus, training_gpus = role_gpus(bound, topology)
-    dedicated = tuple(g for g in rollout_gpus if g not in set(training_gpus))
-    return disaggregated_sync(bound.model, scenario.placement.training, training_gpus, scenario.placement.rollout,
-                              dedicated, scenario.schedule.weight_sync, topology)
-
-
-def colocated_switch_for(
-    bound: Bound, topology: ClusterTopology | None = None, *, save_checkpoint: bool = False,
-    storage_bytes_per_s: float | None = None,
-) -> SwitchCost:
-    """`colocated_switch` for a bound scenario: moves the state `placement.training.moved_while_generating` names
-    (state that lives on the host throughout has nothing to move), to the host memory `offload_host_memory` says (of
-    the optimizer state, only the Adam moments go to pageable memory: the fp32 master copy is a parameter, not
-    optimizer state), and with `save_checkpoint` writes each GPU's weights and optimizer state at
-    `storage_bytes_per_s`. With `offload_weights_per_call` the moved weights' round trip per extra worker call is
-    priced too, in the weights' host memory."""
-    topology = topology or ClusterTopology.build(bound)
-    scenario = bound.scenario
-    training = scenario.placement.training
-    _, gpus = role_gpus(bound, topology)
-    state = training_model_state(bound.model, training.model_copy(update={"offload_params": False,
-                                                                           "offload_optimizer": False}))
-    moved = training.moved_while_generating
-    weights = state["weights"] if moved.weights else 0.0
-    optimizer = state["optimizer"] if moved.optimizer else 0.0
-    memory = training.offload_host_memory
-    pageable = (weights if memory.weights == "pageable" else 0.0) + (
-        optimizer * ADAM_MOMENT_BYTES / ADAM_STATE_BYTES if memory.optimizer == "pageable" else 0.0)
-    if save_checkpoint and storage_bytes_per_s is None:
-        raise ValueError("save_checkpoint needs storage_bytes_per_s, the write rate one GPU gets from storage")
-    checkpoint = state["weights"] + state["optimizer"] if save_checkpoint else 0.0
-    per_call = weights if training.offload_weights_per_call else 0.0
-    per_call_weights = (0.0, per_call) if memory.weights == "pageable" else (per_call, 0.0)
-    framework = scenario.framework
-    return colocated_switch(bound.model, training, scenario.placement.rollout, gpus, scenario.schedule.weight_sync,
-                            topology, offload_bytes_per_gpu=weights + optimizer - pageable,
-                            pageable_offload_bytes_per_gpu=pageable,
-                            pageable_bytes_per_s=(framework.pageable_copy_out_bytes_per_s,
-                                                  framework.pageable_copy_in_bytes_per_s),
-                            checkpoint_bytes_per_gpu=checkpoint, storage_bytes_per_s=storage_bytes_per_s,
-                            per_call_weights=per_call_weights)
+    return copies * reference_weight_bytes(spec, training) / _host_bytes_per_s(topology, gpus[0])

@@ -23,11 +23,10 @@ import numpy as np
 from scipy import stats
 
 from rlsim.config.bound import Bound
-from rlsim.costs.collectives import collective_time
-from rlsim.costs.compute import GPURates
-from rlsim.costs.memory import engine_kv_tokens, rollout_memory
 from rlsim.costs.rollout import EngineCosts
 from rlsim.estimate.engine import EngineLimits, EngineRun, engine_run
+from rlsim.pricing.engines import engine_costs, policy_kv_tokens
+from rlsim.pricing.layouts import engine_layout
 from rlsim.topology import ClusterTopology
 from rlsim.workload.lengths import LengthDistribution
 
@@ -114,23 +113,11 @@ class Engine:
 
 def rollout_engine(bound: Bound, topology: ClusterTopology, rollout_gpus, max_num_seqs: int | None = None) -> Engine:
     """The scenario's rollout engine as the simulator builds it (rlsim.sim.build): its cost model and limits."""
-    scenario, spec = bound.scenario, bound.model
-    layout = scenario.placement.rollout
-    gpu = bound.gpu(layout.pool)
-    group = topology.group(rollout_gpus[: layout.tp])
-    costs = EngineCosts.for_placement(
-        spec, GPURates.from_profile(gpu, scenario.model.dtype), layout,
-        _collective("all_reduce", group) if layout.tp > 1 else None,
-        _collective("all_to_all", group) if layout.ep > 1 else None,
-        framework=bound.framework(layout.pool),
-    )
-    kv_tokens = engine_kv_tokens(rollout_memory(scenario, spec, gpu), spec, layout.tp)
+    layout = engine_layout(bound.scenario.placement.rollout)
+    costs = engine_costs(bound, bound.model, layout, topology.group(rollout_gpus[: layout.tp]))
+    kv_tokens = policy_kv_tokens(bound)
     slots = layout.max_num_seqs if max_num_seqs is None else min(layout.max_num_seqs, max_num_seqs)
     return Engine(costs, EngineLimits(slots, layout.max_num_batched_tokens, kv_tokens), layout.engines)
-
-
-def _collective(op: str, group) -> Callable[[float], float]:
-    return lambda nbytes: collective_time(op, nbytes, group).seconds
 
 
 def generation_rounds(target: int, first: int, kept: float, batch: int | None,

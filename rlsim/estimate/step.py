@@ -21,18 +21,16 @@ from dataclasses import dataclass
 
 from rlsim.config.bound import Bound
 from rlsim.config.schema import Scenario
-from rlsim.costs.compute import GPURates
-from rlsim.costs.memory import engine_kv_tokens, rollout_memory
-from rlsim.costs.rollout import EngineCosts
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
-from rlsim.costs.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.estimate.generation import Engine, Responses, generation_rounds, rollout_engine
 from rlsim.estimate.training import RankedTraining, TrainedBatch
 from rlsim.events import STAGES as EVENT_STAGES
 from rlsim.events import TRAINING_STAGES
+from rlsim.pricing.engines import engine_costs, free_collective, judge_kv_tokens
+from rlsim.pricing.layouts import JudgeRole, RewardModelRole, roles
+from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.topology import ClusterTopology
 from rlsim.workload.filters import expected_kept_fraction
-from rlsim.workload.judge import judge_scenario
 from rlsim.workload.lengths import LengthDistribution
 from rlsim.workload.marginals import workload_marginals
 
@@ -106,15 +104,17 @@ def estimate_step(bound: Bound) -> StepEstimate:
     scenario, spec = bound.scenario, bound.model
     placement, algo = scenario.placement, scenario.algorithm
     topology = ClusterTopology.build(bound)
-    rollout_gpus, training_gpus = role_gpus(bound, topology)
+    placed = roles(bound)
+    gpus = role_gpus(bound, topology, placed)
+    rollout_gpus, training_gpus = gpus.rollout, gpus.training
     lengths = _lengths(scenario)
     # Tool responses are prefilled like prompt; a trajectory's context holds them too.
     responses = Responses(max(1, round(lengths.prompt + lengths.appended)), lengths.distribution, lengths.cap)
     stages = {
         "gen": _generation(bound, topology, rollout_gpus, lengths, responses),
-        "reward": _reward(bound, topology, lengths),
+        "reward": _reward(bound, placed.reward, lengths),
     }
-    layout = placement.training
+    layout = placed.training
     rates = training_rates(bound.gpu(layout.pool), scenario.framework.kernel_efficiency(layout.backend))
     collectives = GroupCollectives.on_cluster(topology, training_gpus, layout)
     actor = TrainingCosts(spec, rates, layout, collectives)
@@ -233,7 +233,7 @@ def _batches(engine: Engine, responses: Responses, lengths: _Lengths, scenario: 
     return seconds, note
 
 
-def _reward(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageEstimate:
+def _reward(bound: Bound, role: RewardModelRole | JudgeRole | None, lengths: _Lengths) -> StageEstimate:
     scenario = bound.scenario
     reward = scenario.workload.reward
     # A synchronous step scores the groups it trains (rlsim.sim.sync); off-policy, every sample as it arrives.
@@ -245,25 +245,20 @@ def _reward(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> Stage
         mean_latency = reward.median_latency_s * math.exp(reward.latency_sigma**2 / 2)
         return StageEstimate("reward", samples * mean_latency / reward.concurrency,
                              f"{reward.concurrency} concurrent sandboxes, mean {mean_latency:.2f} s each")
-    if reward.kind == "llm_judge":
-        return _judge(bound, topology, lengths)
+    if isinstance(role, JudgeRole):
+        return _judge(bound, role, lengths)
     return StageEstimate("reward", 0.0, "reward model on GPUs: priced by the simulator, not the estimate")
 
 
-def _judge(bound: Bound, topology: ClusterTopology, lengths: _Lengths) -> StageEstimate:
+def _judge(bound: Bound, role: JudgeRole, lengths: _Lengths) -> StageEstimate:
     """The judge's engines read each prompt and response and write a verdict: the throughput bound of generation."""
-    from rlsim.models import ModelCatalog
     from rlsim.workload.lengths import length_schedule
 
-    scenario = bound.scenario
-    judge, placement = scenario.workload.reward, scenario.placement.reward_model
-    assert judge.kind == "llm_judge" and placement is not None
-    spec = ModelCatalog.load().spec(judge.model)
-    gpu = bound.gpu(placement.pool)
-    layout = judge_scenario(scenario).placement.rollout
-    engine = EngineCosts.for_placement(spec, GPURates.from_profile(gpu, scenario.model.dtype), layout, None, None,
-                                       framework=bound.framework(placement.pool))
-    kv_tokens = engine_kv_tokens(rollout_memory(judge_scenario(scenario), spec, gpu), spec, layout.tp)
+    judge = bound.scenario.workload.reward
+    assert judge.kind == "llm_judge"
+    layout = role.layout
+    engine = engine_costs(bound, role.spec, layout, None, free_collective)
+    kv_tokens = judge_kv_tokens(bound, layout)
     verdict = max(1, round(length_schedule(judge.verdict_tokens).at(0).clipped_mean(1 << 30)))
     prompt = max(1, round(lengths.prompt + lengths.response + lengths.appended + judge.instruction_tokens))
     per_engine = math.ceil(lengths.trained / layout.engines)

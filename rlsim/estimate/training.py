@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlsim.config.schema import TrainingPlacement
+from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.training import TrainingCosts, pipeline_pad_to
 
 MicroBatches = list[list[int]]
@@ -41,17 +41,17 @@ class TrainedBatch:
 class RankedTraining:
     """A layout's ranks running forward passes and updates over a `TrainedBatch`."""
 
-    def __init__(self, layout: TrainingPlacement, batch: TrainedBatch):
+    def __init__(self, layout: TrainingLayout, batch: TrainedBatch):
         self.layout, self.batch = layout, batch
 
     def forward_seconds(self, costs: TrainingCosts) -> float:
-        micro_batches = self._micro_batches(self.batch.share(self.layout.dp or 1), self.layout.forward_micro_batch_tokens)
+        micro_batches = self._micro_batches(self.batch.share(self.layout.dp), self.layout.forward_micro_batch_tokens)
         return costs.forward_pass(micro_batches, pipeline_pad_to(self.layout, micro_batches)).seconds
 
     def update_seconds(self, costs: TrainingCosts, mini_batches: int, epochs: int) -> tuple[float, int]:
         """Seconds of every optimizer step of the step, and the micro-batches of a rank in each."""
         layout = self.layout
-        share = self.batch.share((layout.dp or 1) * mini_batches)
+        share = self.batch.share(layout.dp * mini_batches)
         micro_batches = self._micro_batches(share, layout.micro_batch_tokens)
         if layout.pp == 1 and layout.zero_stage >= 2:
             # Lock step: each micro-step lasts as long as the slowest rank's, and ranks are alike here.

@@ -9,10 +9,10 @@ import numpy as np
 
 from rlsim.config.bound import Bound
 from rlsim.config.run_length import fill_steps
-from rlsim.costs.compute import GPURates
-from rlsim.costs.memory import engine_kv_tokens, kv_bytes_per_token_per_gpu, rollout_memory
-from rlsim.costs.rollout import EngineCosts
-from rlsim.models import ModelCatalog, ModelSpec
+from rlsim.costs.memory import kv_bytes_per_token_per_gpu
+from rlsim.models import ModelSpec
+from rlsim.pricing.engines import engine_costs, free_collective, policy_kv_tokens
+from rlsim.pricing.layouts import engine_layout
 
 
 @dataclass(frozen=True)
@@ -92,11 +92,9 @@ class RunFacts:
                                    pool.price_usd_per_gpu_hour))
             first += pool.gpus
         placement, algorithm = scenario.placement, scenario.algorithm
-        engine = placement.rollout
-        rollout_gpu = bound.gpu(engine.pool)
+        engine = engine_layout(placement.rollout)
         kv_per_gpu = kv_bytes_per_token_per_gpu(spec, engine.tp)
-        reward = scenario.workload.reward
-        reward_spec = ModelCatalog.load().spec(reward.model) if reward.kind == "reward_model" else None
+        reward_spec = bound.reward_model if scenario.workload.reward.kind == "reward_model" else None
         return cls(
             scenario=scenario.name,
             gpus=first,
@@ -110,13 +108,13 @@ class RunFacts:
             critic=algorithm.critic,
             ppo_epochs=algorithm.ppo_epochs,
             recompute_old_log_prob=algorithm.recompute_old_log_prob,
-            rollout_pool=engine.pool or pools[0].name,
+            rollout_pool=engine.pool,
             training_pool=placement.training.pool or pools[0].name,
             engines=engine.engines,
             engine_gpus=engine.tp,
             max_num_seqs=engine.max_num_seqs,
             # The same budget the engines are built with (rlsim.sim.build).
-            kv_capacity_tokens=engine_kv_tokens(rollout_memory(scenario, spec, rollout_gpu), spec, engine.tp),
+            kv_capacity_tokens=policy_kv_tokens(bound),
             kv_bytes_per_token=kv_per_gpu * engine.tp,
             decode_weight_bytes=decode_weight_bytes(bound),
             pipeline_fill_steps=fill_steps(scenario.schedule),
@@ -143,14 +141,9 @@ class RunFacts:
 def decode_weight_bytes(bound: Bound) -> tuple[float, ...]:
     """`RunFacts.decode_weight_bytes` of the scenario's rollout engines, as the simulator prices them: up to the batch
     from which it stops growing (at once for a dense model; once every expert is touched for an MoE)."""
-    scenario, spec = bound.scenario, bound.model
-    engine = scenario.placement.rollout
-    rates = GPURates.from_profile(bound.gpu(engine.pool), scenario.model.dtype)
-
-    def no_collective(nbytes: float) -> float:  # weight bytes do not depend on the engine's communication
-        return 0.0
-
-    costs = EngineCosts.for_placement(spec, rates, engine, no_collective, no_collective)
+    engine = engine_layout(bound.scenario.placement.rollout)
+    # The weight bytes a decode reads do not depend on the engine's communication.
+    costs = engine_costs(bound, bound.model, engine, None, free_collective)
     table = [costs.weight_bytes_read(1) * engine.tp]
     for batch in range(2, engine.max_num_seqs + 1):
         nbytes = costs.weight_bytes_read(batch) * engine.tp

@@ -23,11 +23,12 @@ from typing import Any, TextIO
 from rlsim.config.bound import bind
 from rlsim.config.loader import scenario_from_document
 from rlsim.config.schema import Run, Scenario
-from rlsim.costs.memory import GIB, memory_report
+from rlsim.costs.memory import GIB
 from rlsim.errors import Problem, ScenarioError
 from rlsim.estimate import estimate_step
 from rlsim.hardware import HardwareCatalog
 from rlsim.plan.candidates import MEASURED_STEPS, REFINE, SPLITS, STALENESS, Candidate, candidates
+from rlsim.pricing.memory import memory_report
 from rlsim.progress import Progress
 from rlsim.sweep.compute import PointTask
 from rlsim.sweep.executors import run_local

@@ -10,21 +10,15 @@ import numpy as np
 import simpy
 
 from rlsim.config.bound import Bound
-from rlsim.config.schema import RolloutPlacement, TrainingPlacement
 from rlsim.costs.collectives import collective_time
-from rlsim.costs.compute import GPURates
-from rlsim.costs.memory import engine_kv_tokens, memory_report, require_all, rollout_memory
-from rlsim.costs.rollout import EngineCosts
+from rlsim.costs.engine_kernels import CollectiveSeconds
+from rlsim.costs.memory import engine_kv_tokens, require_all
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
-from rlsim.costs.weight_sync import (
-    SwitchCost,
-    WeightSyncCost,
-    colocated_switch_for,
-    disaggregated_sync_for,
-    reference_load_seconds,
-    role_gpus,
-)
-from rlsim.models import ModelCatalog
+from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost
+from rlsim.pricing.engines import engine_costs, judge_kv_tokens
+from rlsim.pricing.layouts import JudgeRole, RewardModelRole, roles
+from rlsim.pricing.memory import memory_report
+from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.reward import RewardPool
 from rlsim.sim.rollout import RolloutEngine
@@ -32,7 +26,6 @@ from rlsim.sim.sequence import Rollout
 from rlsim.sim.trainer import Trainer, TrainingGroup
 from rlsim.topology import GPU, ClusterTopology, CommGroup
 from rlsim.workload.batches import GroupSampler
-from rlsim.workload.judge import judge_scenario
 
 
 @dataclass
@@ -70,31 +63,25 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     topology = ClusterTopology.build(bound)
     index = {gpu: i for i, gpu in enumerate(g for pool in topology.pools for g in topology.gpus(pool))}
     recorder = Recorder(len(index))
-    rollout, training = role_gpus(bound, topology)
+    placed = roles(bound)
+    gpus = role_gpus(bound, topology, placed)
+    rollout, training = gpus.rollout, gpus.training
     # One independent stream per component, so adding randomness to one never shifts another's draws.
     workload_seed, balancer_seed, reward_seed, filter_seed = np.random.SeedSequence(scenario.seed).spawn(4)
 
-    engine_layout = placement.rollout
-    gpu = bound.gpu(engine_layout.pool)
-    rates = GPURates.from_profile(gpu, scenario.model.dtype)
+    engine_layout = placed.rollout
     kv_tokens = engine_kv_tokens(rollout_fit, spec, engine_layout.tp)
     # Engines of one placement are identical: one cost model (and its cached decode profiles) serves them all. Their
     # TP groups have the same shape, so the first engine's communicator prices every engine's collectives.
-    first_group = topology.group(rollout[:engine_layout.tp])
-    costs = EngineCosts.for_placement(
-        spec, rates, engine_layout,
-        _memoised("all_reduce", first_group) if engine_layout.tp > 1 else None,
-        _memoised("all_to_all", first_group) if engine_layout.ep > 1 else None,
-        framework=bound.framework(engine_layout.pool),
-    )
+    costs = engine_costs(bound, spec, engine_layout, topology.group(rollout[:engine_layout.tp]), _memoised)
     engines = []
     for e in range(engine_layout.engines):
-        gpus = rollout[e * engine_layout.tp:(e + 1) * engine_layout.tp]
+        mine = rollout[e * engine_layout.tp:(e + 1) * engine_layout.tp]
         engines.append(RolloutEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
-                                     engine_layout.max_num_batched_tokens, index[gpus[0]], len(gpus), recorder,
+                                     engine_layout.max_num_batched_tokens, index[mine[0]], len(mine), recorder,
                                      _not_connected, mode=mode, tool_wait=scenario.workload.tool_wait))
 
-    layout = placement.training
+    layout = placed.training
     group = TrainingGroup(index[training[0]], layout)
     sustained = training_rates(bound.gpu(layout.pool), scenario.framework.kernel_efficiency(layout.backend))
     collectives = GroupCollectives.on_cluster(topology, training, layout)
@@ -106,10 +93,11 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     reward_rng = np.random.default_rng(reward_seed)
     reward = RewardPool(env, reward_config, reward_rng) if reward_config.kind in ("rule", "sandbox") else None
     reward_model = None
-    if reward_config.kind == "reward_model":
-        reward_model = _reward_model(env, bound, topology, index, recorder, rollout, training)
-    judges = _judges(env, bound, topology, index, recorder, rollout, training, mode) \
-        if reward_config.kind == "llm_judge" else []
+    judges: list[RolloutEngine] = []
+    if isinstance(placed.reward, RewardModelRole):
+        reward_model = _reward_model(env, bound, placed.reward, topology, index, recorder, gpus.reward)
+    elif isinstance(placed.reward, JudgeRole):
+        judges = _judges(env, bound, placed.reward, topology, index, recorder, gpus.reward, mode)
 
     switch = colocated_switch_for(bound, topology) if placement.mode == "colocated" else None
     sync = disaggregated_sync_for(bound, topology) if placement.mode != "colocated" else None
@@ -125,7 +113,7 @@ def _not_connected(rollout: Rollout) -> None:
     raise RuntimeError(f"rollout {rollout.seq_id} finished before a controller took the engines (a bug in rlsim)")
 
 
-def _memoised(op: str, group: CommGroup):
+def _memoised(op: str, group: CommGroup) -> CollectiveSeconds:
     """Seconds of `op` on `group` by message size, remembered: engines ask for the same few sizes every iteration."""
 
     @lru_cache(maxsize=4096)
@@ -135,44 +123,25 @@ def _memoised(op: str, group: CommGroup):
     return seconds
 
 
-def _reward_model(env, bound: Bound, topology: ClusterTopology, index: dict[GPU, int], recorder: Recorder,
-                  rollout: tuple[GPU, ...], training: tuple[GPU, ...]) -> tuple[Trainer, TrainingCosts]:
+def _reward_model(env, bound: Bound, role: RewardModelRole, topology: ClusterTopology, index: dict[GPU, int],
+                  recorder: Recorder, gpus: tuple[GPU, ...]) -> tuple[Trainer, TrainingCosts]:
     """A reward model scoring with forward passes on its own GPUs, after the policy's roles in its pool; its ranks
     are named `rm0`, `rm1`, … (the policy's training ranks are `dp…`)."""
-    scenario = bound.scenario
-    placement = scenario.placement.reward_model
-    assert placement is not None and placement.pool is not None
-    used = {g for g in rollout + training if g.pool == placement.pool}
-    gpus = topology.allocate(placement.pool, placement.gpus, len(used))
-    layout = TrainingPlacement(pool=placement.pool, gpus=placement.gpus, tp=placement.tp,
-                               dp=placement.gpus // placement.tp, zero_stage=0, activation_recompute="none")
-    spec = ModelCatalog.load().spec(scenario.workload.reward.model)
-    rates = training_rates(bound.gpu(placement.pool), scenario.framework.kernel_efficiency(layout.backend))
-    costs = TrainingCosts(spec, rates, layout, GroupCollectives.on_cluster(topology, gpus, layout), head="value")
+    scenario, layout = bound.scenario, role.layout
+    rates = training_rates(bound.gpu(layout.pool), scenario.framework.kernel_efficiency(layout.backend))
+    costs = TrainingCosts(role.spec, rates, layout, GroupCollectives.on_cluster(topology, gpus, layout), head="value")
     trainer = Trainer(env, recorder, TrainingGroup(index[gpus[0]], layout), scenario.schedule.dp_balance,
                       unit_prefix="rm")
     return trainer, costs
 
 
-def _judges(env, bound: Bound, topology: ClusterTopology, index: dict[GPU, int], recorder: Recorder,
-            rollout: tuple[GPU, ...], training: tuple[GPU, ...], mode: str) -> list[RolloutEngine]:
+def _judges(env, bound: Bound, role: JudgeRole, topology: ClusterTopology, index: dict[GPU, int], recorder: Recorder,
+            gpus: tuple[GPU, ...], mode: str) -> list[RolloutEngine]:
     """LLM-judge generation engines on the reward GPUs (after the policy's roles in their pool), named `judge0`,
     `judge1`, …; their busy time is reward work (`reward_model`, stage `reward`)."""
-    scenario = bound.scenario
-    placement = scenario.placement.reward_model
-    judge = scenario.workload.reward
-    assert placement is not None and placement.pool is not None and judge.kind == "llm_judge"
-    used = {g for g in rollout + training if g.pool == placement.pool}
-    gpus = topology.allocate(placement.pool, placement.gpus, len(used))
-    layout = RolloutPlacement(pool=placement.pool, gpus=placement.gpus, tp=placement.tp,
-                              max_num_seqs=judge.max_num_seqs)
-    spec = ModelCatalog.load().spec(judge.model)
-    gpu = bound.gpu(placement.pool)
-    kv_tokens = engine_kv_tokens(rollout_memory(judge_scenario(scenario), spec, gpu), spec, layout.tp)
-    group = topology.group(gpus[:layout.tp])
-    costs = EngineCosts.for_placement(spec, GPURates.from_profile(gpu, scenario.model.dtype), layout,
-                                      _memoised("all_reduce", group) if layout.tp > 1 else None, None,
-                                      framework=bound.framework(placement.pool))
+    layout = role.layout
+    kv_tokens = judge_kv_tokens(bound, layout)
+    costs = engine_costs(bound, role.spec, layout, topology.group(gpus[:layout.tp]), _memoised)
     engines = []
     for e in range(layout.engines):
         mine = gpus[e * layout.tp:(e + 1) * layout.tp]

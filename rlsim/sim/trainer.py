@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from rlsim.config.schema import TrainingPlacement
+from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.training import PipelineTime, TrainingCosts, TrainingTime, pipeline_pad_to
 from rlsim.sim.dp_balance import DP_BALANCERS, pack_micro_batches
 from rlsim.sim.recorder import Recorder
@@ -30,11 +30,11 @@ class TrainingGroup:
     DP, PP), so one data-parallel rank of one pipeline stage is a contiguous block of tp·cp GPUs."""
 
     first_gpu: int
-    layout: TrainingPlacement
+    layout: TrainingLayout
 
     @property
     def dp(self) -> int:
-        return self.layout.dp or 1
+        return self.layout.dp
 
     @property
     def gpus(self) -> int:

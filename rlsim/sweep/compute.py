@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from rlsim.config.bound import bind
-from rlsim.costs.memory import memory_report
 from rlsim.errors import InfeasibleError
+from rlsim.pricing.memory import memory_report
 from rlsim.sweep.points import Point
 from rlsim.sweep.table import HEADLINE, axis_value, headline
 

@@ -14,8 +14,8 @@ from typing import get_args
 from rlsim.api import Result
 from rlsim.config.bound import bind
 from rlsim.config.schema import Scenario, WeightSync
-from rlsim.costs.weight_sync import disaggregated_sync_for
 from rlsim.events import STAGES
+from rlsim.pricing.weight_sync import disaggregated_sync_for
 
 # The stages a synchronous step spends in each share of RollPacker's Table 1 (rollout / reward / training), as verl
 # times them: its gen timer wraps the worker's generate_sequences, whose sharding manager reshards the weights first.

@@ -1,0 +1,116 @@
+"""From a resolved scenario's config classes to the plain values the cost models take (rlsim.costs.layout), and the
+layouts of every GPU role a scenario places: the policy's engines and training, and the reward model or LLM judge."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlsim.config.bound import Bound
+from rlsim.config.framework import Framework
+from rlsim.config.schema import RewardModelPlacement, RolloutPlacement, TrainingPlacement, WeightSync
+from rlsim.costs.layout import EngineLayout, HostCopies, MovedState, TrainingLayout, WeightExport
+from rlsim.costs.rollout import EngineOverheads
+from rlsim.models import ModelSpec
+
+MIB = 2**20
+
+
+def training_layout(placement: TrainingPlacement) -> TrainingLayout:
+    """The training layout a resolved scenario places (load_scenario fills its pool, GPUs and dp)."""
+    if placement.pool is None or placement.gpus is None or placement.dp is None:
+        raise ValueError("the training placement is not resolved; load scenarios with rlsim.config.load_scenario")
+    moved, host = placement.moved_while_generating, placement.offload_host_memory
+    return TrainingLayout(
+        pool=placement.pool, gpus=placement.gpus, tp=placement.tp, pp=placement.pp, cp=placement.cp, ep=placement.ep,
+        dp=placement.dp, virtual_pipeline_stages=placement.virtual_pipeline_stages, backend=placement.backend,
+        zero_stage=placement.zero_stage, micro_batch_tokens=placement.micro_batch_tokens,
+        forward_micro_batch_tokens=placement.forward_micro_batch_tokens,
+        activation_recompute=placement.activation_recompute, sequence_packing=placement.sequence_packing,
+        pp_pads_micro_batches=placement.pp_pads_micro_batches, logprob_kernel=placement.logprob_kernel,
+        offload_params=placement.offload_params, offload_optimizer=placement.offload_optimizer,
+        moved_while_generating=MovedState(weights=moved.weights, optimizer=moved.optimizer),
+        offload_weights_per_call=placement.offload_weights_per_call,
+        offload_host_memory=HostCopies(weights=host.weights, optimizer=host.optimizer),
+        reference_weights=placement.reference_weights,
+    )
+
+
+def engine_layout(placement: RolloutPlacement) -> EngineLayout:
+    """The generation engines a resolved scenario places (load_scenario fills the pool)."""
+    if placement.pool is None:
+        raise ValueError("the rollout placement is not resolved; load scenarios with rlsim.config.load_scenario")
+    return EngineLayout(
+        pool=placement.pool, gpus=placement.gpus, tp=placement.tp, ep=placement.ep,
+        gpu_memory_utilization=placement.gpu_memory_utilization, max_num_seqs=placement.max_num_seqs,
+        max_num_batched_tokens=placement.max_num_batched_tokens, engine=placement.engine,
+        cuda_graphs=placement.cuda_graphs,
+    )
+
+
+def weight_export(sync: WeightSync) -> WeightExport:
+    return WeightExport(method=sync.method, bucket_bytes=sync.bucket_mib * MIB, pp_broadcast=sync.pp_broadcast)
+
+
+def engine_overheads(framework: Framework, layout: EngineLayout) -> EngineOverheads:
+    """The CPU-side costs of `layout`'s engines under a scenario's framework overheads (vLLM and SGLang alike, but for
+    whether they overlap their CPU work and vLLM's eager kernels)."""
+    return EngineOverheads(
+        step_cpu_seconds=framework.engine_step_cpu_s,
+        step_cpu_per_sequence_seconds=framework.engine_step_cpu_per_sequence_s,
+        overlap_scheduling=framework.overlaps(layout.engine),
+        kernel_launch_seconds=framework.kernel_launch_s,
+        kernel_gap_seconds=framework.kernel_gap_s,
+        cuda_graphs=layout.cuda_graphs,
+        cuda_graph_max_tokens=framework.cuda_graph_max_tokens,
+        engine=layout.engine,
+    )
+
+
+@dataclass(frozen=True)
+class RewardModelRole:
+    """A reward model scoring with forward passes on GPUs of its own: its model and training-style layout (no
+    optimizer state, no recompute)."""
+
+    spec: ModelSpec
+    layout: TrainingLayout
+
+
+@dataclass(frozen=True)
+class JudgeRole:
+    """An LLM judge generating verdicts on engines of its own."""
+
+    spec: ModelSpec
+    layout: EngineLayout
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Every GPU role of a resolved scenario, as the layouts the cost models price."""
+
+    rollout: EngineLayout
+    training: TrainingLayout
+    reward: RewardModelRole | JudgeRole | None  # GPUs of a reward model or LLM judge, else None
+
+
+def roles(bound: Bound) -> Roles:
+    scenario = bound.scenario
+    placement = scenario.placement
+    reward = scenario.workload.reward
+    own: RewardModelRole | JudgeRole | None = None
+    if reward.kind in ("reward_model", "llm_judge"):
+        gpus = _reward_placement(placement.reward_model)
+        assert bound.reward_model is not None, "bind() loads the reward model or judge a scenario names"
+        if reward.kind == "reward_model":
+            own = RewardModelRole(bound.reward_model, TrainingLayout(
+                pool=gpus.pool or "", gpus=gpus.gpus, tp=gpus.tp, dp=gpus.gpus // gpus.tp, zero_stage=0,
+                activation_recompute="none"))
+        else:
+            own = JudgeRole(bound.reward_model, EngineLayout(pool=gpus.pool or "", gpus=gpus.gpus, tp=gpus.tp,
+                                                             max_num_seqs=reward.max_num_seqs))
+    return Roles(engine_layout(placement.rollout), training_layout(placement.training), own)
+
+
+def _reward_placement(placement: RewardModelPlacement | None) -> RewardModelPlacement:
+    if placement is None or placement.pool is None:
+        raise ValueError("a reward model or judge needs a resolved placement.reward_model; load scenarios with "
+                         "rlsim.config.load_scenario")
+    return placement

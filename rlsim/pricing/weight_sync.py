@@ -1,0 +1,61 @@
+"""The weight movements of a scenario's placement, priced: new weights pushed to separate engines, the colocated
+switch between training and generation, and the reference policy brought onto the training GPUs."""
+from __future__ import annotations
+
+from rlsim.config.bound import Bound
+from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost, colocated_switch_of, disaggregated_sync
+from rlsim.costs.weight_sync import reference_load_seconds as reference_copy_seconds
+from rlsim.pricing.layouts import Roles, roles, weight_export
+from rlsim.topology import ClusterTopology, RoleGPUs
+
+
+def role_gpus(bound: Bound, topology: ClusterTopology, placed: Roles | None = None) -> RoleGPUs:
+    """The GPUs of every role, as the placement puts them: a disaggregated placement that keeps both roles in one
+    pool gives training the GPUs after the engines'; colocated and hybrid training starts at the pool's first GPU."""
+    placed = placed or roles(bound)
+    rollout, training = placed.rollout, placed.training
+    reward = (placed.reward.layout.pool, placed.reward.layout.gpus) if placed.reward is not None else None
+    separate = bound.scenario.placement.mode == "disaggregated" and training.pool == rollout.pool
+    return topology.place_roles((rollout.pool, rollout.gpus), (training.pool, training.gpus), reward,
+                                training_after_rollout=separate)
+
+
+def reference_load_seconds(bound: Bound, topology: ClusterTopology | None = None) -> float:
+    """Seconds each reference pass spends bringing the reference policy's weights onto the training GPUs; 0 without
+    a reference pass or with a resident reference."""
+    if not bound.scenario.algorithm.ref_model:
+        return 0.0
+    topology = topology or ClusterTopology.build(bound)
+    placed = roles(bound)
+    return reference_copy_seconds(bound.model, placed.training, role_gpus(bound, topology, placed).training, topology)
+
+
+def disaggregated_sync_for(bound: Bound, topology: ClusterTopology | None = None) -> WeightSyncCost:
+    """`disaggregated_sync` for a bound scenario: to every rollout GPU when disaggregated, to the dedicated rollout
+    GPUs (those that do not train) when hybrid."""
+    scenario = bound.scenario
+    if scenario.placement.mode == "colocated":
+        raise ValueError("a colocated placement has no separate rollout GPUs to sync; use colocated_switch_for")
+    topology = topology or ClusterTopology.build(bound)
+    placed = roles(bound)
+    gpus = role_gpus(bound, topology, placed)
+    dedicated = tuple(g for g in gpus.rollout if g not in set(gpus.training))
+    return disaggregated_sync(bound.model, placed.training, gpus.training, placed.rollout, dedicated,
+                              weight_export(scenario.schedule.weight_sync), topology)
+
+
+def colocated_switch_for(
+    bound: Bound, topology: ClusterTopology | None = None, *, save_checkpoint: bool = False,
+    storage_bytes_per_s: float | None = None,
+) -> SwitchCost:
+    """`colocated_switch_of` for a bound scenario, with its framework's pageable copy rates; with `save_checkpoint`
+    each GPU also writes its weights and optimizer state at `storage_bytes_per_s`."""
+    scenario = bound.scenario
+    topology = topology or ClusterTopology.build(bound)
+    placed = roles(bound)
+    framework = scenario.framework
+    return colocated_switch_of(
+        bound.model, placed.training, placed.rollout, role_gpus(bound, topology, placed).training,
+        weight_export(scenario.schedule.weight_sync), topology,
+        pageable_bytes_per_s=(framework.pageable_copy_out_bytes_per_s, framework.pageable_copy_in_bytes_per_s),
+        save_checkpoint=save_checkpoint, storage_bytes_per_s=storage_bytes_per_s)
