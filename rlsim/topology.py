@@ -230,7 +230,8 @@ class ClusterTopology:
         for gpu in members:
             if layouts[gpu.pool].nics_per_node:
                 rails[self.domain(gpu)].add((gpu.node, layouts[gpu.pool].rail(gpu)))
-        links = [lay.hardware.inter_node for lay in layouts.values() if lay.nics_per_node]
+        links = [lay.hardware.inter_node for lay in layouts.values()
+                 if lay.nics_per_node and lay.hardware.inter_node is not None]
         scale_out = min(links, key=lambda link: link.bytes_per_s) if links and len(links) == len(layouts) else None
         if len(per_domain) > 1 and scale_out is None:
             raise ValueError("the GPUs span scale-up domains but some have no scale-out network to reach each other")

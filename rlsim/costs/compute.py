@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from rlsim.hardware import GPUCalibration, GPUProfile
 
@@ -138,7 +139,7 @@ class GPURates:
 
     def _calibrated(self, calibration: GPUCalibration, dtype: str) -> GPURates:
         """These rates with the profile's fitted curves in place of the defaults (see the module doc)."""
-        changes: dict[str, float] = {}
+        changes: dict[str, Any] = {}
         own = calibration.gemm_curve(dtype)
         if own is not None:
             changes["gemm_flops"] = own.tflops.value * 1e12

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu
 from rlsim.models import ModelSpec
+from rlsim.models.spec import LAYER_KINDS, LayerKind
 
 if TYPE_CHECKING:
     from rlsim.costs.rollout import EngineOverheads, PrefillChunk
@@ -36,7 +37,7 @@ class Kernel(NamedTuple):
     """
 
     name: str
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, which nothing here calls
     kind: Literal["gemm", "attention", "memory"]
     flops: float = 0.0
     flops_per_context: float = 0.0
@@ -47,7 +48,7 @@ class Kernel(NamedTuple):
 
 class KernelCollective(NamedTuple):
     name: str
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, which nothing here calls
     seconds: float
 
 
@@ -150,10 +151,10 @@ class EngineKernels:
         self.overheads, self.weight_bytes = overheads, weight_bytes
         self.kv_per_layer = kv_bytes_per_token_per_gpu(spec, tp) / spec.architecture.num_hidden_layers
         # Layers of each kind that has any (dense, then MoE): one attention kernel each per iteration.
-        self.attention_layers = tuple(spec.layer_count(kind) for kind in ("dense", "moe") if spec.layer_count(kind))
+        self.attention_layers = tuple(spec.layer_count(kind) for kind in LAYER_KINDS if spec.layer_count(kind))
         self.attention_launches = sum(self.attention_layers)
         # The spec rebuilds its shapes on every call; an engine prices thousands of iterations.
-        self._gemm_shapes = {kind: spec.layer_gemm_shapes(kind) for kind in ("dense", "moe") if spec.layer_count(kind)}
+        self._gemm_shapes = {kind: spec.layer_gemm_shapes(kind) for kind in LAYER_KINDS if spec.layer_count(kind)}
         self._attention_widths = self._widths()
         # Weight elements of one routed expert on this GPU (all its GEMMs, after TP slicing).
         self._expert_weight_elements = sum(
@@ -210,7 +211,7 @@ class EngineKernels:
         kv_per_layer = kv_bytes_per_token_per_gpu(spec, tp) / arch.num_hidden_layers
         kernels: list[Kernel] = []
         collectives: list[KernelCollective] = []
-        for kind in ("dense", "moe"):
+        for kind in LAYER_KINDS:
             layers = spec.layer_count(kind)
             if not layers:
                 continue
@@ -267,7 +268,7 @@ class EngineKernels:
         mlp = "dense" if kind == "dense" else "moe_mla" if arch.mla is not None else "moe"
         return VLLM_EAGER_KERNELS[attention] + VLLM_EAGER_KERNELS[mlp]
 
-    def layer_gemms(self, kind: str, tokens: int, latent_rows: int) -> list[tuple[str, float, float, float, float]]:
+    def layer_gemms(self, kind: LayerKind, tokens: int, latent_rows: int) -> list[tuple[str, float, float, float, float]]:
         """(name, in_features, out_features, rows M, weight elements read) per fused GEMM of one layer on one GPU."""
         arch, tp, ep = self.spec.architecture, self.tp, self.ep
         fused: dict[str, list[float]] = {}  # name -> [in_features, out_features, rows, weight elements]

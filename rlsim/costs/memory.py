@@ -47,7 +47,7 @@ from typing import Literal
 from rlsim.costs.layout import EngineLayout, TrainingLayout
 from rlsim.errors import InfeasibleError
 from rlsim.models import ModelSpec
-from rlsim.models.spec import LayerKind
+from rlsim.models.spec import LAYER_KINDS, LayerKind
 
 GIB = 2**30
 BF16 = 2
@@ -206,11 +206,11 @@ class ActivationMemory:
         return self.activations + self.logits
 
 
-def _layer_activations(spec: ModelSpec, layout: TrainingLayout, tokens: int) -> dict[str, float]:
+def _layer_activations(spec: ModelSpec, layout: TrainingLayout, tokens: int) -> dict[LayerKind, float]:
     """Bytes one layer of each kind keeps for a micro-batch of `tokens` per GPU (split by tp: sequence parallelism)."""
     impl = kernel_implementation(layout.backend)
     return {kind: activation_bytes_per_token(spec, kind, impl) * tokens / layout.tp
-            for kind in ("dense", "moe") if spec.layer_count(kind)}
+            for kind in LAYER_KINDS if spec.layer_count(kind)}
 
 
 def _logit_bytes(spec: ModelSpec, layout: TrainingLayout, tokens: int) -> float:

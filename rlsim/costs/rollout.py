@@ -45,6 +45,7 @@ from rlsim.costs.layout import EngineLayout, InferenceEngine
 from rlsim.costs.memo import Memo
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
 from rlsim.models import ModelSpec
+from rlsim.models.spec import LAYER_KINDS
 from rlsim.overheads import (
     CUDA_GRAPH_MAX_TOKENS,
     ENGINE_STEP_CPU_PER_SEQUENCE_S,
@@ -264,7 +265,7 @@ class EngineCosts:
         kernels = self._kernels
         layers = sum(
             self.spec.layer_count(kind) * sum(weights for *_, weights in kernels.layer_gemms(kind, tokens, tokens))
-            for kind in ("dense", "moe")
+            for kind in LAYER_KINDS
             if self.spec.layer_count(kind)
         )
         head = self.spec.architecture.hidden_size * self.spec.architecture.vocab_size / self.tp

@@ -64,7 +64,7 @@ from rlsim.costs.training_shards import (
 from rlsim.costs.training_time import LayerTime, PipelineTime, TrainingTime, sum_by_kind
 from rlsim.hardware import GPUProfile
 from rlsim.models import ModelSpec
-from rlsim.models.spec import LayerKind
+from rlsim.models.spec import LAYER_KINDS, LayerKind
 
 # Names other modules import from here: the training cost model's public face.
 __all__ = ["ADAM_BYTES_PER_PARAM", "CLIP_BYTES_PER_PARAM", "Collective", "GroupCollectives", "LayerTime", "PipelineTime",
@@ -212,7 +212,7 @@ class TrainingCosts:
         total, pad_to, pairs, reduce_gradients = key
         layers, chunks = self._layers, self._shards.chunks
         tokens = max(total, pad_to) / self.layout.cp
-        kinds = [kind for kind in ("dense", "moe") if self.spec.layer_count(kind)]
+        kinds = [kind for kind in LAYER_KINDS if self.spec.layer_count(kind)]
         f_layers = {kind: layers.layer(kind, tokens, pairs, backward=False) for kind in kinds}
         forward = tuple(self._chunk_forward(g, tokens, f_layers) for g in range(chunks))
         if reduce_gradients is None:

@@ -15,7 +15,7 @@ from rlsim.costs.memory import kernel_implementation
 from rlsim.costs.training_groups import GroupCollectives
 from rlsim.costs.training_time import LayerTime
 from rlsim.models import ModelSpec
-from rlsim.models.spec import LayerKind
+from rlsim.models.spec import LAYER_KINDS, LayerKind
 
 ACTIVATION_BYTES = 2  # bf16 activations in TP, CP, EP and pipeline messages
 
@@ -99,7 +99,7 @@ class LayerPricing:
         self.spec, self.rates, self.layout, self.collectives, self.head = spec, rates, layout, collectives, head
         self._implementation = kernel_implementation(layout.backend)
         self._widths = self._attention_widths()
-        kinds = [kind for kind in ("dense", "moe") if spec.layer_count(kind)]
+        kinds = [kind for kind in LAYER_KINDS if spec.layer_count(kind)]
         self._gemm_plan = {kind: self._plan_gemms(spec.layer_gemm_shapes(kind)) for kind in kinds}
         # Forward bytes per token of each memory-bound op, by layer kind: every layer of every micro-batch asks.
         self._elementwise_bytes = {kind: self._elementwise_bytes_of(kind) for kind in kinds}
@@ -215,7 +215,7 @@ class LayerPricing:
             rope = (arch.num_attention_heads + 1) * arch.mla.qk_rope_head_dim  # RoPE touches only the rope dims
         else:
             rope = q + k
-        out = {"rmsnorm": per["rmsnorm"] * (2 * h + (q + k if arch.qk_norm else 0)),
+        out: dict[str, float] = {"rmsnorm": per["rmsnorm"] * (2 * h + (q + k if arch.qk_norm else 0)),
                "rope": per["rope"] * rope,
                "residual": per["residual"] * 2 * h}
         if kind == "moe" and arch.moe is not None:

@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from rlsim.costs.collectives import Op
 from rlsim.costs.compute import GPURates
 from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memo import Memo
 from rlsim.costs.training_groups import GroupCollectives
 from rlsim.costs.training_time import TrainingTime
 from rlsim.models import ModelSpec
-from rlsim.models.spec import LayerKind
+from rlsim.models.spec import LAYER_KINDS, LayerKind
 
 # Bytes per element moved in data-parallel collectives. Weights are gathered in bf16 (FSDP MixedPrecision param_dtype and
 # Megatron's distributed optimizer both gather bf16); gradients are reduced in fp32: verl's FSDP workers default
@@ -69,7 +70,7 @@ class ShardPricing:
             _counts(zip(layers[:-1], layers[1:], strict=True)) for layers in self.chunk_layers)
         # (dense, routed-expert) parameters of one layer of each kind on this GPU before ZeRO sharding.
         self.unit_params: dict[LayerKind, tuple[float, float]] = {}
-        for kind in ("dense", "moe"):
+        for kind in LAYER_KINDS:
             if spec.layer_count(kind):
                 params = spec.layer_params(kind)
                 routed = sum(v for name, v in params.items() if name.startswith("mlp.experts"))
@@ -94,7 +95,7 @@ class ShardPricing:
     def reduce(self, dense: float, expert: float) -> float:
         """Gradient reduction of a unit: reduce-scatter under ZeRO ≥ 1, all-reduce without ZeRO."""
         c, seconds = self.collectives, 0.0
-        op = "reduce_scatter" if self.layout.zero_stage >= 1 else "all_reduce"
+        op: Op = "reduce_scatter" if self.layout.zero_stage >= 1 else "all_reduce"
         if dense and c.dp is not None:
             seconds += c.dp(op, GRAD_REDUCE_BYTES * dense)
         if expert and c.expert_dp is not None:

@@ -46,6 +46,7 @@ from rlsim.costs.layout import EngineLayout, PPBroadcast, TrainingLayout, Weight
 from rlsim.costs.memory import ADAM_MOMENT_BYTES, ADAM_STATE_BYTES, reference_weight_bytes, training_model_state
 from rlsim.hardware import GPUProfile
 from rlsim.models import ModelSpec
+from rlsim.models.spec import LAYER_KINDS
 from rlsim.overheads import PAGEABLE_COPY_IN_BYTES_PER_S, PAGEABLE_COPY_OUT_BYTES_PER_S
 from rlsim.topology import GPU, ClusterTopology, CommGroup
 
@@ -128,11 +129,12 @@ class _Tensors:
 
 def _tensor_classes(spec: ModelSpec) -> list[_Tensors]:
     classes = []
-    for kind in ("dense", "moe"):
+    for kind in LAYER_KINDS:
         layers = spec.layer_count(kind)
         if not layers:
             continue
         for w in spec.layer_weights(kind):
+            shard: Literal["tp", "ep", "none"]
             if w.copies > 1:
                 shard = "ep"  # routed experts: split over expert parallelism (expert TP 1, Megatron-Core default)
             elif w.is_matrix and w.name != "mlp.gate":
@@ -162,7 +164,7 @@ def engine_parameter_count(spec: ModelSpec) -> int:
     apart) and gate/up fused into one tensor each, and the routed experts stacked into two (w13 for gate and up, w2
     for down)."""
     count = 0
-    for kind in ("dense", "moe"):
+    for kind in LAYER_KINDS:
         layers = spec.layer_count(kind)
         if not layers:
             continue
@@ -264,8 +266,8 @@ def _gather_seconds(
     everything, and what colocated engines need, since each engine's GPUs hold only some stages' layers and every
     engine loads them all."""
     if per_tensor:
-        seconds = _per_tensor_export_seconds(spec, groups, topology, pp_broadcast=pp_broadcast)
-        return sum(c.count * s for c, s in zip(_tensor_classes(spec), seconds, strict=True))
+        per_class = _per_tensor_export_seconds(spec, groups, topology, pp_broadcast=pp_broadcast)
+        return sum(c.count * s for c, s in zip(_tensor_classes(spec), per_class, strict=True))
     comms = _export_comms(groups, topology)
     volume: dict[tuple[Op, str], float] = {}
     for c in _tensor_classes(spec):

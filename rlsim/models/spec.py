@@ -25,6 +25,7 @@ from rlsim.fields import Frozen, PositiveFloat
 from rlsim.models.architecture import Architecture
 
 LayerKind = Literal["dense", "moe"]
+LAYER_KINDS: tuple[LayerKind, ...] = ("dense", "moe")
 
 
 class Weight(NamedTuple):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rlsim.config.bound import Bound
-from rlsim.costs.collectives import collective_time
+from rlsim.costs.collectives import Op, collective_time
 from rlsim.costs.compute import GPURates
 from rlsim.costs.engine_kernels import CollectiveSeconds
 from rlsim.costs.layout import EngineLayout
@@ -18,16 +18,16 @@ from rlsim.topology import CommGroup
 from rlsim.workload.judge import judge_scenario
 
 # How a caller times a collective of its engines' group: (op, group) -> seconds by message size.
-CollectivePricer = Callable[[str, CommGroup | None], CollectiveSeconds]
+CollectivePricer = Callable[[Op, CommGroup | None], CollectiveSeconds]
 
 
-def collective_seconds(op: str, group: CommGroup | None) -> CollectiveSeconds:
+def collective_seconds(op: Op, group: CommGroup | None) -> CollectiveSeconds:
     if group is None:
         raise ValueError(f"an engine over several GPUs needs its group to price its {op}")
     return lambda nbytes: collective_time(op, nbytes, group).seconds
 
 
-def free_collective(op: str, group: CommGroup | None) -> CollectiveSeconds:
+def free_collective(op: Op, group: CommGroup | None) -> CollectiveSeconds:
     """Collectives left unpriced: for questions their time does not answer (the weight bytes a decode reads) or
     that a note says leave them out."""
     return lambda nbytes: 0.0
