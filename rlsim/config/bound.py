@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlsim.config.framework import Framework
+from rlsim.config.run_length import RunLength
 from rlsim.config.schema import Pool, Scenario
 from rlsim.hardware import GPUProfile, HardwareCatalog, Interconnect
 from rlsim.models import ModelCatalog, ModelSpec
@@ -25,6 +26,7 @@ class Bound:
     scenario: Scenario
     model: ModelSpec
     pools: dict[str, PoolHardware]
+    run: RunLength  # steps simulated and warm-up, resolved (run.steps and run.warmup_steps are set by load_scenario)
     reward_model: ModelSpec | None = None  # the reward model or LLM judge workload.reward names, else None
 
     def gpu(self, pool: str | None) -> GPUProfile:
@@ -58,4 +60,8 @@ def bind(scenario: Scenario) -> Bound:
     spec = ModelSpec.from_architecture(scenario.model.name, architecture)
     reward = scenario.workload.reward
     scorer = ModelCatalog.load().spec(reward.model) if reward.kind in ("reward_model", "llm_judge") else None
-    return Bound(scenario=scenario, model=spec, pools=pools, reward_model=scorer)
+    run = scenario.run
+    if run.steps is None or run.warmup_steps is None:
+        raise ValueError("the scenario's run length is not resolved; load scenarios with rlsim.config.load_scenario")
+    return Bound(scenario=scenario, model=spec, pools=pools, run=RunLength(run.steps, run.warmup_steps),
+                 reward_model=scorer)

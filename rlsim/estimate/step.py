@@ -87,9 +87,9 @@ class _Lengths:
     kept: float  # share of groups dynamic sampling keeps
 
 
-def _lengths(scenario: Scenario) -> _Lengths:
+def _lengths(scenario: Scenario, steps: int) -> _Lengths:
     algo = scenario.algorithm
-    marginals = workload_marginals(scenario)
+    marginals = workload_marginals(scenario, steps)
     prompt = marginals.prompt.clipped_mean(algo.max_prompt_tokens)
     # A model length shorter than prompt + max_response_tokens cuts responses earlier; the mean prompt stands for all.
     cap = max(1, min(algo.max_response_tokens, algo.model_len - round(prompt)))
@@ -107,7 +107,7 @@ def estimate_step(bound: Bound) -> StepEstimate:
     placed = roles(bound)
     gpus = role_gpus(bound, topology, placed)
     rollout_gpus, training_gpus = gpus.rollout, gpus.training
-    lengths = _lengths(scenario)
+    lengths = _lengths(scenario, bound.run.steps)
     # Tool responses are prefilled like prompt; a trajectory's context holds them too.
     responses = Responses(max(1, round(lengths.prompt + lengths.appended)), lengths.distribution, lengths.cap)
     stages = {

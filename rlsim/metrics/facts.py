@@ -99,7 +99,7 @@ class RunFacts:
             scenario=scenario.name,
             gpus=first,
             pools=tuple(pools),
-            warmup_steps=scenario.run.warmup_steps,
+            warmup_steps=bound.run.warmup_steps,
             placement=placement.mode,
             schedule=scenario.schedule.mode,
             policy=FlopModel.of(spec),

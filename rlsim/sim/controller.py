@@ -26,7 +26,7 @@ _WEIGHT_UPDATE_PAUSE: dict[str, PauseMode] = {"off": "drain", "april": "drain", 
 
 
 class Controller:
-    """Runs `scenario.run.steps` RL steps (`run`); a schedule implements `_steps` and `_group_done`."""
+    """Runs the scenario's RL steps (`run`); a schedule implements `_steps` and `_group_done`."""
 
     def __init__(self, sim: Simulation, reward: Reward, sampling: Sampling):
         self.sim = sim
@@ -52,7 +52,7 @@ class Controller:
         self._engines_on_training_gpus: list[RolloutEngine] = []
 
     def run(self) -> Generator:
-        yield from self._steps(self.scenario.run.steps)
+        yield from self._steps(self.sim.bound.run.steps)
         self.groups.drop_leftovers()
         self.reward.close(self.env.now)
 

@@ -31,9 +31,9 @@ class Marginals:
     kept_fraction: float  # share of groups dynamic sampling keeps (of the drawn groups, when groups are drawn)
 
 
-def workload_marginals(scenario: Scenario) -> Marginals:
+def workload_marginals(scenario: Scenario, steps: int) -> Marginals:
+    """The marginals of `steps` steps of the scenario's workload."""
     workload, algo = scenario.workload, scenario.algorithm
-    steps = scenario.run.steps
     kept = expected_kept_fraction(workload, algo.samples_per_prompt)
     if workload.replay is not None:
         groups = recorded_groups(Path(workload.replay.path))
@@ -49,7 +49,7 @@ def workload_marginals(scenario: Scenario) -> Marginals:
         assert workload.prompt_tokens is not None and workload.response_tokens is not None
         return Marginals(length_schedule(workload.prompt_tokens, "input").over_steps(steps),
                          length_schedule(workload.response_tokens, "output").over_steps(steps), 0.0, 0.0, samples, kept)
-    return _drawn(scenario, samples, kept)
+    return _drawn(scenario, steps, samples, kept)
 
 
 def _mean_samples(scenario: Scenario) -> float:
@@ -61,7 +61,7 @@ def _mean_samples(scenario: Scenario) -> float:
     return float(n)  # uniform, and knapsack (which splits the same total differently)
 
 
-def _drawn(scenario: Scenario, samples: float, kept: float) -> Marginals:
+def _drawn(scenario: Scenario, steps: int, samples: float, kept: float) -> Marginals:
     """Prompt and response lengths of groups drawn by the simulator's sampler, spread evenly over the run's steps.
     Single-turn responses are drawn without the cap (so the estimate's clipping sees the truncated share); the turns
     of a trajectory obey the engine's limits as they do in a run."""
@@ -72,7 +72,6 @@ def _drawn(scenario: Scenario, samples: float, kept: float) -> Marginals:
         algorithm = algorithm.model_copy(update={"max_response_tokens": 1 << 30})
     sampler = GroupSampler(scenario.workload, algorithm, np.random.default_rng(scenario.seed),
                            np.random.default_rng(scenario.seed + 1))
-    steps = scenario.run.steps
     per_step = max(1, MONTE_CARLO_GROUPS // steps)
     groups = [g for step in range(steps) for g in sampler.draw(per_step, step)]
     prompts = [g.prompt_tokens for g in groups for _ in g.response_tokens]
