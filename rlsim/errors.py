@@ -121,4 +121,4 @@ class UnknownName(LookupError):
 
 class TraceFormatError(ValueError):
     """A trace file is missing, empty or not in the format expected; the message names the file and line. Raised by
-    the trace readers (rlsim.workload.traces) and turned into a ScenarioError at the field that names the file."""
+    the trace readers (rlsim.traces) and turned into a ScenarioError at the field that names the file."""

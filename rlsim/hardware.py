@@ -120,7 +120,9 @@ class CollectiveCurve(FittedCurve):
 
 class GPUCalibration(Frozen):
     """Curves fitted by `rlsim calibrate fit` from a raw measurement file, used by the cost models in place of the
-    spec-sheet defaults. `origin: published` marks curves derived from public measurements, not measured here."""
+    spec-sheet defaults (rlsim.costs.compute.GPURates). `origin: published` marks curves derived from public
+    measurements, not measured here. Only curves a cost model prices with are kept: host copies and kernel launches
+    are fitted and printed by `fit`, not stored (see docs/calibration.md, Limits)."""
 
     origin: Literal["measured", "published"]
     note: Text
@@ -128,9 +130,6 @@ class GPUCalibration(Frozen):
     attention_prefill: ComputeCurve | None = None
     hbm: BandwidthCurve | None = None
     decode_attention: BandwidthCurve | None = None  # bytes = KV cache read by one decode step
-    host_to_device: BandwidthCurve | None = None  # pinned host memory
-    device_to_host: BandwidthCurve | None = None
-    launch_us: SourcedNumber | None = None  # one eager kernel launch, back to back
 
     @model_validator(mode="after")
     def _one_curve_per_dtype(self) -> GPUCalibration:
@@ -169,10 +168,6 @@ class InterconnectMeasured(Frozen):
 
     # One-direction copy over the link: GPU to GPU on a scale-up fabric, host to GPU on a host link.
     copy_gbyte_per_s: SourcedNumber | None = None
-
-    @property
-    def copy_bytes_per_s(self) -> float | None:
-        return _si(self.copy_gbyte_per_s, 1e9)
 
 
 class Interconnect(Frozen):
@@ -275,7 +270,11 @@ class Node(Frozen):
 
 
 class Measured(Frozen):
-    """Public measurements of the GPU (reference §2): what is achievable, as opposed to the spec."""
+    """Public measurements of the GPU (reference §2): what is achievable, as opposed to the spec.
+
+    The all-reduce and host-to-device figures are sourced records that no cost model reads: the evidence a reader
+    checks the collective and copy models against (rlsim.costs.collectives derives HOST_LINK_EFFICIENCY from the
+    host-to-device ones)."""
 
     gemm_bf16_tflops: SourcedNumber | None = None  # best large BF16 GEMM
     hbm_stream_tbps: SourcedNumber | None = None
@@ -294,18 +293,6 @@ class Measured(Frozen):
     @property
     def hbm_stream_bytes_per_s(self) -> float | None:
         return _si(self.hbm_stream_tbps, 1e12)
-
-    @property
-    def allreduce_busbw_bytes_per_s(self) -> float | None:
-        return _si(self.allreduce_busbw_gbyte_per_s, 1e9)
-
-    @property
-    def small_allreduce_latency_s(self) -> float | None:
-        return _si(self.small_allreduce_latency_us, 1e-6)
-
-    @property
-    def host_to_device_bytes_per_s(self) -> float | None:
-        return _si(self.host_to_device_gbyte_per_s, 1e9)
 
     @property
     def fused_moe_call_seconds(self) -> float | None:

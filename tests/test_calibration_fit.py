@@ -228,7 +228,7 @@ def test_show_prints_every_curve_with_its_held_out_error_and_writes_a_figure(tmp
     assert main(["calibrate", "show", "h100-sxm-published", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "not measured here" in text
-    for curve in ("gemm fp8", "hbm", "host to device", "all_reduce 8 ranks 1 node(s)"):
+    for curve in ("gemm fp8", "hbm", "all_reduce 8 ranks 1 node(s)"):
         line = next(line for line in text.splitlines() if line.startswith(curve))
         assert line.rstrip().endswith(("%", "n/a", "%)"))
     assert "(table 3.2%)" in text  # collectives: the held-out error of interpolating between measured sizes

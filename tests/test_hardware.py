@@ -109,7 +109,7 @@ def test_spot_values_match_the_reference(catalog: HardwareCatalog) -> None:
     assert gb200.node.gpus_per_node.value == 4
     assert catalog.links(gb200).host.name == "nvlink-c2c"
     assert catalog.gpu("mi300x").memory_gib.value == 192
-    assert catalog.gpu("a100-80gb-sxm").measured.small_allreduce_latency_s == pytest.approx(44e-6)
+    assert catalog.gpu("a100-80gb-sxm").measured.small_allreduce_latency_us.value == 44
 
 
 def test_interconnect_units_convert_to_si(catalog: HardwareCatalog) -> None:

@@ -9,7 +9,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlsim.sim.rollout import MultiTurnRollout
+from rlsim.sim.sequence import MultiTurnRollout
 from rlsim.workload.multiturn import Turn
 from tests.test_sim_rollout import CountingEnvironment, FixedCosts, assert_same_samples, engines_on, real_costs
 

@@ -16,6 +16,7 @@ from rlsim.config.schema import Algorithm
 from rlsim.config.workload import Workload
 from rlsim.sim.build import build
 from rlsim.sim.loop import controller_for
+from rlsim.traces import multiturn_groups, read_multiturn, read_packed, read_reward_timings
 from rlsim.workload.batches import GroupSampler
 from rlsim.workload.fitting import (
     Summary,
@@ -25,7 +26,6 @@ from rlsim.workload.fitting import (
     response_cap,
 )
 from rlsim.workload.lengths import length_schedule
-from rlsim.workload.traces import multiturn_groups, read_multiturn, read_packed, read_reward_timings
 
 TRACES = Path(__file__).parents[1] / "traces" / "polytrace"
 PACKED = ["verl_dapo_qwen2.5_32b", "verl_text_20260610", "rllm_deepcoder_14b_16k", "verl_video_qwen2.5_vl_7b"]

@@ -11,8 +11,8 @@ from rlsim.config.bound import bind
 from rlsim.config.schema import Algorithm
 from rlsim.config.workload import Workload
 from rlsim.sim.run import simulate_log
+from rlsim.traces import multiturn_groups, read_filter_indices, read_multiturn, read_packed
 from rlsim.workload.batches import GroupSampler
-from rlsim.workload.traces import multiturn_groups, read_filter_indices, read_multiturn, read_packed
 
 TRACES = Path(__file__).parents[1] / "traces" / "polytrace"
 

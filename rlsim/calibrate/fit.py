@@ -74,9 +74,6 @@ class Fit:
     unit: str = "B"  # what size counts: "FLOP" or "B" (bytes)
     table_held_out_mape: float | None = None  # collectives: each inner point interpolated from its neighbours
 
-    def predict(self, size: float | np.ndarray) -> float | np.ndarray:
-        return self.fixed_s + size / self.rate
-
 
 def _solve(x: np.ndarray, t: np.ndarray, prior: Prior | None) -> tuple[float, float]:
     """(fixed, 1/rate) minimising the squared relative error; with a prior, only 1/rate is fitted."""

@@ -105,13 +105,10 @@ def build_gpu_document(base: GPUProfile, name: str, fits: Fits, raw: RawFile, ra
     if fits.attention_prefill is not None:
         calibration["attention_prefill"] = {
             "dtype": "bf16", **_curve(fits.attention_prefill, raw_file, tflops=fits.attention_prefill.rate / 1e12)}
-    bandwidth_curves = {"hbm": fits.hbm, "decode_attention": fits.decode_attention,
-                        "host_to_device": fits.host.get(("h2d", "pinned")), "device_to_host": fits.host.get(("d2h", "pinned"))}
-    for field, fit in bandwidth_curves.items():
+    # Host copies and launches are fitted and printed, not stored: no cost model prices with them (docs/calibration.md).
+    for field, fit in {"hbm": fits.hbm, "decode_attention": fits.decode_attention}.items():
         if fit is not None:
             calibration[field] = _curve(fit, raw_file, gbyte_per_s=fit.rate / 1e9)
-    if fits.launch_s is not None:
-        calibration["launch_us"] = _sourced(fits.launch_s * 1e6, f"{where} (median eager launch)")
     doc["calibration"] = calibration
     return doc
 

@@ -32,7 +32,7 @@ def profile_curves(catalog: HardwareCatalog, gpu_name: str) -> list[ShownCurve]:
         if cal.attention_prefill is not None:
             curves.append(ShownCurve("attention prefill", cal.attention_prefill.tflops.value, "TFLOP/s", "FLOP",
                                      cal.attention_prefill))
-        for field in ("hbm", "decode_attention", "host_to_device", "device_to_host"):
+        for field in ("hbm", "decode_attention"):
             curve = getattr(cal, field)
             if curve is not None:
                 curves.append(ShownCurve(field.replace("_", " "), curve.gbyte_per_s.value, "GB/s", "bytes", curve))

@@ -13,8 +13,8 @@ from rlsim.cli.workload_show import summary_table
 from rlsim.config.workload import Workload
 from rlsim.errors import Problem, ScenarioError, TraceFormatError
 from rlsim.loading import validate_document
+from rlsim.traces import read_lengths, trace_format
 from rlsim.workload.fitting import Summary, fit_trace
-from rlsim.workload.traces import read_lengths, trace_format
 
 
 def run_fit(args: argparse.Namespace) -> int:

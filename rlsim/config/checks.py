@@ -473,14 +473,13 @@ def _check_workload(scenario: Scenario, check: _Checker) -> None:
 def _trace_readers(workload: Workload) -> list[tuple[PathKey, Any]]:
     """(field, reader) of every trace the workload names, to parse each once at load time."""
     from rlsim.config.workload import Replay, TraceFilter, TraceLength
-    from rlsim.workload.replay import recorded_groups
-    from rlsim.workload.traces import read_filter_indices, read_lengths
+    from rlsim.traces import read_filter_indices, read_lengths, read_trace
 
     readers: list[tuple[PathKey, Any]] = []
     for at, model in _models_with_paths(workload, ("workload",)):
         path = Path(model.path)
         if isinstance(model, Replay):
-            readers.append((at, lambda p=path: recorded_groups(p)))
+            readers.append((at, lambda p=path: read_trace(p)))
         elif isinstance(model, TraceFilter):
             readers.append((at, lambda p=path: read_filter_indices(p)))
         elif isinstance(model, TraceLength):

@@ -248,11 +248,6 @@ def training_activation_memory(spec: ModelSpec, layout: TrainingLayout) -> Activ
     return ActivationMemory(last, logits)
 
 
-def training_activation_bytes(spec: ModelSpec, layout: TrainingLayout) -> float:
-    """Activations plus logits at the training peak (see `training_activation_memory`)."""
-    return training_activation_memory(spec, layout).total
-
-
 # ---------------------------------------------------------------------------------------------------- training role
 
 

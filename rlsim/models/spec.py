@@ -115,10 +115,6 @@ class ModelSpec(Frozen):
         """Parameters stored in one layer of `kind`, by tensor name (all experts included)."""
         return {w.name: w.size * w.copies for w in self.layer_weights(kind)}
 
-    def layer_active_params(self, kind: LayerKind) -> dict[str, int]:
-        """Parameters one token uses in one layer of `kind`, by tensor name (top-k routed experts only)."""
-        return {w.name: w.size * w.active for w in self.layer_weights(kind)}
-
     def layer_gemm_shapes(self, kind: LayerKind) -> tuple[GemmShape, ...]:
         """The weight matrices of one layer of `kind` as (name, in_features, out_features, count, active)."""
         return tuple(

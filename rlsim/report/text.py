@@ -35,7 +35,3 @@ def step_line(step: StepRecord, warmup_steps: int, width: int = 120) -> str:
     text = f"{step.step:>4}{step.seconds:>10.2f}  {mark}{stages}"
     return textwrap.fill(text, width=max(width, 40), subsequent_indent=_INDENT, break_long_words=False,
                          break_on_hyphens=False)
-
-
-def step_table(steps: tuple[StepRecord, ...] | list[StepRecord], warmup_steps: int, width: int = 120) -> str:
-    return "\n".join([STEP_HEADER] + [step_line(s, warmup_steps, width) for s in steps])

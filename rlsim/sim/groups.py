@@ -17,8 +17,8 @@ import simpy
 from rlsim.events import RUN_END, SequenceRecord
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.recorder import Recorder
-from rlsim.sim.rollout import MultiTurnRollout, RolloutEngine
-from rlsim.sim.sequence import Rollout
+from rlsim.sim.rollout import RolloutEngine
+from rlsim.sim.sequence import MultiTurnRollout, Rollout
 from rlsim.workload.batches import GroupSampler, PromptGroup
 
 # Completions closer together than this count as simultaneous. Fast mode sums iteration times in closed form and exact

@@ -17,9 +17,10 @@ engine
 
 The engine is a process over named parts (`rlsim.sim.engine`): the scheduler (the queue, the running sequences,
 admission and preemption), the KV ledger (what the cache holds, prefix sharing within a GRPO group, released
-trajectories' contexts), the decode batch (the fast advance), the tool waits of multi-turn trajectories
-(`MultiTurnRollout`: a tool return wakes the engine like a submit), its telemetry and its state (busy, decoding a
-stretch, idle or paused, and the pause asked of it).
+trajectories' contexts), the decode batch (the fast advance), a sequence's lifecycle (joining the queue, the first
+token of a turn, the end of a turn: finished, or tool calls whose return wakes the engine like a submit), the tool
+waits of multi-turn trajectories (`MultiTurnRollout`), its telemetry and its state (busy, decoding a stretch, idle or
+paused, and the pause asked of it).
 
 Fast advance. Between batch-changing events (an admission or prefill chunk, a finish, a preemption, a wake-up by a
 submit or a pause) the engine only decodes a fixed batch, so it computes in closed form how many iterations run until
@@ -43,13 +44,14 @@ import simpy
 from rlsim.costs.rollout import PrefillChunk
 from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts
 from rlsim.sim.engine.kv_ledger import KVLedger
+from rlsim.sim.engine.lifecycle import SequenceLifecycle
 from rlsim.sim.engine.scheduler import Scheduler
 from rlsim.sim.engine.slot import Slot
-from rlsim.sim.engine.state import BUSY, DECODING, IDLE, PAUSED, EngineState, PauseMode
+from rlsim.sim.engine.state import BUSY, DECODING, PAUSED, EngineState, PauseMode
 from rlsim.sim.engine.telemetry import EngineTelemetry, Probe
 from rlsim.sim.engine.tool_waits import TOOL_WAIT_POLICIES, ToolWait, ToolWaits
 from rlsim.sim.recorder import Recorder
-from rlsim.sim.sequence import MultiTurnRollout, Rollout
+from rlsim.sim.sequence import Rollout
 
 
 class RolloutEngine:
@@ -64,7 +66,7 @@ class RolloutEngine:
 
     __slots__ = ("env", "index", "costs", "max_num_seqs", "max_num_batched_tokens", "first_gpu", "gpu_count", "mode",
                  "on_finish", "on_queue_empty", "version", "kv", "batch", "telemetry", "tools", "scheduler", "state",
-                 "_waiting", "_running")
+                 "lifecycle", "_waiting", "_running")
 
     def __init__(self, env: simpy.Environment, index: int, costs: IterationCosts, kv_capacity_tokens: int,
                  max_num_seqs: int, max_num_batched_tokens: int, first_gpu: int, gpu_count: int, recorder: Recorder,
@@ -93,8 +95,9 @@ class RolloutEngine:
         self._waiting: deque[Rollout] = deque()
         self._running: dict[Rollout, Slot] = {}
 
+        self.lifecycle = SequenceLifecycle(self)
         self.kv = KVLedger(kv_capacity_tokens, prefix_sharing)
-        self.batch = DecodeBatch(costs, self._turn_end)
+        self.batch = DecodeBatch(costs, self.lifecycle.turn_end)
         self.telemetry = EngineTelemetry(env, recorder, first_gpu, gpu_count,
                                          unit if unit is not None else f"engine{index}", busy_labels, probe, self.kv,
                                          self.batch, self._running, self._waiting)
@@ -193,7 +196,7 @@ class RolloutEngine:
             )
         rollout.engine = self.index
         self.scheduler.submit(rollout, rollout.target_tokens if predicted_tokens is None else predicted_tokens)
-        self._queued(rollout)
+        self.lifecycle.queued(rollout)
 
     def steal(self, n: int) -> list[Rollout]:
         """Take up to n rollouts that have not started from the back of the queue (work stealing), in queue order."""
@@ -272,8 +275,9 @@ class RolloutEngine:
         telemetry.changed = True
         prefilled = self.scheduler.prefilled(plan)
         batch.finish_due()
+        first_token = self.lifecycle.first_token
         for slot in prefilled:
-            self._first_token(slot)
+            first_token(slot)
 
     def _decode_exact(self) -> Generator[simpy.Event, object, None]:
         telemetry, batch = self.telemetry, self.batch
@@ -305,14 +309,6 @@ class RolloutEngine:
 
     # ---- book-keeping, O(1) or O(log batch) per event --------------------------------------------------------
 
-    def _queued(self, rollout: Rollout) -> None:
-        """A rollout joined the back of the queue: submitted, or back from tool calls that released its slot."""
-        self.telemetry.sample()
-        activity = self.state.activity
-        if activity is IDLE or (activity is DECODING and len(self._waiting) == 1
-                                and self.scheduler.admissible(rollout)):
-            self.state.wake()
-
     def _advance(self, iterations: int, decode: bool) -> None:
         """Book `iterations` iterations: every decoding sequence gained as many tokens. Released contexts that the
         growth needed room from are evicted now, as the boundaries inside a fast stretch would have done."""
@@ -321,44 +317,3 @@ class RolloutEngine:
         kv.used += grown
         self.scheduler.generated_total += grown
         kv.trim(0)
-
-    def _first_token(self, slot: Slot) -> None:
-        """The last prefill chunk sampled the sequence's next token: it decodes from now on, or is done."""
-        rollout = slot.rollout
-        rollout.generated += 1
-        self.scheduler.generated_total += 1
-        if rollout.version_started < 0:
-            rollout.version_started = self.version  # staleness counts from the oldest token
-        self.telemetry.observe("prefilled", rollout)
-        if rollout.remaining <= 0:
-            self._turn_end(slot)
-            return
-        self.batch.join(slot)
-
-    def _turn_end(self, slot: Slot) -> None:
-        """The sequence generated the last token of its turn, and is out of the decode batch: it is done, or its tool
-        calls start."""
-        rollout = slot.rollout
-        if rollout.done:
-            self._finish(slot)
-            return
-        assert isinstance(rollout, MultiTurnRollout)
-        turn = rollout.turns[rollout.turn]
-        if not self.tools.call(slot):
-            self.scheduler.release(slot)
-        self.env.process(self._tools_return(rollout, turn.tool_s, turn.tool_tokens))
-
-    def _tools_return(self, rollout: MultiTurnRollout, seconds: float, tokens: int) -> Generator:
-        yield self.env.timeout(seconds)
-        if self.tools.back(rollout, tokens):
-            self.state.wake()  # it continues at the next boundary, like every batch change
-        else:
-            self.scheduler.queue(rollout)
-            self._queued(rollout)
-
-    def _finish(self, slot: Slot) -> None:
-        rollout = slot.rollout
-        self.scheduler.finish(slot)
-        rollout.finished = self.env.now
-        self.telemetry.observe("finished", rollout)
-        self.on_finish(rollout)

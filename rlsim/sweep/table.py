@@ -14,8 +14,6 @@ from typing import Any
 
 from rlsim.yamlsource import parse_path
 
-STATUSES = ("ok", "infeasible", "failed")
-
 # Headline columns: name -> where it is in metrics.json (docs/metrics.md defines each).
 HEADLINE: dict[str, tuple[str, ...]] = {
     "gpus": ("gpus",),

@@ -14,7 +14,7 @@ import numpy as np
 from rlsim import registry
 from rlsim.config.workload import FractionFilter, Informative, SuccessRateFilter, TraceFilter, Workload
 from rlsim.registry import Registry
-from rlsim.workload.traces import read_filter_indices
+from rlsim.traces import read_filter_indices
 
 Decide = Callable[[int, "float | None", np.random.Generator], bool]
 """(samples in the group, the prompt's success rate or None, rng) → informative?"""

@@ -354,8 +354,8 @@ def response_cap(values: Sequence[int]) -> int | None:
 def fit_packed(path: Path, cap: int | None = None, *, drift: bool = False) -> dict[str, Any]:
     """Workload fields for a packed-length trace: prompt and response length models and the group correlation;
     with `drift`, a response model per recorded step (linearly interpolated between them)."""
+    from rlsim.traces import read_packed
     from rlsim.workload.lengths import length_distribution
-    from rlsim.workload.traces import read_packed
 
     steps = read_packed(path)
     groups = [g.response_tokens for step in steps for g in step]
@@ -383,8 +383,8 @@ def fit_multiturn(path: Path) -> dict[str, Any]:
     number of turns."""
     from scipy.special import ndtr
 
+    from rlsim.traces import multiturn_groups, read_multiturn
     from rlsim.workload.multiturn import Counts
-    from rlsim.workload.traces import multiturn_groups, read_multiturn
 
     trajectories = read_multiturn(path)
     tool_turns = [[t.generated_tokens for t in tr.turns[:-1]] for tr in trajectories]
@@ -419,7 +419,7 @@ rllm/verl/verl/trainer/main_ppo.py of the PolyTrace repository): the concurrency
 def fit_reward_timings(path: Path, threads: int = RLLM_REWARD_THREADS) -> dict[str, Any]:
     """A sandbox reward fitted to recorded batch scoring times. Each record is one rank's batch on `threads` workers;
     the ranks of a step score side by side, so the pool a scenario needs has threads × ranks workers."""
-    from rlsim.workload.traces import read_reward_timings
+    from rlsim.traces import read_reward_timings
 
     timings = read_reward_timings(path)
     sizes = {t.batch_size for t in timings}
@@ -450,8 +450,8 @@ def fit_trace(path: Path, *, cap: int | None = None, drift: bool = False) -> dic
     """Workload fields fitted to any PolyTrace trace: packed lengths (with a sandbox reward when the folder has
     reward timings, and the kept share when it has DAPO filter indices), multi-turn logs, a filter-indices file, or
     the production parameters JSON."""
+    from rlsim.traces import REWARD_TIMINGS, step_files, trace_format
     from rlsim.workload.filters import kept_fraction
-    from rlsim.workload.traces import REWARD_TIMINGS, step_files, trace_format
 
     if path.suffix == ".json":
         return production_joint(path)

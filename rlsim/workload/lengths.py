@@ -303,7 +303,7 @@ def _empirical(model: EmpiricalLength, field: str) -> LengthDistribution:
 
 @register_length_model("trace")
 def _trace(model: TraceLength, field: str) -> LengthDistribution:
-    from rlsim.workload.traces import read_lengths
+    from rlsim.traces import read_lengths
 
     return FiniteLengths.of("trace", _scaled(read_lengths(Path(model.path), field), model.scale))
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlsim.traces import RecordedTrajectory, multiturn_groups, read_multiturn, read_packed, trace_format
 from rlsim.workload.multiturn import Trajectory, Turn
-from rlsim.workload.traces import RecordedTrajectory, multiturn_groups, read_multiturn, read_packed, trace_format
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ multi-turn       `multiturn_workload_step_<k>.jsonl[.gz]`: one trajectory a line
 
 Files of a folder are read in step order (step 10 after step 9, not after step 1). Gzipped files (`.gz`) read the
 same as plain ones: the repository ships the large multi-turn log compressed.
+
+Only parsing lives here, no sampling and no simulation, so the scenario loader (rlsim.config) can read every trace a
+scenario names and report a bad one at load time with its file and line, and the workload builds on the same readers.
 """
 from __future__ import annotations
 
@@ -99,7 +102,7 @@ def read_packed(path: Path) -> tuple[tuple[RecordedGroup, ...], ...]:
 
 @lru_cache(maxsize=16)
 def _read_packed(path: Path, stamp: tuple) -> tuple[tuple[RecordedGroup, ...], ...]:
-    steps = []
+    steps: list[tuple[RecordedGroup, ...]] = []
     for file in step_files(path, PACKED):
         rows: list[tuple] = []
         for number, record in records(file):
@@ -160,7 +163,7 @@ def read_multiturn(path: Path) -> tuple[RecordedTrajectory, ...]:
 
 @lru_cache(maxsize=4)
 def _read_multiturn(path: Path, stamp: tuple) -> tuple[RecordedTrajectory, ...]:
-    out = []
+    out: list[RecordedTrajectory] = []
     for file in step_files(path, MULTITURN):
         for number, record in records(file):
             turns_raw = _field(file, number, record, "turns", list)
@@ -195,7 +198,13 @@ def multiturn_groups(trajectories: tuple[RecordedTrajectory, ...]) -> list[list[
     return groups
 
 
-# ------------------------------------------------------------------------------------------------ lengths of any trace
+# ------------------------------------------------------------------------------------------------ any trace
+
+
+def read_trace(path: Path) -> tuple[RecordedTrajectory, ...] | tuple[tuple[RecordedGroup, ...], ...]:
+    """Every record of the trace at `path`, packed-length or multi-turn (whichever its files are)."""
+    return read_multiturn(path) if trace_format(path) == "multiturn" else read_packed(path)
+
 
 
 def read_lengths(path: Path, field: str) -> list[int]:

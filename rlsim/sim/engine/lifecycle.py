@@ -1,0 +1,81 @@
+"""What a rollout engine does as a sequence passes through it, between its iterations: the sequence joins the queue
+(submitted, or back from tool calls that released its slot), samples the first token of a turn once its prefill
+completes, and ends a turn — it finishes, or its tool calls start, after which it continues in the slot it held or
+queues again. Each happens once per sequence and turn, never per iteration.
+
+Admission, preemption and interruption are the scheduler's (`rlsim.sim.engine.scheduler`); whether a trajectory holds
+its slot through its tool calls is the tool-wait policy's (`rlsim.sim.engine.tool_waits`).
+"""
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING
+
+from rlsim.sim.engine.slot import Slot
+from rlsim.sim.engine.state import DECODING, IDLE
+from rlsim.sim.sequence import MultiTurnRollout, Rollout
+
+if TYPE_CHECKING:
+    from rlsim.sim.rollout import RolloutEngine
+
+
+class SequenceLifecycle:
+    """The engine's reactions to a sequence's own events. It reads the engine's parts through the engine, which
+    builds its decode batch around `turn_end` before the other parts exist (as `ToolWaits` does); the weights'
+    `version` and `on_finish` change during a run, so they are read there in any case."""
+
+    __slots__ = ("engine", "env")
+
+    def __init__(self, engine: RolloutEngine):
+        self.engine = engine
+        self.env = engine.env
+
+    def queued(self, rollout: Rollout) -> None:
+        """The rollout joined the back of the queue: record a sample, and wake the engine if it idles, or if it
+        decodes a stretch the rollout could join at the next boundary."""
+        engine = self.engine
+        engine.telemetry.sample()
+        state, scheduler = engine.state, engine.scheduler
+        activity = state.activity
+        if activity is IDLE or (activity is DECODING and len(scheduler.waiting) == 1 and scheduler.admissible(rollout)):
+            state.wake()
+
+    def first_token(self, slot: Slot) -> None:
+        """The last prefill chunk sampled the sequence's next token: it decodes from now on, or its turn is over."""
+        engine = self.engine
+        rollout = slot.rollout
+        rollout.generated += 1
+        engine.scheduler.generated_total += 1
+        if rollout.version_started < 0:
+            rollout.version_started = engine.version  # staleness counts from the oldest token
+        engine.telemetry.observe("prefilled", rollout)
+        if rollout.remaining <= 0:
+            self.turn_end(slot)
+            return
+        engine.batch.join(slot)
+
+    def turn_end(self, slot: Slot) -> None:
+        """The sequence generated the last token of its turn, and is out of the decode batch: it is done, or its tool
+        calls start."""
+        engine = self.engine
+        rollout = slot.rollout
+        if rollout.done:
+            engine.scheduler.finish(slot)
+            rollout.finished = self.env.now
+            engine.telemetry.observe("finished", rollout)
+            engine.on_finish(rollout)
+            return
+        assert isinstance(rollout, MultiTurnRollout)
+        turn = rollout.turns[rollout.turn]
+        if not engine.tools.call(slot):
+            engine.scheduler.release(slot)
+        self.env.process(self._tools_return(rollout, turn.tool_s, turn.tool_tokens))
+
+    def _tools_return(self, rollout: MultiTurnRollout, seconds: float, tokens: int) -> Generator:
+        yield self.env.timeout(seconds)
+        engine = self.engine
+        if engine.tools.back(rollout, tokens):
+            engine.state.wake()  # it continues at the next boundary, like every batch change
+        else:
+            engine.scheduler.queue(rollout)
+            self.queued(rollout)
