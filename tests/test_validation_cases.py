@@ -64,10 +64,18 @@ def test_every_published_pair_is_compared(validation):
     assert [p.name for p in validation.pairs] == [p.name for p in MANIFEST.pairs]
 
 
-@pytest.mark.xfail(strict=True, reason=f"median and worst |error| miss their bounds; {WHY}")
-def test_median_and_worst_error_of_step_and_stage_times(validation):
-    assert validation.median_abs_error_pct <= MEDIAN_BOUND_PCT
-    assert validation.worst_abs_error_pct <= WORST_BOUND_PCT
+@pytest.mark.xfail(strict=True, reason="known-input times miss: V3 v0.3 Megatron training stages and V9 generation "
+                   f"too fast, V8's sub-second checkpoint-engine sync; {WHY}")
+def test_median_and_worst_error_of_known_input_step_and_stage_times(validation):
+    known = validation.known
+    assert known.median_abs_error_pct <= MEDIAN_BOUND_PCT
+    assert known.worst_abs_error_pct <= WORST_BOUND_PCT
+
+
+def test_every_step_and_stage_time_is_in_one_input_class(validation):
+    known, borrowed, everything = validation.by_inputs
+    assert known.time_figures + borrowed.time_figures == everything.time_figures == len(validation.time_errors) > 0
+    assert {r.inputs for r in validation.rows} <= {"known", "borrowed"}
 
 
 @pytest.mark.xfail(strict=True, reason=f"not every published winner is picked; {WHY}")
@@ -76,7 +84,8 @@ def test_every_paired_comparison_picks_the_published_winner(validation):
     assert not wrong
 
 
-@pytest.mark.xfail(strict=True, reason=f"not every speed-up is within 20%; {WHY}")
+@pytest.mark.xfail(strict=True, reason=f"not every speed-up is within {RATIO_BOUND_PCT:g}%: AReaL staleness (V5), APRIL "
+                   f"(V7) and off-policy pairs; {WHY}")
 def test_every_speedup_is_within_the_ratio_bound(validation):
     outside = {p.name: round(p.ratio_error_pct, 1) for p in validation.pairs if abs(p.ratio_error_pct) > RATIO_BOUND_PCT}
     assert not outside

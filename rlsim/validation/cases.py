@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -25,6 +25,11 @@ CASE_NAME = r"^[a-z0-9][a-z0-9.\-]*$"
 # Cases measure two steps after the fill (rlsim.config.run_length): published figures are long-run means.
 MEASURED_STEPS = 2
 OVERRIDE_PREFIX = "--set "  # how the scenario loader names a problem in an override (rlsim.yamlsource)
+
+
+# Whether a case's response lengths are the timed run's own (published, or irrelevant to its figures) or borrowed from
+# a trace of a similar run: the error of a borrowed-input figure mixes the model's error with the trace's.
+Inputs = Literal["known", "borrowed"]
 
 
 class PublishedFigure(Frozen):
@@ -46,6 +51,9 @@ class PublishedFigure(Frozen):
 class Case(Frozen):
     name: str = Field(pattern=CASE_NAME)
     group: str = Field(pattern=r"^V[0-9]+$", description="the section of shared/validation/cases.md, e.g. V1")
+    inputs: Inputs = Field(
+        description="known: the source publishes the run's response lengths, or its figures do not depend on them; "
+        "borrowed: the lengths come from a trace of a similar run")
     title: str
     source: str
     scenario: str = Field(description="scenario file, relative to the manifest")

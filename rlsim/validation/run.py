@@ -49,7 +49,7 @@ def run_case(manifest_path: str | Path, case: Case, measured_steps: int = MEASUR
     needs_run = any(kind_of(f.figure).needs_run for f in case.figures)
     result = simulate(scenario) if needs_run else None
     rows = tuple(FigureRow(case=case.name, group=case.group, figure=f.figure, unit=kind_of(f.figure).unit,
-                           published=f.published, simulated=read_figure(f.figure, scenario, result),
+                           inputs=case.inputs, published=f.published, simulated=read_figure(f.figure, scenario, result),
                            is_time=kind_of(f.figure).is_time, note=f.note)
                  for f in case.figures)
     return CaseRun(case.name, rows, time.perf_counter() - started)
