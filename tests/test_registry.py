@@ -1,5 +1,6 @@
 """The one registry (rlsim/registry.py): a policy registered from outside the package is accepted by the scenario's
-schema, listed by `rlsim schema`, and run by the simulator; unregistering it leaves no trace."""
+schema, listed by `rlsim schema`, and run by the simulator; unregistering it leaves no trace. A schedule's registered
+facts are all the loader's checks, the default warm-up and the estimate know of it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -9,13 +10,17 @@ import pytest
 
 from rlsim import registry
 from rlsim.api import simulate
+from rlsim.cli import main
 from rlsim.config import parse_scenario
 from rlsim.config import workload as config
+from rlsim.config.bound import bind
+from rlsim.config.schedule_kind import ScheduleKind
 from rlsim.config.schema import scenario_json_schema
 from rlsim.errors import ScenarioError
+from rlsim.estimate import estimate_step
 from rlsim.sim.balance import register_balancer
 from rlsim.sim.dp_balance import in_order, register_dp_balancer
-from rlsim.sim.schedules import register_schedule, sync
+from rlsim.sim.schedules import SCHEDULES, register_schedule
 from tests.sim_scenarios import scenario_yaml
 
 TINY = dict(gpus=4, prompts=4, samples=2, steps=1, max_response=256)
@@ -35,16 +40,26 @@ built: list[str] = []
 
 
 def recorded_sync(sim, reward, sampling):
-    """A toy schedule: the synchronous one, noting that it was chosen."""
+    """A toy schedule's controller: the synchronous one, noting that it was chosen."""
     built.append(sim.bound.scenario.name)
-    return sync(sim, reward, sampling)
+    return SCHEDULES["sync"].controller(sim, reward, sampling)
+
+
+def summed_by_the_toy(produce: float, train: float, sync: float) -> tuple[float, str]:
+    return produce + train + sync, "the toy's own sum"
+
+
+# Facts no shipped schedule has, so that every place that reads them shows the toy's: a staleness bound the scenario
+# sets (default 3) and a pipeline that fills for two versions.
+RECORDED_SYNC = ScheduleKind(recorded_sync, off_policy=False, staleness=3, takes_max_staleness=True,
+                             versions_ahead=lambda schedule: 2, steady_step=summed_by_the_toy)
 
 
 @pytest.fixture
 def toys() -> Iterator[None]:
     register_balancer("first_engine")(first_engine)
     register_dp_balancer("one_rank")(one_rank)
-    register_schedule("recorded_sync")(recorded_sync)
+    register_schedule("recorded_sync")(RECORDED_SYNC)
     built.clear()
     yield
     registry.LOAD_BALANCERS.unregister("first_engine")
@@ -76,13 +91,33 @@ def test_a_dp_balancer_registered_outside_the_package_splits_the_batch(toys):
 
 
 def test_a_schedule_registered_outside_the_package_runs_the_steps(toys):
-    # The loader's checks treat any schedule but sync as overlapping generation with training: not on colocated GPUs.
-    result = simulate(parse_scenario(scenario_yaml(schedule="recorded_sync", mode="disaggregated", rollout_gpus=2,
-                                                   training_gpus=2, **TINY)))
+    # The toy is on-policy, so the loader's checks allow it on colocated GPUs (scenario_yaml's default); four steps
+    # leave the three of its pipeline's fill out of the measured one.
+    result = simulate(parse_scenario(scenario_yaml(schedule="recorded_sync", **{**TINY, "steps": 4})))
     assert built == ["test"]
     assert result.scenario.schedule.mode == "recorded_sync"
-    assert len(result.log.steps) == 1
-    assert len(result.log.sequences) == 4 * 2
+    assert len(result.log.steps) == 4
+    assert len(result.log.sequences) == 4 * 4 * 2
+
+
+def _with_default_run_length(text: str) -> str:
+    return text.replace("run: {steps: 1}\n", "")
+
+
+def test_a_registered_schedule_is_checked_warmed_up_and_estimated_by_its_facts(toys, tmp_path, capsys):
+    scenario = parse_scenario(_with_default_run_length(scenario_yaml(schedule="recorded_sync", **TINY)))
+    assert scenario.schedule.max_staleness == 3
+    assert (scenario.run.warmup_steps, scenario.run.steps) == (3, 6)  # fills two versions, then the first step
+    assert estimate_step(bind(scenario)).overlap == "recorded_sync: the toy's own sum"
+    path = tmp_path / "toy.yaml"
+    path.write_text(scenario_yaml(schedule="recorded_sync", staleness=5, **TINY))
+    assert main(["check", str(path)]) == 0
+    assert "schedule   recorded_sync (max staleness 5)" in capsys.readouterr().out
+    # An off-policy schedule may not share GPUs between generation and training; the message lists the ones that may.
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(scenario_yaml(schedule="async", **TINY))
+    [problem] = caught.value.problems
+    assert problem.path == "schedule.mode" and problem.valid is not None and "recorded_sync" in problem.valid
 
 
 def test_the_schema_lists_a_registered_policy_and_forgets_it_when_unregistered(toys):
