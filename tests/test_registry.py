@@ -1,12 +1,14 @@
 """The one registry (rlsim/registry.py): a policy registered from outside the package is accepted by the scenario's
 schema, listed by `rlsim schema`, and run by the simulator; unregistering it leaves no trace. A schedule's registered
-facts are all the loader's checks, the default warm-up and the estimate know of it."""
+facts are all the loader's checks, the default warm-up and the estimate know of it; a length model's registered
+parameter class is all the schema knows of it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import get_args
+from typing import Literal, get_args
 
 import pytest
+from pydantic import Field
 
 from rlsim import registry
 from rlsim.api import simulate
@@ -16,11 +18,14 @@ from rlsim.config import workload as config
 from rlsim.config.bound import bind
 from rlsim.config.schedule_kind import ScheduleKind
 from rlsim.config.schema import scenario_json_schema
+from rlsim.config.workload import LengthParams
 from rlsim.errors import ScenarioError
 from rlsim.estimate import estimate_step
+from rlsim.fields import PositiveInt
 from rlsim.sim.balance import register_balancer
 from rlsim.sim.dp_balance import in_order, register_dp_balancer
 from rlsim.sim.schedules import SCHEDULES, register_schedule
+from rlsim.workload.lengths import FiniteLengths, LengthDistribution, register_length_model
 from tests.sim_scenarios import scenario_yaml
 
 TINY = dict(gpus=4, prompts=4, samples=2, steps=1, max_response=256)
@@ -55,16 +60,30 @@ RECORDED_SYNC = ScheduleKind(recorded_sync, off_policy=False, staleness=3, takes
                              versions_ahead=lambda schedule: 2, steady_step=summed_by_the_toy)
 
 
+class EvenLength(LengthParams):
+    """A toy length model: every length from `shortest` to `longest` tokens equally likely."""
+
+    kind: Literal["even"] = Field(description="even: every length between two bounds equally likely")
+    shortest: PositiveInt = Field(description="the shortest length, in tokens")
+    longest: PositiveInt = Field(description="the longest length, in tokens")
+
+
+def even(model: EvenLength, field: str) -> LengthDistribution:
+    return FiniteLengths.of("even", range(model.shortest, model.longest + 1))
+
+
 @pytest.fixture
 def toys() -> Iterator[None]:
     register_balancer("first_engine")(first_engine)
     register_dp_balancer("one_rank")(one_rank)
     register_schedule("recorded_sync")(RECORDED_SYNC)
+    register_length_model(EvenLength)(even)
     built.clear()
     yield
     registry.LOAD_BALANCERS.unregister("first_engine")
     registry.DP_BALANCERS.unregister("one_rank")
     registry.SCHEDULES.unregister("recorded_sync")
+    registry.LENGTH_MODELS.unregister("even")
 
 
 def test_a_balancer_registered_outside_the_package_routes_the_run(toys):
@@ -120,11 +139,36 @@ def test_a_registered_schedule_is_checked_warmed_up_and_estimated_by_its_facts(t
     assert problem.path == "schedule.mode" and problem.valid is not None and "recorded_sync" in problem.valid
 
 
+def test_a_length_model_registered_outside_the_package_is_validated_drawn_and_estimated(toys):
+    scenario = parse_scenario(scenario_yaml(response="{kind: even, shortest: 100, longest: 300}", **TINY))
+    assert scenario.workload.response_tokens == EvenLength(kind="even", shortest=100, longest=300)
+    lengths = {record.response_tokens for record in simulate(scenario).log.sequences}
+    assert min(lengths) >= 100 and max(lengths) <= 300 and len(lengths) > 1
+    # TINY's prompts are 64 tokens; the estimate trains prompt + the responses' mean, 200.
+    estimate = estimate_step(bind(scenario))
+    assert estimate.tokens_per_step / (4 * 2) == pytest.approx(64 + 200, rel=0.02)
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(scenario_yaml(response="{kind: even, shortest: 100}", **TINY))
+    [problem] = caught.value.problems
+    assert problem.path == "workload.response_tokens.longest" and "missing" in problem.message
+
+
 def test_the_schema_lists_a_registered_policy_and_forgets_it_when_unregistered(toys):
     schedule = scenario_json_schema()["$defs"]["Schedule"]["properties"]
     assert "first_engine" in schedule["load_balancer"]["enum"]
     assert "one_rank" in schedule["dp_balance"]["enum"]
     assert "recorded_sync" in schedule["mode"]["enum"]
+    response = scenario_json_schema()["$defs"]["Workload"]["properties"]["response_tokens"]["anyOf"][0]
+    assert response["discriminator"]["mapping"]["even"] == "#/$defs/EvenLength"
+    registry.LENGTH_MODELS.unregister("even")
+    try:
+        assert "EvenLength" not in scenario_json_schema()["$defs"]
+        with pytest.raises(ScenarioError) as unknown:
+            parse_scenario(scenario_yaml(response="{kind: even, shortest: 100, longest: 300}", **TINY))
+    finally:
+        register_length_model(EvenLength)(even)
+    [problem] = unknown.value.problems
+    assert problem.path == "workload.response_tokens" and "'even' is not a known kind" in problem.message
     registry.LOAD_BALANCERS.unregister("first_engine")
     try:
         assert "first_engine" not in scenario_json_schema()["$defs"]["Schedule"]["properties"]["load_balancer"]["enum"]
@@ -156,9 +200,10 @@ def _tags(union) -> list[str]:
 
 
 @pytest.mark.parametrize(("union", "kind"), [
-    (config.StaticLengthModel, registry.LENGTH_MODELS), (config.LatencyModel, registry.LATENCY_MODELS),
-    (config.Budget, registry.BUDGETS), (config.Informative, registry.GROUP_FILTERS),
-    (config.RewardConfig, registry.REWARDS)], ids=lambda v: getattr(v, "kind", ""))
+    (config.LatencyModel, registry.LATENCY_MODELS), (config.Budget, registry.BUDGETS),
+    (config.Informative, registry.GROUP_FILTERS), (config.RewardConfig, registry.REWARDS)],
+    ids=lambda v: getattr(v, "kind", ""))
 def test_every_kind_the_schema_accepts_has_a_builder(union, kind):
-    # Kinds with parameters are tagged unions of config classes; each tag needs its registered builder.
+    # These kinds are tagged unions of config classes; each tag needs its registered builder. (The length models'
+    # union is the registry's own: each registers its parameter class with its builder.)
     assert _tags(union) == kind.names()
