@@ -1,10 +1,12 @@
 """Field types shared by every input schema: strict numbers (YAML `true` is not a count), the frozen, closed base model,
-and names of registered policies (`Registered`)."""
+names of registered policies (`Registered`) and registered variants with parameters (`Variants`)."""
 from __future__ import annotations
 
+import operator
+from functools import cache, reduce
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, Strict
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, Strict, TypeAdapter
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
@@ -48,3 +50,32 @@ class Registered:
             raise PydanticCustomError("value_error", "not a known {kind}", {
                 "kind": err.kind, "valid": ", ".join(err.known), "suggestion": err.suggestion or ""}) from None
         return name
+
+
+class Variants:
+    """Field metadata for a kind whose variants carry parameters, `Annotated[LengthParams, Variants(LENGTH_MODELS)]`:
+    the field is the tagged union (by `kind`) of the parameter classes registered under the registry's names
+    (each entry's `params`), plus any in `also`, as they are when a scenario is validated. So a variant is added by
+    registering it, never in the schema; its errors, JSON Schema and dumps are those of the union written out."""
+
+    def __init__(self, registry: Registry[Any], *, also: tuple[type[BaseModel], ...] = ()):
+        self.registry = registry
+        self.also = also
+
+    def members(self) -> tuple[type[BaseModel], ...]:
+        return (*(self.registry[name].params for name in self.registry.names()), *self.also)
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.with_info_plain_validator_function(self._validate)
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return handler(_tagged_union(self.members()).core_schema)
+
+    def _validate(self, value: Any, info: core_schema.ValidationInfo) -> Any:
+        # The union's own errors (an unknown kind, a bad parameter at its path) become the scenario's.
+        return _tagged_union(self.members()).validate_python(value, context=info.context)
+
+
+@cache
+def _tagged_union(members: tuple[type[BaseModel], ...]) -> TypeAdapter[Any]:
+    return TypeAdapter(Annotated[reduce(operator.or_, members), Field(discriminator="kind")])

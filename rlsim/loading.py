@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from rlsim.errors import Problem, ScenarioError
+from rlsim.fields import Variants
 from rlsim.yamlsource import PathKey, YamlDocument
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -122,7 +124,7 @@ def _yaml_path(model: type[BaseModel], loc: tuple) -> tuple[PathKey, type[BaseMo
             parent = current
             field = current.model_fields.get(part) if isinstance(part, str) else None
             path.append(part)
-            current = field.annotation if field is not None else None
+            current = _annotation(field) if field is not None else None
         elif isinstance(current, _ContainerOf):
             path.append(part)
             current = current.item
@@ -143,7 +145,7 @@ def _target_model(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
                 continue
         if _is_model(current):
             field = current.model_fields.get(part) if isinstance(part, str) else None
-            current = field.annotation if field is not None else None
+            current = _annotation(field) if field is not None else None
         elif isinstance(current, _ContainerOf):
             current = current.item
     current = _unwrap(current)
@@ -151,6 +153,11 @@ def _target_model(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
         models = [m for m in current.members if _is_model(m)]
         return models[0] if len(models) == 1 else None
     return current if _is_model(current) else None
+
+
+def _annotation(field: FieldInfo) -> Any:
+    """A field's type with the metadata pydantic keeps apart (a bare `Annotated[T, Variants(...)]` field's)."""
+    return typing.Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
 
 
 class _UnionOf:
@@ -183,7 +190,10 @@ def _unwrap(annotation: Any) -> Any:
     while True:
         origin = typing.get_origin(annotation)
         if origin is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
+            annotation, *metadata = typing.get_args(annotation)
+            variants = [m for m in metadata if isinstance(m, Variants)]
+            if variants:
+                return _UnionOf(list(variants[0].members()))
             continue
         if origin in (typing.Union, types.UnionType):
             members = [a for a in typing.get_args(annotation) if a is not type(None)]

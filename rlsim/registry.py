@@ -14,11 +14,12 @@ import the simulator that implements them (tests/test_design_rules.py). So each 
 that holds its built-in entries (its *home*); the implementations register into it when their module is imported, and
 the first question about a kind's names (`names`, `in`, `[]`) imports its home first. Config thus names no simulator
 module, and still sees every built-in policy — plus any registered from outside the package before the scenario is
-loaded (tests/test_registry.py registers a toy balancer and schedule).
+loaded (tests/test_registry.py registers a toy balancer, schedule and length model).
 
-Kinds whose variants carry parameters (length models, latency models, budgets, group filters, rewards) are tagged
-unions of parameter classes in `rlsim.config.workload`; their registries hold the builders, one per tag, and
-tests/test_registry.py checks that every tag has one.
+Kinds whose variants carry parameters are tagged unions of parameter classes. A length model registers its class with
+its builder, and the schema's union is the registry's (`rlsim.fields.Variants`); for latency models, budgets, group
+filters and rewards the unions are written in `rlsim.config.workload`, their registries hold the builders, one per tag,
+and tests/test_registry.py checks that every tag has one.
 
 This module imports nothing from rlsim but `errors`.
 """
@@ -93,7 +94,7 @@ DP_BALANCERS: Registry[Any] = Registry("DP balancer", "rlsim.sim.dp_balance")
 SCHEDULES: Registry[Any] = Registry("schedule", "rlsim.sim.schedules")
 REWARDS: Registry[Any] = Registry("reward kind", "rlsim.sim.reward")
 TOOL_WAITS: Registry[Any] = Registry("tool-wait policy", "rlsim.sim.engine.tool_waits")
-LENGTH_MODELS: Registry[Any] = Registry("length model", "rlsim.workload.lengths")
+LENGTH_MODELS: Registry[Any] = Registry("length model", "rlsim.workload.length_models")
 LATENCY_MODELS: Registry[Any] = Registry("latency model", "rlsim.workload.latency")
 BUDGETS: Registry[Any] = Registry("sample budget", "rlsim.workload.budgets")
 GROUP_FILTERS: Registry[Any] = Registry("group filter", "rlsim.workload.filters")

@@ -183,12 +183,26 @@ def _names(statement: str) -> list[str]:
     return [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
 
 
+def _libraries_loaded_by(each_scenario: str) -> str:
+    """Which of simpy and plotly a fresh interpreter has imported after running `each_scenario` (Python text with
+    `path` bound) on every shipped scenario."""
+    scenarios = sorted((PACKAGE.parent / "scenarios").glob("*.yaml"))
+    code = ("import sys\nfrom rlsim.config import load_scenario\n"
+            f"for path in {[str(p) for p in scenarios]!r}:\n    {each_scenario}\n"
+            "print(sorted(m for m in ('simpy', 'plotly') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
+    return out.stdout.strip()
+
+
 def test_loading_a_scenario_does_not_start_the_simulator():
     """The loader reads the registered policy names (rlsim.registry) without importing SimPy: `rlsim check` and
     `rlsim estimate` never load the simulator."""
-    scenarios = sorted((PACKAGE.parent / "scenarios").glob("*.yaml"))
-    code = ("import sys\nfrom rlsim.config import load_scenario\n"
-            f"for path in {[str(p) for p in scenarios]!r}:\n    load_scenario(path)\n"
-            "print(sorted(m for m in ('simpy', 'plotly') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
-    assert out.stdout.strip() == "[]"
+    assert _libraries_loaded_by("load_scenario(path)") == "[]"
+
+
+def test_estimating_a_step_does_not_start_the_simulator():
+    """The estimate asks each schedule's registered facts (rlsim/sim/schedules/), whose files import their
+    controllers only when a simulation builds one."""
+    each = "from rlsim.config.bound import bind; from rlsim.estimate import estimate_step; " \
+           "estimate_step(bind(load_scenario(path)))"
+    assert _libraries_loaded_by(each) == "[]"

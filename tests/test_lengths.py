@@ -9,15 +9,11 @@ import pytest
 from pydantic import TypeAdapter
 from scipy import integrate, stats
 
-from rlsim.config.workload import (
-    EmpiricalLength,
-    FixedLength,
-    GammaLength,
-    LognormalLength,
-    StaticLengthModel,
-    TraceLength,
-)
+from rlsim.config.workload import FixedLength, StaticLengthModel, TraceLength
 from rlsim.workload import length_distribution
+from rlsim.workload.length_models.empirical import EmpiricalLength
+from rlsim.workload.length_models.gamma import GammaLength
+from rlsim.workload.length_models.lognormal import LognormalLength
 from rlsim.workload.lengths import ScipyLengths
 
 

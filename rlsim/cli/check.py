@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
 def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
     from rlsim.config.run_length import RunLength, fill_steps, measured_window, short_warmup_warning
+    from rlsim.config.schedule_kind import schedule_kind
     from rlsim.costs.memory import GIB
 
     s, spec = bound.scenario, bound.model
@@ -71,7 +72,7 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
                  f"tp{t.tp} pp{t.pp} cp{t.cp} dp{t.dp}{f' ep{t.ep}' if t.ep > 1 else ''}, {t.backend} "
                  f"ZeRO-{t.zero_stage}, recompute {t.activation_recompute}")
     sched = s.schedule
-    staleness = f" (max staleness {sched.max_staleness:g})" if sched.mode == "async" else ""
+    staleness = f" (max staleness {sched.max_staleness:g})" if schedule_kind(sched.mode).takes_max_staleness else ""
     lines.append(f"schedule   {sched.mode}{staleness}; load balancer {sched.load_balancer}; partial rollout "
                  f"{sched.partial_rollout.mode}; weight sync {sched.weight_sync.method}")
     length = RunLength(s.run.steps, s.run.warmup_steps)

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from rlsim.config.run_length import resolve_run_length
+from rlsim.config.schedule_kind import modes, schedule_kind
 from rlsim.config.schema import OffloadHostMemory, Placement, Pool, Run, Scenario
 from rlsim.config.workload import Workload
 from rlsim.errors import Problem, ScenarioError, TraceFormatError, UnknownName
@@ -49,8 +50,9 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
         model = model.model_copy(update={"name": spec.name, "architecture": spec.architecture})
     placement = _resolve_placement(scenario.placement, pools, check)
     schedule = scenario.schedule
-    if schedule.mode == "async" and schedule.max_staleness is None:
-        schedule = schedule.model_copy(update={"max_staleness": 1})
+    kind = schedule_kind(schedule.mode)
+    if kind.takes_max_staleness and schedule.max_staleness is None:
+        schedule = schedule.model_copy(update={"max_staleness": kind.staleness})
     workload = _resolve_trace_paths(scenario.workload, base_dir, check)
     length = resolve_run_length(scenario.run, schedule)
     resolved = scenario.model_copy(update={
@@ -356,13 +358,16 @@ def _check_algorithm(scenario: Scenario, check: _Checker) -> None:
 
 def _check_schedule(original: Scenario, scenario: Scenario, check: _Checker) -> None:
     schedule, placement = scenario.schedule, scenario.placement
-    if original.schedule.max_staleness is not None and schedule.mode != "async":
-        check.fail(("schedule", "max_staleness"), f"applies only to schedule.mode async (one_step_off is staleness 1, "
-                   f"sync is 0); mode is {schedule.mode}", value=original.schedule.max_staleness)
-    if schedule.mode != "sync" and placement.mode == "colocated":
+    kind = schedule_kind(schedule.mode)
+    if original.schedule.max_staleness is not None and not kind.takes_max_staleness:
+        settable = " or ".join(modes(takes_max_staleness=True))
+        fixed = ", ".join(f"{mode} {schedule_kind(mode).staleness:g}" for mode in modes(takes_max_staleness=False))
+        check.fail(("schedule", "max_staleness"), f"applies only to schedule.mode {settable} (the others' staleness is "
+                   f"fixed: {fixed}); mode is {schedule.mode}", value=original.schedule.max_staleness)
+    if kind.off_policy and placement.mode == "colocated":
         check.fail(("schedule", "mode"), f"{schedule.mode} overlaps generation with training, but colocated GPUs "
                    "do one at a time", value=schedule.mode,
-                   valid="sync, or placement.mode disaggregated / hybrid")
+                   valid=f"{' / '.join(modes(off_policy=False))}, or placement.mode disaggregated / hybrid")
     partial = schedule.partial_rollout
     if partial.mode == "april" and partial.over_provision <= 1.0:
         check.fail(("schedule", "partial_rollout", "over_provision"), "APRIL launches more prompts than it needs",
@@ -370,17 +375,17 @@ def _check_schedule(original: Scenario, scenario: Scenario, check: _Checker) -> 
     if partial.mode != "april" and partial.over_provision != 1.0:
         check.fail(("schedule", "partial_rollout", "over_provision"), "used only by partial_rollout.mode april",
                    value=partial.over_provision)
-    if partial.mode in ("interrupt", "in_flight") and schedule.mode == "sync":
+    if partial.mode in ("interrupt", "in_flight") and not kind.off_policy:
         check.fail(("schedule", "partial_rollout", "mode"), "updating weights under generation in flight needs "
-                   "generation to overlap training (schedule.mode one_step_off or async)", value=partial.mode,
-                   valid="off, april")
+                   f"generation to overlap training (schedule.mode {' or '.join(modes(off_policy=True))})",
+                   value=partial.mode, valid="off, april")
     if schedule.max_concurrent_groups is not None and schedule.max_concurrent_groups_per_engine is not None:
         check.fail(("schedule", "max_concurrent_groups"), "caps the groups in flight over the whole rollout, as "
                    "max_concurrent_groups_per_engine does per engine; both are set", value=schedule.max_concurrent_groups,
                    valid="one of the two")
-    if schedule.streaming and schedule.mode == "sync":
-        check.fail(("schedule", "streaming"), "streaming trains while generation continues, which sync forbids",
-                   value=True, valid="false, or schedule.mode async")
+    if schedule.streaming and not kind.off_policy:
+        check.fail(("schedule", "streaming"), f"streaming trains while generation continues, which {schedule.mode} "
+                   "forbids", value=True, valid=f"false, or schedule.mode {' or '.join(modes(off_policy=True))}")
 
 
 def _check_reward(scenario: Scenario, check: _Checker) -> None:

@@ -7,9 +7,9 @@ winner. So unless the scenario says otherwise, a run warms up for the fill, then
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from rlsim.config.schedule_kind import schedule_kind
 from rlsim.config.schema import Run, Schedule
 
 # Steps measured after the warm-up when the scenario does not set run.steps.
@@ -21,13 +21,10 @@ MAX_FILL_STEPS = 4
 
 
 def versions_ahead(schedule: Schedule) -> int:
-    """How many policy versions generation may run ahead of training: ⌈η⌉ for async (the cap when unbounded), one for
-    one-step-off and for a synchronous run that carries unfinished responses into the next step, none otherwise."""
-    if schedule.mode == "async":
-        return math.ceil(schedule.max_staleness) if schedule.max_staleness is not None else MAX_FILL_STEPS
-    if schedule.mode == "one_step_off" or schedule.partial_rollout.mode != "off":
-        return 1
-    return 0
+    """How many policy versions generation may run ahead of training, as the schedule says (rlsim/sim/schedules/):
+    ⌈η⌉ for async (the cap when unbounded), one for one-step-off and for a synchronous run that carries unfinished
+    responses into the next step, none otherwise."""
+    return schedule_kind(schedule.mode).versions_ahead(schedule)
 
 
 def fill_steps(schedule: Schedule) -> int:
@@ -58,7 +55,8 @@ def short_warmup_warning(length: RunLength, fill: int, schedule_mode: str) -> st
     """Why the measured window includes the pipeline's fill (`fill_steps`), or None when it does not."""
     if length.warmup_steps >= fill:
         return None
-    pipeline = "a synchronous run with partial rollouts" if schedule_mode == "sync" else f"a {schedule_mode} run"
+    off_policy = schedule_kind(schedule_mode).off_policy
+    pipeline = f"a {schedule_mode} run" if off_policy else "a synchronous run with partial rollouts"
     return (f"run.warmup_steps is {length.warmup_steps}, but {pipeline} is in steady state only from step {fill}: "
             f"the measured steps include the pipeline's fill, so the step time reads too slow; leave run.steps and "
             f"run.warmup_steps unset to measure after the fill, or set run.warmup_steps: {fill} (and run.steps "

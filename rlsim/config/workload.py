@@ -4,6 +4,11 @@ rewards are computed.
 
 Each variant is a pydantic model tagged by `kind`, so YAML selects it by name and a bad parameter is reported with its
 field path. The runtime objects they describe live in `rlsim.workload` (one registered builder per kind).
+
+A length model is one file in rlsim/workload/length_models/ that holds its parameter class and its builder: the fields
+that take one accept the registered kinds (`Variants`), so adding a kind never touches this file. Two parameter classes
+stay here because this package uses them itself: `FixedLength` (the judge's default verdict length) and `TraceLength`
+(whose path the loader resolves, and whose trace it reads).
 """
 from __future__ import annotations
 
@@ -12,11 +17,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rlsim.fields import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt, Probability, Registered
-from rlsim.registry import TOOL_WAITS
+from rlsim.fields import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt, Probability, Registered, Variants
+from rlsim.registry import LENGTH_MODELS, TOOL_WAITS
 
 
-def _check_weights(weights: list[float] | None, count: int, what: str) -> None:
+def check_weights(weights: list[float] | None, count: int, what: str) -> None:
     if weights is not None and len(weights) != count:
         raise ValueError(f"weights has {len(weights)} entries but {what} has {count}")
 
@@ -28,7 +33,13 @@ def _check_weights(weights: list[float] | None, count: int, what: str) -> None:
 LengthScale = Annotated[PositiveFloat, Field(description="multiply every length (what if responses were k times longer?)")]
 
 
-class FixedLength(Frozen):
+class LengthParams(Frozen):
+    """The parameters of a length model, tagged by its `kind` (each kind's class says which)."""
+
+    kind: str
+
+
+class FixedLength(LengthParams):
     """Every sample has the same length."""
 
     kind: Literal["fixed"] = Field(description="fixed: every sample has the same length")
@@ -36,79 +47,7 @@ class FixedLength(Frozen):
     scale: LengthScale = 1.0
 
 
-class LognormalLength(Frozen):
-    """Lengths whose logarithm is normal: the usual shape of reasoning-response lengths (long right tail).
-
-    `loc_tokens` shifts the distribution (scipy's `loc`): a fitted scipy triple (s, loc, scale) is
-    `sigma: s, loc_tokens: loc, median_tokens: loc + scale`.
-    """
-
-    kind: Literal["lognormal"] = Field(description="lognormal: log-normally distributed lengths")
-    median_tokens: PositiveFloat = Field(description="median length in tokens (loc_tokens + e^mu)")
-    sigma: PositiveFloat = Field(description="standard deviation of ln(length - loc_tokens)")
-    loc_tokens: float = Field(0.0, description="where the distribution starts (scipy's loc); may be negative")
-    scale: LengthScale = 1.0
-
-    @model_validator(mode="after")
-    def _median_above_loc(self) -> LognormalLength:
-        if self.median_tokens <= self.loc_tokens:
-            raise ValueError(f"median_tokens ({self.median_tokens}) must exceed loc_tokens ({self.loc_tokens})")
-        return self
-
-
-class GammaLength(Frozen):
-    """Gamma-distributed lengths, parameterised by mean and shape (shape < 1: heavier tail)."""
-
-    kind: Literal["gamma"] = Field(description="gamma: gamma-distributed lengths")
-    mean_tokens: PositiveFloat = Field(description="mean length in tokens")
-    shape: PositiveFloat = Field(description="the gamma shape k (larger: narrower around the mean)")
-    scale: LengthScale = 1.0
-
-
-class GaussianComponent(Frozen):
-    weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
-    mean_tokens: float = Field(description="mean length of this component, in tokens")
-    std_tokens: PositiveFloat = Field(description="standard deviation of this component, in tokens")
-
-
-class GaussianMixtureLength(Frozen):
-    """A mixture of normal distributions of length (lengths below 1 token count as 1)."""
-
-    kind: Literal["gaussian_mixture"] = Field(
-        description="gaussian_mixture: a weighted mix of normal distributions (cut at 1 token)")
-    components: list[GaussianComponent] = Field(min_length=1, description="the mixture's components")
-    scale: LengthScale = 1.0
-
-
-class LognormalComponent(Frozen):
-    weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
-    median_tokens: PositiveFloat = Field(description="median length of this component, in tokens")
-    sigma: PositiveFloat = Field(description="standard deviation of ln(length) in this component")
-
-
-class LognormalMixtureLength(Frozen):
-    """A mixture of lognormals (a Gaussian mixture of ln(length)): what `rlsim workload fit` fits to traces."""
-
-    kind: Literal["lognormal_mixture"] = Field(description="lognormal_mixture: a weighted mix of lognormal distributions")
-    components: list[LognormalComponent] = Field(min_length=1, description="the mixture's components")
-    scale: LengthScale = 1.0
-
-
-class EmpiricalLength(Frozen):
-    """Lengths drawn from a list of observed values, optionally weighted (a histogram)."""
-
-    kind: Literal["empirical"] = Field(description="empirical: lengths drawn from a list of observed values")
-    tokens: list[PositiveInt] = Field(min_length=1, description="the observed lengths, in tokens")
-    weights: list[PositiveFloat] | None = Field(None, description="relative weight of each length (default: equal)")
-    scale: LengthScale = 1.0
-
-    @model_validator(mode="after")
-    def _weights_match(self) -> EmpiricalLength:
-        _check_weights(self.weights, len(self.tokens), "tokens")
-        return self
-
-
-class TraceLength(Frozen):
+class TraceLength(LengthParams):
     """Lengths drawn from all those of a recorded trace (PolyTrace packed lengths, or the multi-turn log's prompt and
     trajectory lengths); the path is relative to the scenario file. Groups and order are not kept: `workload.replay`
     replays a trace as recorded."""
@@ -118,11 +57,8 @@ class TraceLength(Frozen):
     scale: LengthScale = 1.0
 
 
-StaticLengthModel = Annotated[
-    FixedLength | LognormalLength | GammaLength | GaussianMixtureLength | LognormalMixtureLength | EmpiricalLength
-    | TraceLength,
-    Field(discriminator="kind"),
-]
+# A length model of any registered kind (rlsim/workload/length_models/), as of validation.
+StaticLengthModel = Annotated[LengthParams, Variants(LENGTH_MODELS)]
 
 
 class DriftPoint(Frozen):
@@ -130,7 +66,7 @@ class DriftPoint(Frozen):
     model: StaticLengthModel = Field(description="the length model at that step")
 
 
-class DriftLength(Frozen):
+class DriftLength(LengthParams):
     """Lengths that change over training: a length model at each listed step, and in between either the earlier one
     (`step`) or a linear blend of the two quantile functions (`linear`: for two lognormals of equal sigma, the median
     moves linearly). Before the first point the first holds, after the last the last."""
@@ -149,11 +85,8 @@ class DriftLength(Frozen):
         return points
 
 
-LengthModel = Annotated[
-    FixedLength | LognormalLength | GammaLength | GaussianMixtureLength | LognormalMixtureLength | EmpiricalLength
-    | TraceLength | DriftLength,
-    Field(discriminator="kind"),
-]
+# A registered length model, or one that drifts between them over training.
+LengthModel = Annotated[LengthParams, Variants(LENGTH_MODELS, also=(DriftLength,))]
 
 
 class JointComponent(Frozen):
@@ -212,7 +145,7 @@ class EmpiricalLatency(Frozen):
 
     @model_validator(mode="after")
     def _weights_match(self) -> EmpiricalLatency:
-        _check_weights(self.weights, len(self.seconds), "seconds")
+        check_weights(self.weights, len(self.seconds), "seconds")
         return self
 
 
@@ -228,7 +161,7 @@ class Categorical(Frozen):
 
     @model_validator(mode="after")
     def _weights_match(self) -> Categorical:
-        _check_weights(self.weights, len(self.values), "values")
+        check_weights(self.weights, len(self.values), "values")
         return self
 
 

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 from rlsim.config.bound import Bound
+from rlsim.config.schedule_kind import schedule_kind
 from rlsim.config.schema import Scenario
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.estimate.generation import Engine, Responses, generation_rounds, rollout_engine
@@ -184,11 +185,9 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
     # sample ends, which this does not price).
     slots = None if groups_per_engine is None else max(1, round(groups_per_engine * samples_per_group))
     engine = rollout_engine(bound, topology, rollout_gpus, slots)
-    if scenario.schedule.mode == "async":
-        # The staleness bound lets at most 1 + η batches be in flight (the producer admits version + η + 1), so an
-        # engine's long tail is shared by that many batches, not hidden behind an endless queue: at η = 1 each batch
-        # still pays most of a tail, at large η the engines run at their throughput.
-        in_flight = 1 + scenario.schedule.max_staleness
+    # Batches generating at once share one long tail (async, within its staleness bound); by default one at a time.
+    in_flight = schedule_kind(scenario.schedule.mode).batches_in_flight(scenario.schedule)
+    if in_flight is not None:
         seconds = engine.slowest(responses, in_flight * lengths.generated).seconds / in_flight
         note = (f"{in_flight:g} batches in flight under the staleness bound share one tail: "
                 f"{in_flight * lengths.generated / layout.engines:.0f} sequences per engine")
@@ -209,7 +208,7 @@ def _batches(engine: Engine, responses: Responses, lengths: _Lengths, scenario: 
     slowest engine, rounds weighted by how likely they run."""
     algo, workload = scenario.algorithm, scenario.workload
     samples_per_group = lengths.trained / algo.prompts_per_step
-    if algo.dynamic_sampling and scenario.schedule.mode == "sync":
+    if algo.dynamic_sampling and not schedule_kind(scenario.schedule.mode).off_policy:
         batch = workload.generation_batch_prompts
         first = max(algo.prompts_per_step, batch or 0)
         # The controller sizes top-ups by the filter's expected keep rate (rlsim.sim.dynamic_sampling), whatever the groups do.
@@ -237,7 +236,7 @@ def _reward(bound: Bound, role: RewardModelRole | JudgeRole | None, lengths: _Le
     scenario = bound.scenario
     reward = scenario.workload.reward
     # A synchronous step scores the groups it trains (rlsim.sim.sync); off-policy, every sample as it arrives.
-    samples = lengths.trained if scenario.schedule.mode == "sync" else lengths.generated
+    samples = lengths.generated if schedule_kind(scenario.schedule.mode).off_policy else lengths.trained
     if reward.kind == "rule":
         return StageEstimate("reward", samples * reward.cpu_seconds_per_sample / reward.workers,
                              f"{reward.workers} CPU workers")
@@ -275,9 +274,6 @@ def _combine(scenario: Scenario, stages: dict[str, StageEstimate]) -> tuple[floa
     produce = stages["gen"].seconds + stages["reward"].seconds
     train = sum(stages[name].seconds for name in TRAINING_STAGES)
     sync = stages["weight_sync"].seconds
-    if scenario.schedule.mode == "sync":
-        return produce + train + sync, "sync: gen + reward + training stages + weight_sync"
-    # Off-policy, in steady state (after the fill), the next batch generates while this one trains and weights move
-    # once both are done (engines drain first): the slower side sets the pace. One-step-off generates each batch from
-    # one weight update to the next, long tail included; async engines never run dry, so a batch costs its throughput.
-    return max(produce, train) + sync, f"{scenario.schedule.mode}: max(gen + reward, training stages) + weight_sync"
+    mode = scenario.schedule.mode
+    seconds, how = schedule_kind(mode).steady_step(produce, train, sync)
+    return seconds, f"{mode}: {how}"

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from rlsim.config.schedule_kind import schedule_kind
 from rlsim.config.schema import Scenario
 from rlsim.events import LABELS
 from rlsim.metrics.labels import CATEGORY_OF
@@ -100,7 +101,7 @@ def scenario_context(scenario: Scenario) -> str:
     placement, algorithm = scenario.placement, scenario.algorithm
     pools = ", ".join(f"{p.name}: {p.gpus} × {p.gpu}" for p in scenario.cluster.pools)
     schedule = scenario.schedule.mode + (f" (η = {scenario.schedule.max_staleness:g})"
-                                         if scenario.schedule.mode == "async" else "")
+                                         if schedule_kind(scenario.schedule.mode).takes_max_staleness else "")
     return (f"{scenario.model.name}, {algorithm.name.upper()} {algorithm.prompts_per_step} prompts × "
             f"{algorithm.samples_per_prompt}; {placement.mode} on {pools}; rollout {placement.rollout.gpus} GPUs "
             f"(tp {placement.rollout.tp}); {schedule} schedule; {scenario.run.steps} steps "

@@ -1,6 +1,6 @@
 """The RL loop: the controller that runs a scenario's schedule, with its reward stage and its group filter, chosen
-once per run. Each schedule is a function registered under its `schedule.mode` name (`@register_schedule` in
-rlsim.sim.schedules).
+once per run. Each schedule is one file in rlsim/sim/schedules/, registered under its `schedule.mode` name with the
+builder of its controller.
 
 sync          generate a batch (all of it, or under APRIL the first `prompts_per_step` complete groups, carrying the
               rest over), score it, train on it, then move the new weights to the engines (`rlsim.sim.sync`).
@@ -37,7 +37,7 @@ def controller_for(sim: Simulation) -> Controller:
     if algorithm.dynamic_sampling:
         sampling = DynamicSampling(expected_kept_fraction(scenario.workload, algorithm.samples_per_prompt),
                                    scenario.workload.generation_batch_prompts)
-    return SCHEDULES[scenario.schedule.mode](sim, reward, sampling)
+    return SCHEDULES[scenario.schedule.mode].controller(sim, reward, sampling)
 
 
 def reward_for(sim: Simulation) -> Reward:

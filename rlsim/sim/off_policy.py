@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from rlsim.config.schema import Scenario
 from rlsim.sim.admission import StalenessAdmission
 from rlsim.sim.build import Simulation
 from rlsim.sim.controller import Controller
@@ -30,6 +31,13 @@ class Pacing:
     pieces: int
     updates: int
     publish_every: int
+
+    @classmethod
+    def of(cls, scenario: Scenario) -> Pacing:
+        """Streaming or whole batches, as the scenario's schedule says."""
+        if scenario.schedule.streaming:
+            return cls.streaming(scenario.algorithm.mini_batches, scenario.schedule.weight_sync.every_updates)
+        return cls.whole_batch(scenario.algorithm.mini_batches)
 
     @classmethod
     def whole_batch(cls, mini_batches: int) -> Pacing:

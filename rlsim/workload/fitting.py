@@ -24,17 +24,16 @@ import numpy as np
 
 from rlsim.config.workload import (
     Categorical,
-    EmpiricalLength,
     GroupCorrelation,
     JointComponent,
     JointGaussianMixture,
     LatencyComponent,
-    LognormalComponent,
     LognormalMixtureLatency,
-    LognormalMixtureLength,
     SandboxReward,
 )
 from rlsim.fields import Frozen
+from rlsim.workload.length_models.empirical import EmpiricalLength
+from rlsim.workload.length_models.lognormal_mixture import LognormalComponent, LognormalMixtureLength
 from rlsim.workload.lengths import LengthDistribution
 
 FIT_SEED = 20240917  # fits are deterministic: the same trace always gives the same model

@@ -3,10 +3,10 @@ quantile function, so correlated scores give correlated lengths with exactly the
 and answers the statistics the estimator needs — the mean after clipping at the generation cap, and the fraction
 clipped.
 
-A length model is one registered builder function (`@register_length_model("kind")`); adding one touches this file only.
-Lengths are clipped, not resampled, at the cap: a response that would run longer stops at max_response_tokens, as
-generation engines do (and as PolyTrace records it: a length equal to the cap was truncated). Lengths below one token
-count as one.
+A length model is one file in rlsim/workload/length_models/: its parameter class and its builder, registered together
+(`@register_length_model(GammaLength)`). Lengths are clipped, not resampled, at the cap: a response that would run
+longer stops at max_response_tokens, as generation engines do (and as PolyTrace records it: a length equal to the cap
+was truncated). Lengths below one token count as one.
 
 `length_schedule` adds time: a `drift` model is a different distribution at each policy version.
 """
@@ -15,23 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
+from typing import Any, Generic, TypeVar, get_args
 
 import numpy as np
 
 from rlsim import registry
-from rlsim.config.workload import (
-    DriftLength,
-    EmpiricalLength,
-    FixedLength,
-    GammaLength,
-    GaussianMixtureLength,
-    LengthModel,
-    LognormalLength,
-    LognormalMixtureLength,
-    StaticLengthModel,
-    TraceLength,
-)
+from rlsim.config.workload import DriftLength, LengthModel, LengthParams, StaticLengthModel
 from rlsim.registry import Registry
 
 # Quantile-function grid for distributions known only through their quantile function (blends): midpoints of 4096
@@ -243,9 +232,30 @@ class BlendLengths(LengthDistribution):
 
 # ------------------------------------------------------------------------------------------------ registry
 
-Builder = Callable[[StaticLengthModel, str], LengthDistribution]
-LENGTH_MODELS: Registry[Builder] = registry.LENGTH_MODELS
-register_length_model = LENGTH_MODELS.register
+Params = TypeVar("Params", bound=LengthParams)
+Builder = Callable[[Params, str], LengthDistribution]
+
+
+@dataclass(frozen=True)
+class LengthModelKind(Generic[Params]):
+    """A length model's registry entry: the parameters the YAML gives it, and the builder of its distribution from them
+    (`field` says which trace field a recorded model reads: "input" or "output")."""
+
+    params: type[Params]
+    build: Builder[Params]
+
+
+LENGTH_MODELS: Registry[LengthModelKind[Any]] = registry.LENGTH_MODELS
+
+
+def register_length_model(params: type[Params]) -> Callable[[Builder[Params]], Builder[Params]]:
+    """Decorator: file the builder of the length model whose parameter class is `params`, under its `kind` tag."""
+    [kind] = get_args(params.model_fields["kind"].annotation)
+
+    def decorate(build: Builder[Params]) -> Builder[Params]:
+        LENGTH_MODELS.register(kind)(LengthModelKind(params, build))
+        return build
+    return decorate
 
 
 def length_distribution(model: StaticLengthModel, field: str = "output") -> LengthDistribution:
@@ -253,62 +263,11 @@ def length_distribution(model: StaticLengthModel, field: str = "output") -> Leng
     A drift model has no single distribution: use `length_schedule`."""
     if model.kind == "drift":
         raise ValueError("a drift model changes with the step: use length_schedule(model).at(step)")
-    return LENGTH_MODELS[model.kind](model, field)
+    return LENGTH_MODELS[model.kind].build(model, field)
 
 
-@register_length_model("fixed")
-def _fixed(model: FixedLength, field: str) -> LengthDistribution:
-    return FiniteLengths.of("fixed", _scaled([model.tokens], model.scale))
-
-
-@register_length_model("lognormal")
-def _lognormal(model: LognormalLength, field: str) -> LengthDistribution:
-    from scipy import stats  # scipy.stats takes a second to import; only continuous models need it
-
-    k = model.scale
-    return ScipyLengths("lognormal", stats.lognorm(s=model.sigma, loc=k * model.loc_tokens,
-                                                  scale=k * (model.median_tokens - model.loc_tokens)))
-
-
-@register_length_model("gamma")
-def _gamma(model: GammaLength, field: str) -> LengthDistribution:
-    from scipy import stats
-
-    return ScipyLengths("gamma", stats.gamma(a=model.shape, scale=model.scale * model.mean_tokens / model.shape))
-
-
-@register_length_model("gaussian_mixture")
-def _gaussian_mixture(model: GaussianMixtureLength, field: str) -> LengthDistribution:
-    from scipy import stats
-
-    return MixtureLengths.of("gaussian_mixture", [c.weight for c in model.components],
-                             [ScipyLengths("normal", stats.norm(loc=model.scale * c.mean_tokens,
-                                                                scale=model.scale * c.std_tokens))
-                              for c in model.components])
-
-
-@register_length_model("lognormal_mixture")
-def _lognormal_mixture(model: LognormalMixtureLength, field: str) -> LengthDistribution:
-    from scipy import stats
-
-    return MixtureLengths.of("lognormal_mixture", [c.weight for c in model.components],
-                             [ScipyLengths("lognormal", stats.lognorm(s=c.sigma, scale=model.scale * c.median_tokens))
-                              for c in model.components])
-
-
-@register_length_model("empirical")
-def _empirical(model: EmpiricalLength, field: str) -> LengthDistribution:
-    return FiniteLengths.of("empirical", _scaled(model.tokens, model.scale), model.weights)
-
-
-@register_length_model("trace")
-def _trace(model: TraceLength, field: str) -> LengthDistribution:
-    from rlsim.traces import read_lengths
-
-    return FiniteLengths.of("trace", _scaled(read_lengths(Path(model.path), field), model.scale))
-
-
-def _scaled(tokens: Sequence[int], scale: float) -> np.ndarray:
+def scaled(tokens: Sequence[int], scale: float) -> np.ndarray:
+    """Lengths times a length model's `scale`, whole and at least one token."""
     values = np.asarray(tokens)
     return values if scale == 1.0 else np.maximum(1, np.rint(values * scale)).astype(np.int64)
 

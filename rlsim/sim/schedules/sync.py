@@ -1,0 +1,32 @@
+"""sync: generate a batch, score it, train on it, then move the new weights to the engines, which start the next batch
+with them (verl). Under partial_rollout april, the step stops at the first `prompts_per_step` complete groups and
+carries the unfinished ones into the next (rlsim.sim.sync)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rlsim.config.schedule_kind import ScheduleKind, one_after_another
+from rlsim.sim.schedules import register_schedule
+
+if TYPE_CHECKING:
+    from rlsim.config.schema import Schedule
+    from rlsim.sim.build import Simulation
+    from rlsim.sim.controller import Controller
+    from rlsim.sim.dynamic_sampling import Sampling
+    from rlsim.sim.reward import Reward
+
+
+def sync(sim: Simulation, reward: Reward, sampling: Sampling) -> Controller:
+    from rlsim.sim.sync import AprilController, SyncController
+
+    april = sim.bound.scenario.schedule.partial_rollout.mode == "april"
+    return (AprilController if april else SyncController)(sim, reward, sampling)
+
+
+def versions_ahead(schedule: Schedule) -> int:
+    """None: each step starts from empty engines; one when unfinished responses carry into the next step."""
+    return 1 if schedule.partial_rollout.mode != "off" else 0
+
+
+register_schedule("sync")(ScheduleKind(sync, off_policy=False, staleness=0, takes_max_staleness=False,
+                                       versions_ahead=versions_ahead, steady_step=one_after_another))
