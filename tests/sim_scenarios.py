@@ -14,7 +14,7 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
                   balancer: str = "round_robin", group_placement: str = "spread", dp_balance: str = "sorted_greedy",
                   dynamic_sampling: bool = False, informative: float = 1.0, seed: int = 0,
                   micro_batch_tokens: int = 8192, max_num_seqs: int = 256,
-                  streaming: bool = False, every_updates: int = 1, workload: str = "", placement: str = "",
+                  streaming: bool = False, every_updates: int | None = None, workload: str = "", placement: str = "",
                   algorithm: str = "grpo", group_cap: int | None = None, rollout_group_cap: int | None = None) -> str:
     """`prompt` / `response` None leave those models out (replay, joint and multi-turn workloads); `workload` and
     `placement` are extra YAML lines under those sections."""
@@ -28,6 +28,7 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
     prompt_line = f"  prompt_tokens: {prompt}\n" if prompt is not None else ""
     workload_lines = "".join(f"  {line}\n" for line in workload.splitlines() if line.strip())
     placement_lines = "".join(f"  {line}\n" for line in placement.splitlines() if line.strip())
+    sync_line = f"  weight_sync: {{every_updates: {every_updates}}}\n" if every_updates is not None else ""
     return f"""
 name: test
 seed: {seed}
@@ -49,8 +50,7 @@ schedule:
   group_placement: {group_placement}
   dp_balance: {dp_balance}
   streaming: {str(streaming).lower()}
-  weight_sync: {{every_updates: {every_updates}}}
-run: {{steps: {steps}}}
+{sync_line}run: {{steps: {steps}}}
 """
 
 

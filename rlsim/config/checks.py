@@ -53,6 +53,11 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
     kind = schedule_kind(schedule.mode)
     if kind.takes_max_staleness and schedule.max_staleness is None:
         schedule = schedule.model_copy(update={"max_staleness": kind.staleness})
+    if schedule.weight_sync.every_updates is None:
+        # One push per RL step: a policy version is then a whole batch, with or without streaming (verl fully_async
+        # counts staleness in parameter syncs, AReaL and NeMo-RL in trainer steps; none in mini-batches).
+        sync = schedule.weight_sync.model_copy(update={"every_updates": scenario.algorithm.mini_batches})
+        schedule = schedule.model_copy(update={"weight_sync": sync})
     workload = _resolve_trace_paths(scenario.workload, base_dir, check)
     length = resolve_run_length(scenario.run, schedule)
     resolved = scenario.model_copy(update={

@@ -384,7 +384,11 @@ class WeightSync(Frozen):
     bucket_mib: PositiveInt = Field(
         512, description="MiB of weights sent per broadcast (verl actor_rollout_ref.rollout.update_weights_bucket_megabytes, "
         "default 512)")
-    every_updates: PositiveInt = Field(1, description="push weights to rollout every k optimizer updates (streaming)")
+    every_updates: PositiveInt | None = Field(
+        None, description="streaming: push weights to rollout every k optimizer updates; the policy version the "
+        "staleness bound counts is one push. Default: once per RL step (algorithm.mini_batches updates), as verl "
+        "fully_async's docs recommend (trigger_parameter_sync_step = train_batch_size / (require_batches × "
+        "ppo_mini_batch_size)); 1 pushes after every mini-batch, so max_staleness then counts mini-batches")
     pp_broadcast: PPBroadcast = Field(
         "tp_shards", description="what a tensor-by-tensor export broadcasts over the pipeline stages: each TP rank its "
         "shard, gathered over TP after (verl's per_tensor_generator, Megatron-Bridge's stream_weights_megatron_to_hf), "

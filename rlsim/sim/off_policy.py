@@ -36,7 +36,9 @@ class Pacing:
     def of(cls, scenario: Scenario) -> Pacing:
         """Streaming or whole batches, as the scenario's schedule says."""
         if scenario.schedule.streaming:
-            return cls.streaming(scenario.algorithm.mini_batches, scenario.schedule.weight_sync.every_updates)
+            every = scenario.schedule.weight_sync.every_updates
+            assert every is not None, "load_scenario resolves it (default: once per RL step)"
+            return cls.streaming(scenario.algorithm.mini_batches, every)
         return cls.whole_batch(scenario.algorithm.mini_batches)
 
     @classmethod
