@@ -15,10 +15,22 @@ ENGINE_STEP_CPU_S = 1.5e-3
 # PR #11133 overlapping that work cut it to 0.15 ms). Less the fixed ~1.5 ms above, 5.5 ms over 256 sequences is
 # 15.6 us per sequence.
 ENGINE_STEP_CPU_PER_SEQUENCE_S = (5.5e-3 - ENGINE_STEP_CPU_S) / 256
-# CPU time to launch one kernel from an eager PyTorch program: "usually, the launch time on the CPU side is between
-# 5-20 microseconds" (facebookresearch/HolisticTraceAnalysis, docs features/cuda_kernel_launch_stats.rst); the geometric
-# middle of that range.
+# CPU time to launch one kernel outside a CUDA graph: "usually, the launch time on the CPU side is between 5-20
+# microseconds" (facebookresearch/HolisticTraceAnalysis, docs features/cuda_kernel_launch_stats.rst); the geometric
+# middle of that range. It prices the launches of compiled code (a vLLM iteration larger than its captured graphs runs
+# torch.compile's generated code) and of an SGLang engine's kernels; vLLM's eager mode pays EAGER_OP_CPU_S instead.
 KERNEL_LAUNCH_S = 10e-6
+# CPU time per kernel vLLM launches in eager mode (enforce_eager: no CUDA graphs, no torch.compile), the launch and the
+# Python around it: each op goes through nn.Module calls, vLLM's layer wrappers (CustomOp dispatch, the quant method of
+# a linear layer, the attention custom op's forward-context lookup) and PyTorch's dispatcher, and the layer's ops that
+# launch nothing (views, splits, empty_like) share out over the ones that do. Evidence: the launch alone takes 5-20 us
+# (HolisticTraceAnalysis, above); one bare torch.nn.Linear forward takes 13.48 us of CPU on a DGX H100's Xeon 8480C
+# (NVIDIA/TransformerEngine#2053), a floor for an op wrapped by vLLM's layers; an eager Llama-3.1-8B decode step on an
+# H100 takes 8.4 ms against 5.1 ms with CUDA graphs, about 260 us of CPU per decoder layer or 22 us per kernel launched
+# (cloudai.pt blog, batch not stated: weak). Together they put the cost at 20-25 us on x86; no profiler trace of an
+# eager vLLM V1 step pins it closer, so this takes the middle of that range rather than the value any one published
+# eager/graph pair would want (docs/background/cost-models.md compares them).
+EAGER_OP_CPU_S = 22.5e-6
 # GPU-side gap between consecutive kernels, charged per kernel in every mode: ~0.58 µs per node when a CUDA graph
 # replays a chain of empty kernels (ahrefs/ocannl#488: graph replay ≈ 15 µs fixed + 0.58 µs per node, vs 6.4 µs per
 # individual launch).

@@ -14,6 +14,7 @@ from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog
 from rlsim.overheads import (
     CUDA_GRAPH_MAX_TOKENS,
+    EAGER_OP_CPU_S,
     ENGINE_STEP_CPU_PER_SEQUENCE_S,
     ENGINE_STEP_CPU_S,
     KERNEL_GAP_S,
@@ -36,7 +37,8 @@ def test_defaults_are_the_cited_constants(scenario):
     overheads = engine_overheads(framework, engine_layout(scenario.placement.rollout))
     assert scenario.placement.rollout.engine == "vllm"  # whose async scheduling is opt-in
     assert overheads == EngineOverheads(ENGINE_STEP_CPU_S, ENGINE_STEP_CPU_PER_SEQUENCE_S, False, KERNEL_LAUNCH_S,
-                                        KERNEL_GAP_S, scenario.placement.rollout.cuda_graphs, CUDA_GRAPH_MAX_TOKENS)
+                                        EAGER_OP_CPU_S, KERNEL_GAP_S, scenario.placement.rollout.cuda_graphs,
+                                        CUDA_GRAPH_MAX_TOKENS)
     # vllm-project/vllm#10634's 5-6 ms between decode steps at batch 256, with the fixed part from #17866.
     assert ENGINE_STEP_CPU_S + 256 * ENGINE_STEP_CPU_PER_SEQUENCE_S == pytest.approx(5.5e-3)
 

@@ -44,6 +44,7 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
     from rlsim.config.run_length import RunLength, fill_steps, measured_window, short_warmup_warning
     from rlsim.config.schedule_kind import schedule_kind
     from rlsim.costs.memory import GIB
+    from rlsim.pricing.layouts import engine_layout, engine_overheads
 
     s, spec = bound.scenario, bound.model
     arch = spec.architecture
@@ -84,8 +85,11 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
     graphs = f"CUDA graphs up to {f.cuda_graph_max_tokens} tokens" if s.placement.rollout.cuda_graphs else "no CUDA graphs"
     factor = bound.gpu(s.placement.rollout.pool).node.cpu_time_factor
     host = f" (the host's CPU takes {factor:g}× an x86 host's time)" if factor != 1 else ""
-    lines.append(f"framework  engine CPU {f.engine_step_cpu_s * 1e3:.2g} ms per step, {overlap}; kernel launch "
-                 f"{f.kernel_launch_s * 1e6:.3g} µs, gap {f.kernel_gap_s * 1e6:.2g} µs; {graphs}{host}")
+    launch = (f"eager op {f.eager_op_cpu_s * 1e6:.3g} µs"
+              if engine_overheads(f, engine_layout(s.placement.rollout)).launches_op_by_op
+              else f"kernel launch {f.kernel_launch_s * 1e6:.3g} µs")
+    lines.append(f"framework  engine CPU {f.engine_step_cpu_s * 1e3:.2g} ms per step, {overlap}; {launch}, "
+                 f"gap {f.kernel_gap_s * 1e6:.2g} µs; {graphs}{host}")
     lines.append("memory per GPU (GiB)")
     for role in memory:
         verdict = "fits" if role.fits else "DOES NOT FIT"

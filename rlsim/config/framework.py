@@ -10,6 +10,7 @@ from pydantic import Field
 from rlsim.fields import Flag, Frozen, NonNegativeFloat, PositiveInt
 from rlsim.overheads import (
     CUDA_GRAPH_MAX_TOKENS,
+    EAGER_OP_CPU_S,
     ENGINE_STEP_CPU_PER_SEQUENCE_S,
     ENGINE_STEP_CPU_S,
     KERNEL_GAP_S,
@@ -25,7 +26,8 @@ from rlsim.overheads import (
 # The fields below that are CPU time of Python and PyTorch work. Their sources ran on x86 servers or do not name
 # the host, and none ran on a Grace; a host slower at that work scales them (`Framework.on_host`). The kernel gap
 # is the GPU's, the copy rates the host link's.
-HOST_CPU_TIMES = ("engine_step_cpu_s", "engine_step_cpu_per_sequence_s", "kernel_launch_s", "trainer_step_overhead_s")
+HOST_CPU_TIMES = ("engine_step_cpu_s", "engine_step_cpu_per_sequence_s", "kernel_launch_s", "eager_op_cpu_s",
+                  "trainer_step_overhead_s")
 
 
 class Framework(Frozen):
@@ -44,7 +46,16 @@ class Framework(Frozen):
         description="the engine prepares step n+1 on the CPU while the GPU runs step n (SGLang's overlap scheduler, "
         "vLLM's --async-scheduling); default: as the engine ships (SGLang on, vLLM off)",
     )
-    kernel_launch_s: NonNegativeFloat = Field(KERNEL_LAUNCH_S, description="CPU seconds to launch one kernel eagerly")
+    kernel_launch_s: NonNegativeFloat = Field(
+        KERNEL_LAUNCH_S,
+        description="CPU seconds to launch one kernel outside a CUDA graph from compiled code (vLLM iterations above "
+        "cuda_graph_max_tokens) or from an SGLang engine",
+    )
+    eager_op_cpu_s: NonNegativeFloat = Field(
+        EAGER_OP_CPU_S,
+        description="CPU seconds per kernel a vLLM engine launches in eager mode (placement.rollout.cuda_graphs: "
+        "false, vLLM's enforce_eager: no CUDA graphs, no torch.compile): the op's Python dispatch and its launch",
+    )
     kernel_gap_s: NonNegativeFloat = Field(KERNEL_GAP_S, description="GPU idle seconds between consecutive kernels")
     cuda_graph_max_tokens: PositiveInt = Field(
         CUDA_GRAPH_MAX_TOKENS, description="largest iteration (tokens) that replays a captured CUDA graph"

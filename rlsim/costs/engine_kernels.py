@@ -179,7 +179,7 @@ class EngineKernels:
         """(time the CPU keeps the iteration from ending before, CPU time added after it) for an iteration of
         `tokens` tokens over `sequences` scheduled sequences."""
         overheads = self.overheads
-        launching = 0.0 if overheads.replays_graph(tokens) else launches * overheads.kernel_launch_seconds
+        launching = launches * overheads.cpu_seconds_per_launch(tokens)
         step = overheads.step_cpu_seconds + overheads.step_cpu_per_sequence_seconds * sequences
         if overheads.overlap_scheduling:
             return launching + step, 0.0

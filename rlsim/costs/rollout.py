@@ -19,7 +19,9 @@ On top of the GPU time come the engine's CPU costs (`EngineOverheads`): per-iter
 hidden behind the GPU when the engine overlaps them (SGLang's overlap scheduler, vLLM's async scheduling), and kernel
 launches, which CUDA graphs replace with a short gap per graph node. vLLM without CUDA graphs runs uncompiled, each
 PyTorch-native op its own kernel: the ops beyond the priced kernels, counted from its source (`VLLM_EAGER_KERNELS`),
-add a launch and a small kernel each.
+add a small kernel each, and the CPU pays every kernel's Python and launch (`eager_op_cpu_seconds`). The CPU launches
+while the GPU runs what it has launched, so an eager step takes the longer of the two; a small batch, or a model split
+over many GPUs, leaves each GPU waiting for the CPU.
 
 Fast advance. For a fixed decode batch, every kernel's time is a maximum of affine functions of the batch's total
 context, so the iteration time is a continuous, nondecreasing, convex piecewise-linear function of it (`DecodeProfile`).
@@ -48,6 +50,7 @@ from rlsim.models import ModelSpec
 from rlsim.models.spec import LAYER_KINDS
 from rlsim.overheads import (
     CUDA_GRAPH_MAX_TOKENS,
+    EAGER_OP_CPU_S,
     ENGINE_STEP_CPU_PER_SEQUENCE_S,
     ENGINE_STEP_CPU_S,
     KERNEL_GAP_S,
@@ -73,6 +76,9 @@ class EngineOverheads:
     step_cpu_per_sequence_seconds: float = ENGINE_STEP_CPU_PER_SEQUENCE_S
     overlap_scheduling: bool = True  # CPU work of step n+1 runs while the GPU computes step n
     kernel_launch_seconds: float = KERNEL_LAUNCH_S
+    # CPU time per kernel when vLLM launches every op of a layer from Python (enforce_eager), in place of
+    # kernel_launch_seconds.
+    eager_op_cpu_seconds: float = EAGER_OP_CPU_S
     kernel_gap_seconds: float = KERNEL_GAP_S
     cuda_graphs: bool = True
     cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS
@@ -88,6 +94,14 @@ class EngineOverheads:
     def replays_graph(self, tokens: float) -> bool:
         """Whether an iteration of `tokens` tokens replays a captured CUDA graph instead of launching kernels."""
         return self.cuda_graphs and tokens <= self.cuda_graph_max_tokens
+
+    def cpu_seconds_per_launch(self, tokens: float) -> float:
+        """CPU time the engine spends on each kernel of an iteration of `tokens` tokens: none when a captured CUDA
+        graph replays them, each op's Python and launch when vLLM runs eagerly, a launch from compiled code (or from
+        SGLang's engine) otherwise."""
+        if self.replays_graph(tokens):
+            return 0.0
+        return self.eager_op_cpu_seconds if self.launches_op_by_op else self.kernel_launch_seconds
 
 
 @dataclass(frozen=True)

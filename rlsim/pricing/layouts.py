@@ -58,6 +58,7 @@ def engine_overheads(framework: Framework, layout: EngineLayout) -> EngineOverhe
         step_cpu_per_sequence_seconds=framework.engine_step_cpu_per_sequence_s,
         overlap_scheduling=framework.overlaps(layout.engine),
         kernel_launch_seconds=framework.kernel_launch_s,
+        eager_op_cpu_seconds=framework.eager_op_cpu_s,
         kernel_gap_seconds=framework.kernel_gap_s,
         cuda_graphs=layout.cuda_graphs,
         cuda_graph_max_tokens=framework.cuda_graph_max_tokens,
