@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from rlsim.cli.exitcodes import OK
+from rlsim.cli.exitcodes import BAD_INPUT, OK
 from rlsim.cli.overrides import add_set_argument, parse_overrides
 
 # The page of a source checkout; an installed rlsim has none and writes a page only where --docs says.
@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "an installed rlsim writes none unless given)")
     parser.add_argument("--no-docs", action="store_true", help="do not write the validation page")
     parser.add_argument("--jobs", type=int, default=1, help="cases simulated in parallel (results do not change)")
+    parser.add_argument("--sensitivity", action="store_true",
+                        help="rerun each case once per open assumption (response lengths ×1.25, reward cost ×2, engine "
+                        "step CPU ×2, every host CPU time ×1.5) and show how much each moves each figure; writes no page")
     add_set_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -46,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
     probe = parse_overrides(args.overrides)
     manifest = args.cases_file or DEFAULT_MANIFEST
+    if args.sensitivity:
+        return _sensitivity(manifest, args)
     total = len(select_cases(load_manifest(manifest), args.cases))
     # On stderr, so `--json` output stays a single document.
     with Progress(total, "cases", sys.stderr) as bar:
@@ -69,4 +74,17 @@ def run(args: argparse.Namespace) -> int:
         host = sum(validation.host_seconds.values())
         print(f"{len(validation.host_seconds)} cases in {host:.0f} s of simulation"
               + (f"; wrote {', '.join(str(p) for p in written)}" if written else ""))
+    return OK
+
+
+def _sensitivity(manifest: Path, args: argparse.Namespace) -> int:
+    from rlsim.progress import Progress
+    from rlsim.validation.sensitivity import planned_runs, run_sensitivity
+
+    if args.overrides:
+        print("rlsim validate: --sensitivity makes its own changes; run a --set probe without it", file=sys.stderr)
+        return BAD_INPUT
+    with Progress(planned_runs(manifest, args.cases), "runs", sys.stderr) as bar:
+        sensitivity = run_sensitivity(manifest, args.cases, max(1, args.jobs), on_run=bar.advance)
+    print(json.dumps(sensitivity.as_dict(), indent=2) if args.json else sensitivity.text())
     return OK
