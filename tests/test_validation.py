@@ -184,7 +184,7 @@ def test_speedups_winners_and_ties():
 
 def test_time_pairs_invert_and_throughput_pairs_do_not():
     manifest = load_manifest()
-    rows = (_row("v1-colocated-32", "step_s", 790.10, 400), _row("v1-async-16-16", "step_s", 294.77, 100),
+    rows = (_row("v1-colocated-32", "step_s", 790.10, 400), _row("v1-async-16-16", "step_s_less.weight_sync", 294.77, 100),
             _row("v4-verl-1.5b-256", "tokens_per_s", 78000, 50000, False),
             _row("v4-areal-1.5b-256", "tokens_per_s", 148000, 200000, False))
     pairs = {p.name: p for p in compare_pairs(manifest, rows)}
@@ -308,3 +308,15 @@ def test_a_probe_that_does_not_fit_names_the_cases_it_breaks_and_runs_nothing(ca
     assert "unknown field 'nope'" in err and "Traceback" not in err
     assert err.count("unknown field") == 1  # one problem, reported once for every case it breaks
     assert all(case.name in err for case in MANIFEST.cases if case.group == "V8")
+
+
+def test_a_step_less_a_stage_leaves_out_what_the_source_times_apart():
+    from types import SimpleNamespace
+
+    from rlsim.validation.figures import check_name, read_figure
+
+    result = SimpleNamespace(metrics={"step_time_s": {"mean": 300.0}, "stages_s": {"weight_sync": 12.5, "gen": 20.0}})
+    assert check_name("step_s_less.weight_sync") is None and check_name("step_s_less.gen+weight_sync") is None
+    assert "step_s_less needs one of" in check_name("step_s_less.sync")
+    assert read_figure("step_s_less.weight_sync", None, result) == 287.5
+    assert read_figure("step_s_less.gen+weight_sync", None, result) == 267.5

@@ -48,6 +48,12 @@ def _step_s(_: Scenario, result: Result | None, __: str) -> float:
     return _measured(result).metrics["step_time_s"]["mean"]
 
 
+def _step_s_less(scenario: Scenario, result: Result | None, stages: str) -> float:
+    # verl fully_async's timing_s/step sums a parameter version's local steps (fetch waits and training) and leaves
+    # the parameter sync out: it is timed apart (timing_s/param_sync; verl fully_async_trainer.py).
+    return _step_s(scenario, result, "") - _stage_s(scenario, result, stages)
+
+
 def _stage_s(_: Scenario, result: Result | None, stages: str) -> float:
     seconds = _measured(result).metrics["stages_s"]
     return sum(seconds[stage] for stage in stages.split(SUM))
@@ -102,6 +108,9 @@ def _weight_sync_s(scenario: Scenario, _: Result | None, method: str) -> float:
 
 FIGURE_KINDS: dict[str, FigureKind] = {
     "step_s": FigureKind("s", False, True, (), True, _step_s, "mean step time over the measured steps"),
+    "step_s_less": FigureKind("s", False, True, STAGES, True, _step_s_less,
+                              "step_s less the mean seconds of a stage (or several joined by +) that the source "
+                              "times apart, as verl fully_async's step leaves out its parameter sync"),
     "stage_s": FigureKind("s", False, True, STAGES, True, _stage_s,
                           "mean seconds per measured step in a verl stage (metrics.json stages_s), or in several "
                           f"joined by {SUM}"),
@@ -134,9 +143,10 @@ def check_name(name: str) -> str | None:
     if kind not in FIGURE_KINDS:
         return f"unknown figure kind {kind!r}"
     arguments = FIGURE_KINDS[kind].arguments
-    parts = argument.split(SUM) if kind == "stage_s" else [argument]
+    summed = kind in ("stage_s", "step_s_less")
+    parts = argument.split(SUM) if summed else [argument]
     if arguments and (len(set(parts)) < len(parts) or any(part not in arguments for part in parts)):
-        joined = f" (or several, each once, joined by {SUM})" if kind == "stage_s" else ""
+        joined = f" (or several, each once, joined by {SUM})" if summed else ""
         return f"{kind} needs one of: {', '.join(arguments)}{joined}"
     if not arguments and argument:
         return f"{kind} takes no argument"
