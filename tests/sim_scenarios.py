@@ -10,11 +10,12 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
                   response: str | None = "{kind: lognormal, median_tokens: 200, sigma: 1.0}",
                   prompt: str | None = "{kind: fixed, tokens: 64}", max_response: int = 2048, mode: str = "colocated",
                   rollout_gpus: int | None = None, training_gpus: int | None = None, tp: int = 1,
-                  schedule: str = "sync", staleness: int | None = None, partial: str = "off", over_provision: float = 1.0,
+                  schedule: str = "sync", staleness: float | None = None, partial: str = "off", over_provision: float = 1.0,
                   balancer: str = "round_robin", group_placement: str = "spread", dp_balance: str = "sorted_greedy",
                   dynamic_sampling: bool = False, informative: float = 1.0, seed: int = 0,
                   micro_batch_tokens: int = 8192, max_num_seqs: int = 256,
-                  streaming: bool = False, every_updates: int | None = None, workload: str = "", placement: str = "",
+                  streaming: bool = False, every_updates: int | None = None, fetch: int = 1, workload: str = "",
+                  placement: str = "",
                   algorithm: str = "grpo", group_cap: int | None = None, rollout_group_cap: int | None = None) -> str:
     """`prompt` / `response` None leave those models out (replay, joint and multi-turn workloads); `workload` and
     `placement` are extra YAML lines under those sections."""
@@ -50,6 +51,7 @@ schedule:
   group_placement: {group_placement}
   dp_balance: {dp_balance}
   streaming: {str(streaming).lower()}
+  fetch_mini_batches: {fetch}
 {sync_line}run: {{steps: {steps}}}
 """
 

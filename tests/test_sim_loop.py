@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import rlsim.sim.run as run_module
 from rlsim.config import parse_scenario
 from rlsim.config.bound import bind
+from rlsim.errors import ScenarioError
 from rlsim.events import LABELS
 from rlsim.metrics import gpu_label_seconds, summary
 from rlsim.pricing.weight_sync import colocated_switch_for
@@ -202,6 +203,36 @@ def test_streaming_at_its_defaults_is_not_slower_than_whole_batches():
     assert streamed["step_time_s"]["mean"] <= whole["step_time_s"]["mean"] * (1 + 1e-9)
     _, per_mini_batch = run(warmup=2, streaming=True, every_updates=1, **base)
     assert per_mini_batch["step_time_s"]["mean"] > streamed["step_time_s"]["mean"]
+
+
+def test_fetching_every_mini_batch_at_once_is_training_on_whole_batches():
+    """verl fully_async's require_batches: the streaming trainer waits for that many mini-batches of complete groups,
+    then trains them one update each. Fetching all of a step's mini-batches at once is whole-batch training; fewer
+    at a time starts training earlier, and each fetch's wait is part of the step's gen."""
+    base = dict(mode="disaggregated", rollout_gpus=4, training_gpus=4, schedule="async", staleness=0.5,
+                mini_batches=4, prompts=16, samples=4, steps=5, response=HEAVY)
+    _, whole = run(warmup=2, **base)
+    _, one_at_a_time = run(warmup=2, streaming=True, **base)
+    log, in_two = run(warmup=2, streaming=True, fetch=2, **base)
+    _, at_once = run(warmup=2, streaming=True, fetch=4, **base)
+    assert at_once == whole
+    assert all(s.samples == 16 * 4 for s in log.steps)
+    step = {name: m["step_time_s"]["mean"] for name, m in
+            (("whole", whole), ("two", in_two), ("one", one_at_a_time))}
+    assert step["one"] < step["two"] < step["whole"]
+
+
+def test_a_fetch_that_does_not_divide_the_mini_batches_is_refused_at_its_field():
+    base = dict(mode="disaggregated", rollout_gpus=4, training_gpus=4, schedule="async", mini_batches=4)
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(scenario_yaml(streaming=True, fetch=3, **base))
+    assert err.value.problems[0].path == "schedule.fetch_mini_batches" and "1, 2, 4" in err.value.problems[0].valid
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(scenario_yaml(fetch=2, **base))
+    assert "streaming" in err.value.problems[0].message
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(scenario_yaml(streaming=True, fetch=2, every_updates=1, **base))
+    assert err.value.problems[0].path == "schedule.weight_sync.every_updates"
 
 
 # ------------------------------------------------------------------------------------------------- invariants

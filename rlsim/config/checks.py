@@ -391,6 +391,19 @@ def _check_schedule(original: Scenario, scenario: Scenario, check: _Checker) -> 
     if schedule.streaming and not kind.off_policy:
         check.fail(("schedule", "streaming"), f"streaming trains while generation continues, which {schedule.mode} "
                    "forbids", value=True, valid=f"false, or schedule.mode {' or '.join(modes(off_policy=True))}")
+    mini_batches = scenario.algorithm.mini_batches
+    if schedule.fetch_mini_batches > 1 and not schedule.streaming:
+        check.fail(("schedule", "fetch_mini_batches"), "applies to streaming, which trains mini-batches as they "
+                   "complete; without it the trainer takes the whole batch", value=schedule.fetch_mini_batches,
+                   valid="1, or schedule.streaming: true")
+    elif mini_batches % schedule.fetch_mini_batches:
+        check.fail(("schedule", "fetch_mini_batches"), f"must divide algorithm.mini_batches ({mini_batches})",
+                   value=schedule.fetch_mini_batches,
+                   valid=", ".join(str(d) for d in range(1, mini_batches + 1) if mini_batches % d == 0))
+    elif schedule.weight_sync.every_updates is not None and schedule.weight_sync.every_updates % schedule.fetch_mini_batches:
+        check.fail(("schedule", "weight_sync", "every_updates"), "weights are pushed between two fetches, so every "
+                   f"push must come after whole fetches of schedule.fetch_mini_batches ({schedule.fetch_mini_batches})",
+                   value=schedule.weight_sync.every_updates, valid=f"a multiple of {schedule.fetch_mini_batches}")
 
 
 def _check_reward(scenario: Scenario, check: _Checker) -> None:

@@ -406,6 +406,9 @@ class Schedule(Frozen):
         "run ahead: verl fully_async's staleness_threshold (0.5: half a batch)"
     )
     streaming: Flag = Field(False, description="training consumes mini-batches as they complete")
+    fetch_mini_batches: PositiveInt = Field(
+        1, description="streaming: mini-batches of complete groups the trainer waits for before it trains on them, "
+        "one optimizer update each (verl fully_async's require_batches); must divide algorithm.mini_batches")
     partial_rollout: PartialRollout = Field(
         default_factory=PartialRollout, description="what happens to unfinished sequences at a weight update")
     load_balancer: LoadBalancerName = Field(

@@ -26,7 +26,8 @@ from rlsim.sim.roles import overlap
 class Pacing:
     """How the trainer consumes a step's batch: in `pieces` equal parts of `updates` optimizer steps each, publishing
     new weights every `publish_every` optimizer steps. A whole batch is one piece and one publish per step;
-    streaming trains each mini-batch as soon as its groups are in, and publishes every k updates."""
+    streaming trains each fetch of `fetch_mini_batches` mini-batches (verl's require_batches) as soon as its groups
+    are in, one update per mini-batch, and publishes every k updates."""
 
     pieces: int
     updates: int
@@ -38,7 +39,7 @@ class Pacing:
         if scenario.schedule.streaming:
             every = scenario.schedule.weight_sync.every_updates
             assert every is not None, "load_scenario resolves it (default: once per RL step)"
-            return cls.streaming(scenario.algorithm.mini_batches, every)
+            return cls.streaming(scenario.algorithm.mini_batches, every, scenario.schedule.fetch_mini_batches)
         return cls.whole_batch(scenario.algorithm.mini_batches)
 
     @classmethod
@@ -46,8 +47,8 @@ class Pacing:
         return cls(1, mini_batches, mini_batches)
 
     @classmethod
-    def streaming(cls, mini_batches: int, every_updates: int) -> Pacing:
-        return cls(mini_batches, 1, every_updates)
+    def streaming(cls, mini_batches: int, every_updates: int, fetch_mini_batches: int = 1) -> Pacing:
+        return cls(mini_batches // fetch_mini_batches, fetch_mini_batches, every_updates)
 
     def groups_per_version(self, per_step: int) -> int:
         """Groups trained by each policy version."""
