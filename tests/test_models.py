@@ -292,6 +292,14 @@ def test_aliases_resolve_to_their_base_architecture(catalog, alias, base):
     assert spec.architecture == catalog.spec(base).architecture
 
 
+def test_qwen2_7b_instruct_has_qwen2_5_7b_shapes(catalog):
+    # Its own entry, from its own config.json; verl's critic of it logs 7.07B parameters without the output head.
+    qwen2, qwen25 = catalog.spec("Qwen/Qwen2-7B-Instruct"), catalog.spec("Qwen2.5-7B")
+    assert qwen2.name == "Qwen2-7B-Instruct"
+    assert qwen2.architecture == qwen25.architecture
+    assert (qwen2.total_params - 3584 * 152064) / 1e9 == pytest.approx(7.07, abs=0.005)
+
+
 def test_r1_distill_qwen_1_5b_unties_the_output_head(catalog):
     distill, base = catalog.spec("R1-Distill-Qwen-1.5B"), catalog.spec("Qwen2.5-1.5B")
     assert base.architecture.tie_word_embeddings and not distill.architecture.tie_word_embeddings

@@ -65,7 +65,8 @@ def test_every_published_pair_is_compared(validation):
 
 
 @pytest.mark.xfail(strict=True, reason="known-input times miss: V3 v0.3 Megatron training stages and V9 generation "
-                   f"too fast, V8's sub-second checkpoint-engine sync; {WHY}")
+                   "too fast, V8's sub-second checkpoint-engine sync, V10's verl passes at twice their logged MFU with "
+                   f"eager generation and the colocated switch too fast; {WHY}")
 def test_median_and_worst_error_of_known_input_step_and_stage_times(validation):
     known = validation.known
     assert known.median_abs_error_pct <= MEDIAN_BOUND_PCT
