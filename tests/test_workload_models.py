@@ -263,3 +263,31 @@ def test_an_llm_judge_generates_verdicts_on_its_own_gpus(schedule):
         assert sum(seconds.values()) == pytest.approx(log.wall_s, rel=1e-9)
     if schedule == "sync":
         assert all(s.stages["reward"] > 0 for s in log.steps)
+
+
+@pytest.mark.parametrize("correlated", [False, True])
+def test_a_step_length_spread_scales_each_versions_responses_together(correlated):
+    """workload.step_length_sigma: every response of a policy version is multiplied by one lognormal factor of mean 1,
+    so per-version mean lengths spread by about sigma while the overall mean holds; 0 leaves the draws untouched."""
+    response = "{kind: lognormal, median_tokens: 300, sigma: 0.5}"
+    groups = "groups: {within_group_correlation: 0.5}" if correlated else ""
+
+    def per_version_means(sigma: float, seed: int = 7) -> np.ndarray:
+        scenario = parse_scenario(scenario_yaml(response=response, max_response=1 << 15,
+                                                workload=f"step_length_sigma: {sigma}\n{groups}"))
+        sampler = GroupSampler(scenario.workload, scenario.algorithm, np.random.default_rng(0),
+                               np.random.default_rng(1), step_scale_seed=seed)
+        return np.array([np.mean([r for g in sampler.draw(200, v) for r in g.response_tokens]) for v in range(40)])
+
+    still, spread = per_version_means(0.0), per_version_means(0.3)
+    assert np.array_equal(still, per_version_means(0.0, seed=99))  # no spread: the seed of the factors is unused
+    assert np.std(still) / np.mean(still) < 0.05
+    assert 0.2 < np.std(spread) / np.mean(spread) < 0.4
+    assert np.mean(spread) == pytest.approx(np.mean(still), rel=0.15)
+    assert np.array_equal(spread, per_version_means(0.3))  # the same seed, the same factors
+
+
+def test_a_step_length_spread_is_refused_for_replayed_or_multi_turn_work():
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(scenario_yaml(response=None, workload="step_length_sigma: 0.2\n" + MULTITURN))
+    assert "workload.step_length_sigma" in caught.value.render()

@@ -477,6 +477,10 @@ def _check_workload(scenario: Scenario, check: _Checker) -> None:
     for path in needs_success:
         if workload.success_rate is None:
             check.fail(path, "needs each prompt's success rate", valid="workload.success_rate: {mean: 0.5}")
+    if workload.step_length_sigma and (workload.replay is not None or workload.multiturn is not None):
+        check.fail(("workload", "step_length_sigma"), "scales sampled single-turn responses; a replayed trace keeps "
+                   "its recorded lengths and a multi-turn trajectory its turns", value=workload.step_length_sigma,
+                   valid="0, or response_tokens without replay or multiturn")
     if workload.replay is not None and workload.samples_per_prompt.kind != "uniform":
         check.fail(("workload", "samples_per_prompt"), "a replayed trace keeps its recorded samples per prompt",
                    value=workload.samples_per_prompt.kind, valid="uniform (or remove replay)")

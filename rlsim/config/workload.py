@@ -365,6 +365,12 @@ class Workload(Frozen):
     informative_group_fraction: Probability = Field(
         1.0, description="chance that a group's rewards differ (not all right or all wrong): the groups DAPO's "
         "dynamic sampling keeps")
+    step_length_sigma: float = Field(
+        0.0, ge=0.0, le=2.0, description="how much a step's responses as a whole run longer or shorter than the "
+        "next's, beyond each response's own draw: every sampled response of a policy version is multiplied by one "
+        "factor, lognormal with this σ and mean 1 (so the mean length is kept). PolyTrace's traces show ~0 for text RL "
+        "(the per-step spread is the draws'), ~0.07 for video and ~0.15 for code (docs/background/fidelity-evidence.md). "
+        "Not for replayed or multi-turn workloads")
     generation_batch_prompts: PositiveInt | None = Field(
         None, description="prompts generated per round while dynamic sampling fills a batch (verl data.gen_batch_size); "
         "default: the batch, then as many as expected to fill it")

@@ -67,7 +67,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     gpus = role_gpus(bound, topology, placed)
     rollout, training = gpus.rollout, gpus.training
     # One independent stream per component, so adding randomness to one never shifts another's draws.
-    workload_seed, balancer_seed, reward_seed, filter_seed = np.random.SeedSequence(scenario.seed).spawn(4)
+    workload_seed, balancer_seed, reward_seed, filter_seed, step_scale_seed = np.random.SeedSequence(scenario.seed).spawn(5)
 
     engine_layout = placed.rollout
     kv_tokens = engine_kv_tokens(rollout_fit, spec, engine_layout.tp)
@@ -102,7 +102,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     switch = colocated_switch_for(bound, topology) if placement.mode == "colocated" else None
     sync = disaggregated_sync_for(bound, topology) if placement.mode != "colocated" else None
     sampler = GroupSampler(scenario.workload, scenario.algorithm, np.random.default_rng(workload_seed),
-                           np.random.default_rng(filter_seed))
+                           np.random.default_rng(filter_seed), int(step_scale_seed.generate_state(1)[0]))
     return Simulation(env, bound, recorder, engines, (index[rollout[0]], len(rollout)), group, trainer, actor, critic,
                       reward, reward_model, judges, reference_load_seconds(bound, topology), switch, sync, sampler,
                       np.random.default_rng(balancer_seed), reward_rng)

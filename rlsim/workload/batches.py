@@ -41,7 +41,8 @@ class GroupSampler:
     """Draws prompt groups in order; group ids count up across steps. `version` (the policy version generating them)
     selects the lengths of a drifting workload."""
 
-    def __init__(self, workload: Workload, algo: Algorithm, rng: np.random.Generator, filter_rng: np.random.Generator):
+    def __init__(self, workload: Workload, algo: Algorithm, rng: np.random.Generator, filter_rng: np.random.Generator,
+                 step_scale_seed: int = 0):
         self._cap = algo.max_response_tokens
         self._max_prompt = algo.max_prompt_tokens
         self._model_len = algo.model_len
@@ -56,6 +57,8 @@ class GroupSampler:
         self._response = length_schedule(workload.response_tokens, "output") if workload.response_tokens else None
         self._trajectories = TrajectorySampler(workload.multiturn) if workload.multiturn is not None else None
         self._success = workload.success_rate
+        self._step_sigma = workload.step_length_sigma
+        self._step_scale_seed = step_scale_seed
         self._next_group = 0
 
     def draw(self, count: int, version: int) -> list[PromptGroup]:
@@ -115,13 +118,32 @@ class GroupSampler:
             for i in range(count):
                 drafts.append(self._multi_turn_draft(int(prompts[i]), trajectories[bounds[i]:bounds[i + 1]], success, i))
             return drafts
+        scale = self._step_scale(version)
         if self._joint is not None:
-            drawn = response_mean[owners] + response_sd[owners] * scores
+            drawn = scale * (response_mean[owners] + response_sd[owners] * scores)
             lengths = np.clip(np.rint(drawn), 1, cap + 1).astype(np.int64)
         else:
             assert self._response is not None
-            lengths = self._response.at(version).lengths(ndtr(scores), cap + 1)
+            lengths = self._scaled(self._response.at(version).lengths(ndtr(scores), self._unscaled_cap(scale)), scale)
         return self._drafts(prompts, lengths, samples, success)
+
+    def _step_scale(self, version: int) -> float:
+        """The factor every sampled response of policy version `version` is multiplied by (1 without a step spread).
+        Drawn from its own stream keyed by the version, so it does not depend on the order versions are asked for."""
+        if not self._step_sigma:
+            return 1.0
+        sigma = self._step_sigma
+        return float(np.exp(sigma * np.random.default_rng([self._step_scale_seed, version]).standard_normal()
+                            - sigma * sigma / 2))
+
+    def _unscaled_cap(self, scale: float) -> int:
+        """The length to draw up to so that, scaled, it still reaches one past the cap (a truncated response)."""
+        return self._cap + 1 if scale == 1.0 else max(1, math.ceil((self._cap + 1) / scale))
+
+    def _scaled(self, lengths: np.ndarray, scale: float) -> np.ndarray:
+        if scale == 1.0:
+            return lengths
+        return np.clip(np.rint(lengths * scale), 1, self._cap + 1).astype(np.int64)
 
     def _independent(self, count: int, version: int) -> list[tuple]:
         """Uncorrelated lengths need no copula: each drawn by its distribution's own sampler."""
@@ -130,7 +152,9 @@ class GroupSampler:
         success = self._success_rates(self._rng.standard_normal(count)) if self._success is not None else None
         samples = self._allocate(count, success, self._rng)
         # One past the cap, so that a response reaching it can be told apart: it was truncated there.
-        lengths = self._response.at(version).sample(self._rng, int(samples.sum()), self._cap + 1)
+        scale = self._step_scale(version)
+        lengths = self._scaled(self._response.at(version).sample(self._rng, int(samples.sum()), self._unscaled_cap(scale)),
+                               scale)
         return self._drafts(prompts, lengths, samples, success)
 
     def _drafts(self, prompts, lengths, samples, success) -> list[tuple]:

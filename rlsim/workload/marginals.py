@@ -45,7 +45,8 @@ def workload_marginals(scenario: Scenario, steps: int) -> Marginals:
         return Marginals(FiniteLengths.of("replay", prompts), FiniteLengths.of("replay", responses), appended, tools,
                          len(responses) / len(groups), kept)
     samples = _mean_samples(scenario)
-    if workload.multiturn is None and workload.joint_tokens is None:
+    # A step length spread makes the marginal a mixture over the run's steps: drawn, as the simulator draws it.
+    if workload.multiturn is None and workload.joint_tokens is None and not workload.step_length_sigma:
         assert workload.prompt_tokens is not None and workload.response_tokens is not None
         return Marginals(length_schedule(workload.prompt_tokens, "input").over_steps(steps),
                          length_schedule(workload.response_tokens, "output").over_steps(steps), 0.0, 0.0, samples, kept)
