@@ -235,6 +235,23 @@ def test_a_fetch_that_does_not_divide_the_mini_batches_is_refused_at_its_field()
     assert err.value.problems[0].path == "schedule.weight_sync.every_updates"
 
 
+def test_a_balanced_one_step_off_pipeline_waits_when_steps_differ():
+    """Generation of step k + 1 runs beside training of step k: near balance, a step whose responses run long keeps
+    the trainer waiting, and an average over steps cannot hide it. verl's one-step-off runs wait 45-59 s a step where
+    mean generation exceeds mean training by only 13-34 s (docs/background/fidelity-evidence.md, section 4); with
+    the steps' lengths spread (workload.step_length_sigma) the wait appears and grows with the spread."""
+    waits = {}
+    for sigma in (0.0, 0.15, 0.3):
+        log, metrics = run(warmup=2, model="Qwen2.5-7B", mode="disaggregated", rollout_gpus=6, training_gpus=2,
+                           schedule="one_step_off", mini_batches=2, prompts=64, samples=8, steps=12, max_response=4096,
+                           response="{kind: lognormal, median_tokens: 300, sigma: 0.6}",
+                           workload=f"step_length_sigma: {sigma}")
+        waits[sigma] = sum(s.stages.get("wait", 0.0) for s in log.steps[2:]) / len(log.steps[2:])
+        step = metrics["step_time_s"]["mean"]
+    assert waits[0.0] < waits[0.15] < waits[0.3]
+    assert waits[0.3] > 0.05 * step  # several percent of a step, as a balanced real pipeline loses
+
+
 # ------------------------------------------------------------------------------------------------- invariants
 
 
