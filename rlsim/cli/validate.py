@@ -79,12 +79,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _sensitivity(manifest: Path, args: argparse.Namespace) -> int:
     from rlsim.progress import Progress
-    from rlsim.validation.sensitivity import planned_runs, run_sensitivity
+    from rlsim.validation.sensitivity import plan_sensitivity, run_sensitivity
 
     if args.overrides:
         print("rlsim validate: --sensitivity makes its own changes; run a --set probe without it", file=sys.stderr)
         return BAD_INPUT
-    with Progress(planned_runs(manifest, args.cases), "runs", sys.stderr) as bar:
-        sensitivity = run_sensitivity(manifest, args.cases, max(1, args.jobs), on_run=bar.advance)
+    plan = plan_sensitivity(manifest, args.cases)
+    with Progress(len(plan.runs), "runs", sys.stderr) as bar:
+        sensitivity = run_sensitivity(plan, max(1, args.jobs), on_run=bar.advance)
     print(json.dumps(sensitivity.as_dict(), indent=2) if args.json else sensitivity.text())
     return OK

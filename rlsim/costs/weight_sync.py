@@ -451,7 +451,7 @@ def colocated_switch_of(
 REFERENCE_COPIES = {"resident": 0, "host": 2, "swap": 3}
 
 
-def reference_load_seconds(spec: ModelSpec, training: TrainingLayout, gpus: Sequence[GPU],
+def reference_copy_seconds(spec: ModelSpec, training: TrainingLayout, gpus: Sequence[GPU],
                            topology: ClusterTopology) -> float:
     """Seconds each reference pass spends bringing the reference policy's weights onto the training `gpus` (all copy
     at once over their own host links); 0 with a resident reference."""

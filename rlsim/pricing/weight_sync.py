@@ -3,8 +3,7 @@ switch between training and generation, and the reference policy brought onto th
 from __future__ import annotations
 
 from rlsim.config.bound import Bound
-from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost, colocated_switch_of, disaggregated_sync
-from rlsim.costs.weight_sync import reference_load_seconds as reference_copy_seconds
+from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost, colocated_switch_of, disaggregated_sync, reference_copy_seconds
 from rlsim.pricing.layouts import Roles, roles, weight_export
 from rlsim.topology import ClusterTopology, RoleGPUs
 

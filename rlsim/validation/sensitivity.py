@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -114,50 +115,50 @@ def _run(job: tuple[str, Case, Overrides]) -> CaseRun:
     return run_case(manifest_path, case, probe=overrides)
 
 
-def run_sensitivity(manifest_path: str | Path, names: list[str] | None = None, jobs: int = 1,
-                    on_run: Callable[[], None] | None = None) -> Sensitivity:
-    """Run each selected case as published and once per applicable assumption (`jobs` processes; results do not
-    depend on it), and report each figure's move under each."""
+@dataclass(frozen=True)
+class SensitivityPlan:
+    """The runs `run_sensitivity` makes: each selected case as published (assumption None), then once per assumption
+    that applies to it, with that assumption's overrides."""
+
+    manifest_path: str
+    cases: list[Case]
+    runs: list[tuple[Case, str | None, Overrides]]
+
+
+def plan_sensitivity(manifest_path: str | Path, names: list[str] | None = None) -> SensitivityPlan:
     manifest_path = str(manifest_path)
     cases = select_cases(load_manifest(manifest_path), names)
-    plan: list[tuple[Case, str | None, Overrides]] = []
+    runs: list[tuple[Case, str | None, Overrides]] = []
     for case in cases:
         scenario = case_scenario(manifest_path, case)
-        plan.append((case, None, {}))
+        runs.append((case, None, {}))
         for assumption in ASSUMPTIONS:
             overrides = assumption.overrides(scenario)
             if overrides is not None:
-                plan.append((case, assumption.name, overrides))
-    work = [(manifest_path, case, overrides) for case, _, overrides in plan]
+                runs.append((case, assumption.name, overrides))
+    return SensitivityPlan(manifest_path, cases, runs)
+
+
+def run_sensitivity(plan: SensitivityPlan, jobs: int = 1, on_run: Callable[[], None] | None = None) -> Sensitivity:
+    """Make the plan's runs (in `jobs` processes; results do not depend on it) and report each figure's move under
+    each assumption."""
+    work = [(plan.manifest_path, case, overrides) for case, _, overrides in plan.runs]
     results: list[CaseRun] = []
-    if jobs > 1 and len(work) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for run in pool.map(_run, work):
-                results.append(run)
-                if on_run is not None:
-                    on_run()
-    else:
-        for job in work:
-            results.append(_run(job))
+    parallel = jobs > 1 and len(work) > 1
+    with ProcessPoolExecutor(max_workers=jobs) if parallel else nullcontext() as pool:
+        for run in (pool.map if pool is not None else map)(_run, work):
+            results.append(run)
             if on_run is not None:
                 on_run()
-    return Sensitivity(_rows(cases, plan, results))
+    return Sensitivity(_rows(plan, results))
 
 
-def planned_runs(manifest_path: str | Path, names: list[str] | None = None) -> int:
-    """How many runs `run_sensitivity` makes (for a progress bar)."""
-    cases = select_cases(load_manifest(manifest_path), names)
-    return sum(1 + sum(a.overrides(case_scenario(manifest_path, case)) is not None for a in ASSUMPTIONS)
-               for case in cases)
-
-
-def _rows(cases: list[Case], plan: list[tuple[Case, str | None, Overrides]],
-          results: list[CaseRun]) -> tuple[SensitivityRow, ...]:
+def _rows(plan: SensitivityPlan, results: list[CaseRun]) -> tuple[SensitivityRow, ...]:
     by_case: dict[str, dict[str | None, tuple[FigureRow, ...]]] = {}
-    for (case, assumption, _), run in zip(plan, results, strict=True):
+    for (case, assumption, _), run in zip(plan.runs, results, strict=True):
         by_case.setdefault(case.name, {})[assumption] = run.rows
     rows = []
-    for case in cases:
+    for case in plan.cases:
         runs = by_case[case.name]
         for i, base in enumerate(runs[None]):
             moves = {a.name: _move(base, runs[a.name][i]) if a.name in runs else None for a in ASSUMPTIONS}
