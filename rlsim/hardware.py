@@ -253,14 +253,21 @@ class Node(Frozen):
     nics_per_node: SourcedCount | None = None
     scale_out: ProfileName | None = None  # interconnect name of one NIC
     host_link: ProfileName
-    # How much longer the host's CPU takes for the same Python and PyTorch work (a kernel launch from Python, an
-    # engine's scheduling step) than the x86 hosts rlsim.config.framework's CPU times stand for (a DGX H100's Xeon
-    # in the measurement behind GB200's factor). Absent: such a host (1).
+    # How much longer the host's CPU takes than the x86 hosts rlsim.config.framework's CPU times stand for (a DGX
+    # H100's Xeon in the measurements behind GB200's factors), by kind of work, since a CPU can be slow at one and not
+    # the other: `host_cpu_time_factor` for PyTorch's dispatch down to a kernel launch (C++ dispatcher, library
+    # heuristics, the driver's launch: kernel_launch_s, eager_op_cpu_s), `host_python_time_factor` for interpreted
+    # Python (an engine's scheduling and bookkeeping, the RL driver's work). Absent: such a host (1).
     host_cpu_time_factor: SourcedNumber | None = None
+    host_python_time_factor: SourcedNumber | None = None
 
     @property
-    def cpu_time_factor(self) -> float:
+    def dispatch_time_factor(self) -> float:
         return self.host_cpu_time_factor.value if self.host_cpu_time_factor is not None else 1.0
+
+    @property
+    def python_time_factor(self) -> float:
+        return self.host_python_time_factor.value if self.host_python_time_factor is not None else 1.0
 
     @model_validator(mode="after")
     def _nics_and_their_kind(self) -> Node:

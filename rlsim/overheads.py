@@ -71,3 +71,11 @@ CUDA_GRAPH_MAX_TOKENS = 512
 # sglang-v0-4, --disable-overlap-schedule turns it off); vLLM's async scheduling (vllm-project/vllm#19970) is opt-in
 # (--async-scheduling), so a vLLM engine pays its step's CPU time between GPU steps.
 OVERLAP_BY_ENGINE = {"sglang": True, "vllm": False}
+# Bytes per second at which an RL driver hands a batch to its training workers and back (single-controller frameworks:
+# verl's DataProto is consolidated and `torch.save`d on the driver, put through Ray, and `torch.load`ed on each worker,
+# verl/protocol.py __getstate__/__setstate__). verl PR #3425 (verl-project/verl) timed a batch "of 6400x20480" at 2.58 s
+# to serialize on the driver and 0.74 s to deserialize on a worker (the workers in parallel): 3.32 s. Read as 6,400
+# sequences padded to 20,480 tokens with verl's rollout fields (prompts and responses, input_ids, attention_mask,
+# position_ids: four int64 tensors over the padded width), that is 4.19 GB in 3.32 s. Weak: the PR does not list the
+# batch's fields, and Ray's own copy through its object store is not in the timing.
+DRIVER_BATCH_BYTES_PER_S = 6400 * 20480 * 4 * 8 / 3.32

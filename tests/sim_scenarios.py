@@ -16,9 +16,10 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
                   micro_batch_tokens: int = 8192, max_num_seqs: int = 256,
                   streaming: bool = False, every_updates: int | None = None, fetch: int = 1, workload: str = "",
                   placement: str = "",
-                  algorithm: str = "grpo", group_cap: int | None = None, rollout_group_cap: int | None = None) -> str:
+                  algorithm: str = "grpo", group_cap: int | None = None, rollout_group_cap: int | None = None,
+                  framework: str = "") -> str:
     """`prompt` / `response` None leave those models out (replay, joint and multi-turn workloads); `workload` and
-    `placement` are extra YAML lines under those sections."""
+    `placement` are extra YAML lines under those sections, `framework` the fields of a framework section."""
     rollout_gpus = rollout_gpus if rollout_gpus is not None else gpus
     training = f"gpus: {training_gpus}, " if training_gpus is not None else ""
     staleness_line = f"  max_staleness: {staleness}\n" if staleness is not None else ""
@@ -53,6 +54,7 @@ schedule:
   streaming: {str(streaming).lower()}
   fetch_mini_batches: {fetch}
 {sync_line}run: {{steps: {steps}}}
+{f"framework: {{{framework}}}" if framework else ""}
 """
 
 

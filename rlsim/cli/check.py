@@ -83,8 +83,10 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
     f = bound.framework(s.placement.rollout.pool)  # as the engines' hosts run it
     overlap = "overlapped with the GPU" if f.overlaps(s.placement.rollout.engine) else "between GPU steps"
     graphs = f"CUDA graphs up to {f.cuda_graph_max_tokens} tokens" if s.placement.rollout.cuda_graphs else "no CUDA graphs"
-    factor = bound.gpu(s.placement.rollout.pool).node.cpu_time_factor
-    host = f" (the host's CPU takes {factor:g}× an x86 host's time)" if factor != 1 else ""
+    node = bound.gpu(s.placement.rollout.pool).node
+    factors = (node.dispatch_time_factor, node.python_time_factor)
+    host = (f" (the host's CPU takes {factors[0]:g}× an x86 host's time to launch ops, {factors[1]:g}× for Python)"
+            if factors != (1, 1) else "")
     launch = (f"eager op {f.eager_op_cpu_s * 1e6:.3g} µs"
               if engine_overheads(f, engine_layout(s.placement.rollout)).launches_op_by_op
               else f"kernel launch {f.kernel_launch_s * 1e6:.3g} µs")

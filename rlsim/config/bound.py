@@ -34,7 +34,8 @@ class Bound:
 
     def framework(self, pool: str | None) -> Framework:
         """The scenario's framework overheads for work whose CPU side runs on `pool`'s hosts."""
-        return self.scenario.framework.on_host(self.gpu(pool).node.cpu_time_factor)
+        node = self.gpu(pool).node
+        return self.scenario.framework.on_host(node.dispatch_time_factor, node.python_time_factor)
 
 
 def pool_hardware(pool: Pool, hardware: HardwareCatalog) -> PoolHardware:

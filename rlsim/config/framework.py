@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from rlsim.fields import Flag, Frozen, NonNegativeFloat, PositiveInt
+from rlsim.fields import Flag, Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
 from rlsim.overheads import (
     CUDA_GRAPH_MAX_TOKENS,
+    DRIVER_BATCH_BYTES_PER_S,
     EAGER_OP_CPU_S,
     ENGINE_STEP_CPU_PER_SEQUENCE_S,
     ENGINE_STEP_CPU_S,
@@ -24,10 +25,12 @@ from rlsim.overheads import (
 )
 
 # The fields below that are CPU time of Python and PyTorch work. Their sources ran on x86 servers or do not name
-# the host, and none ran on a Grace; a host slower at that work scales them (`Framework.on_host`). The kernel gap
-# is the GPU's, the copy rates the host link's.
-HOST_CPU_TIMES = ("engine_step_cpu_s", "engine_step_cpu_per_sequence_s", "kernel_launch_s", "eager_op_cpu_s",
-                  "trainer_step_overhead_s")
+# the host, and none ran on a Grace; a host slower at that work scales them (`Framework.on_host`), by kind: the ones
+# that go through PyTorch's dispatch to a kernel launch, and the ones that are interpreted Python. The kernel gap is
+# the GPU's, the copy rates the host link's.
+HOST_DISPATCH_TIMES = ("kernel_launch_s", "eager_op_cpu_s")
+HOST_PYTHON_TIMES = ("engine_step_cpu_s", "engine_step_cpu_per_sequence_s", "trainer_step_overhead_s")
+HOST_CPU_TIMES = HOST_DISPATCH_TIMES + HOST_PYTHON_TIMES
 
 
 class Framework(Frozen):
@@ -83,17 +86,26 @@ class Framework(Frozen):
         description="seconds of Python work per RL step on the driver outside the timed stages (advantages, batch "
         "bookkeeping); the training GPUs wait for it, reported as verl's adv stage",
     )
+    driver_batch_bytes_per_s: PositiveFloat | None = Field(
+        DRIVER_BATCH_BYTES_PER_S,
+        description="bytes/s at which the RL driver hands the padded batch to its training workers and takes their "
+        "results back, per worker call (a single controller: verl's DataProto through Ray, NeMo-RL's); null when the "
+        "workers exchange batches among themselves (AReaL) and the driver moves none",
+    )
 
     def kernel_efficiency(self, backend: str) -> float:
         """The share of the modelled kernel rates a training step on `backend` sustains."""
         return self.megatron_kernel_efficiency if backend == "megatron" else self.training_kernel_efficiency
 
-    def on_host(self, cpu_time_factor: float) -> Framework:
-        """These overheads on a host whose CPU takes `cpu_time_factor` times as long for the same Python and PyTorch
-        work (a GPU profile's node.host_cpu_time_factor): the CPU times scale, the GPU-side ones do not."""
-        if cpu_time_factor == 1:
+    def on_host(self, dispatch_factor: float, python_factor: float = 1.0) -> Framework:
+        """These overheads on a host whose CPU takes `dispatch_factor` times as long to dispatch and launch PyTorch
+        ops and `python_factor` times as long for interpreted Python (a GPU profile's node.host_cpu_time_factor and
+        node.host_python_time_factor): the CPU times scale, the GPU-side ones do not."""
+        if dispatch_factor == 1 and python_factor == 1:
             return self
-        return self.model_copy(update={name: getattr(self, name) * cpu_time_factor for name in HOST_CPU_TIMES})
+        update = {name: getattr(self, name) * dispatch_factor for name in HOST_DISPATCH_TIMES}
+        update |= {name: getattr(self, name) * python_factor for name in HOST_PYTHON_TIMES}
+        return self.model_copy(update=update)
 
     def overlaps(self, engine: str) -> bool:
         """Whether an engine of kind `engine` (placement.rollout.engine) overlaps its CPU work with the GPU."""

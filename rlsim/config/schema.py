@@ -192,6 +192,12 @@ class RolloutPlacement(Frozen):
     cuda_graphs: Flag = Field(
         True, description="decode steps replay captured CUDA graphs instead of launching kernels one by one (false is verl "
         "actor_rollout_ref.rollout.enforce_eager: true)")
+    sleep_level: Literal[1, 2] = Field(
+        2, description="what a colocated engine keeps while training runs: 1 copies its weights into pinned host "
+        "memory when it sleeps and back when it wakes (vLLM sleep level 1: verl's default until verl#3019, summer 2025, and "
+        "since then for expert-parallel engines on vLLM < 0.11, layered summon or LoRA; NeMo-RL's default), 2 discards "
+        "them and takes the update's (vLLM sleep level 2, verl's default since; SGLang's hybrid engine without a CPU "
+        "backup)")
 
     @property
     def engines(self) -> int:

@@ -79,6 +79,7 @@ class EngineLayout:
     max_num_batched_tokens: int = 8192
     engine: InferenceEngine = "vllm"
     cuda_graphs: bool = True
+    sleep_level: int = 2  # colocated: 1 backs the weights up to pinned host memory while asleep, 2 discards them
 
     @property
     def engines(self) -> int:

@@ -26,8 +26,9 @@ The terms add up: verl runs them one after another (its `overlap_broadcast_and_c
 
 **Colocated** (`colocated_switch`): the same GPUs alternate between training and generation. Switching costs the
 reshard from the training to the inference layout (gather, over the pipeline stages too, then each engine takes its
-shard), moving offloaded training state to host memory and back (pinned or pageable), the rollout engine's wake-up
-(vLLM sleep mode level 1 reloads the weights it offloaded and re-maps its KV cache), and optionally a checkpoint save.
+shard), moving offloaded training state to host memory and back (pinned or pageable), the rollout engine's sleep
+after generating and wake-up before it (`engine_sleep_wake_seconds`: vLLM's sleep level 1 backs its weights up into
+pinned host memory and restores them, level 2 discards them), and optionally a checkpoint save.
 Weights offloaded per worker call (verl's param_offload) make the export and the log-prob pass each copy them in and
 out once more.
 
@@ -76,6 +77,16 @@ HBM_COPY_EFFICIENCY = 0.87
 # Model Switching with vLLM Sleep Mode", Qwen3-0.6B on A4000): the fastest wake, with almost no weights to reload, is
 # the fixed cost of re-mapping the engine's memory.
 SLEEP_WAKE_FLOOR_S = 0.1
+# Putting a vLLM engine to sleep between generations. Level 2 discards the weights (the update brings new ones) and
+# frees the KV cache: 0.31 s for Qwen3-8B on an A100 (0.12 s for Qwen3-0.6B), vllm-project/vllm#48337. Level 1 also
+# copies every weight into freshly allocated pinned host memory, which runs at the rate of pinning, not of the host
+# link: the same 8B engine backed up ~22 GiB in 10.57 s (2.1 GiB/s) and restored it in 2.19 s (vllm#48337);
+# SGLang's allocator (torch_memory_saver) measured the same kind of rates for its CPU backup, 2.41 GiB/s out and 5.32
+# GiB/s back, on a PCIe 4 host where a plain pinned copy runs at ~24 GiB/s (fzyzcjy/torch_memory_saver#111). Both rates
+# are the vLLM engine's own measurement; weak: one model on one host, and the 22 GiB include more than the weights.
+ENGINE_SLEEP_S = 0.31
+PINNED_BACKUP_OUT_BYTES_PER_S = 22 * 2**30 / 10.57
+PINNED_BACKUP_IN_BYTES_PER_S = 22 * 2**30 / 2.19
 
 
 @dataclass(frozen=True)
@@ -101,18 +112,21 @@ class SwitchCost:
     reshard_s: float  # training layout -> inference layout: gather, then each engine loads its shard
     offload_s: float  # offloaded training state to host memory before generation
     reload_s: float  # and back before training
-    wake_s: float  # rollout engine wake-up from sleep level 1 (weights back from host, KV cache re-mapped)
+    wake_s: float  # rollout engine wake-up (at sleep level 1 its weights come back from host; KV cache re-mapped)
     checkpoint_s: float  # optional checkpoint save
     # Weights offloaded per worker call (verl's param_offload): their copy back in before a call and out after it,
     # paid again by the export and by the log-prob pass (the latter is booked in its stages, not in total_s).
     call_weights_in_s: float = 0.0
     call_weights_out_s: float = 0.0
+    # Rollout engine put to sleep after generating (at level 1 its weights backed up to host); the frameworks time it
+    # with generation.
+    sleep_s: float = 0.0
 
     @property
     def total_s(self) -> float:
         """One cycle's switch: the export's extra round trip of the weights included, the log-prob pass's not."""
         return (self.reshard_s + self.offload_s + self.reload_s + self.wake_s + self.checkpoint_s
-                + self.call_weights_in_s + self.call_weights_out_s)
+                + self.call_weights_in_s + self.call_weights_out_s + self.sleep_s)
 
 
 # ---------------------------------------------------------------------------------------------------- tensors
@@ -402,12 +416,21 @@ def colocated_switch(
     copy_out, copy_in = pageable_bytes_per_s
     offload = offload_bytes_per_gpu / host + pageable_offload_bytes_per_gpu / copy_out
     reload = offload_bytes_per_gpu / host + pageable_offload_bytes_per_gpu / copy_in
-    wake = SLEEP_WAKE_FLOOR_S + engine_shard_bytes(spec, rollout) / host
+    sleep, wake = engine_sleep_wake_seconds(spec, rollout)
     checkpoint = checkpoint_bytes_per_gpu / storage_bytes_per_s if storage_bytes_per_s else 0.0
     pinned_call, pageable_call = per_call_weights
     return SwitchCost(reshard_s=reshard, offload_s=offload, reload_s=reload, wake_s=wake, checkpoint_s=checkpoint,
                       call_weights_in_s=pinned_call / host + pageable_call / copy_in,
-                      call_weights_out_s=pinned_call / host + pageable_call / copy_out)
+                      call_weights_out_s=pinned_call / host + pageable_call / copy_out, sleep_s=sleep)
+
+
+def engine_sleep_wake_seconds(spec: ModelSpec, rollout: EngineLayout) -> tuple[float, float]:
+    """Seconds a colocated engine takes to fall asleep after generating and to wake before the next: at sleep level 1
+    each GPU backs its shard of the weights up into pinned host memory and restores it (all GPUs at once, each at the
+    pinning rate); at level 2 the weights are discarded, so only the fixed costs remain (the update loads new ones)."""
+    shard = engine_shard_bytes(spec, rollout) if rollout.sleep_level == 1 else 0.0
+    return (ENGINE_SLEEP_S + shard / PINNED_BACKUP_OUT_BYTES_PER_S,
+            SLEEP_WAKE_FLOOR_S + shard / PINNED_BACKUP_IN_BYTES_PER_S)
 
 
 def colocated_switch_of(

@@ -17,11 +17,14 @@ their tool tokens (prefilled like prompt) and tool waits (which the longest traj
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlsim.config.bound import Bound
+from rlsim.config.framework import Framework
 from rlsim.config.schedule_kind import schedule_kind
-from rlsim.config.schema import Scenario
+from rlsim.config.schema import Algorithm, Scenario
+from rlsim.costs.driver import DriverHandOff, per_token_fp32
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.estimate.generation import Engine, Responses, generation_rounds, rollout_engine
 from rlsim.estimate.training import RankedTraining, TrainedBatch
@@ -126,28 +129,35 @@ def estimate_step(bound: Bound) -> StepEstimate:
     # Weights offloaded per call (verl's param_offload) go out after the log-prob pass and back in for the update.
     call_out, call_in = (switch.call_weights_out_s, switch.call_weights_in_s) if (
         switch is not None and algo.recompute_old_log_prob) else (0.0, 0.0)
-    forward = ranks.forward_seconds(actor)
-    stages["old_log_prob"] = StageEstimate(
-        "old_log_prob", forward + call_out if algo.recompute_old_log_prob else 0.0,
-        f"weights copied back out: {call_out:.2f} s" if call_out else "")
-    reference = reference_load_seconds(bound, topology)
-    stages["ref"] = StageEstimate("ref", forward + reference if algo.ref_model else 0.0,
-                                  f"reference weights brought in: {reference:.2f} s" if reference else "")
-    stages["values"] = StageEstimate("values", ranks.forward_seconds(critic) if algo.critic else 0.0)
     # The driver runs on a training node's host.
     driver = bound.framework(placement.training.pool)
+    hand_off = _hand_off(driver, algo, len(batch.lengths))
+    forward = ranks.forward_seconds(actor)
+    stages["old_log_prob"] = StageEstimate(
+        "old_log_prob", forward + call_out + hand_off("old_log_prob") if algo.recompute_old_log_prob else 0.0,
+        f"weights copied back out: {call_out:.2f} s" if call_out else "")
+    reference = reference_load_seconds(bound, topology)
+    stages["ref"] = StageEstimate("ref", forward + reference + hand_off("ref") if algo.ref_model else 0.0,
+                                  f"reference weights brought in: {reference:.2f} s" if reference else "")
+    stages["values"] = StageEstimate(
+        "values", ranks.forward_seconds(critic) + hand_off("values") if algo.critic else 0.0)
     stages["adv"] = StageEstimate("adv", driver.trainer_step_overhead_s, "the driver's Python work")
     update, micro_batches = ranks.update_seconds(actor, algo.mini_batches, algo.ppo_epochs)
     note = (f"{algo.mini_batches * algo.ppo_epochs} optimizer step(s) of {micro_batches} micro-batch(es) on the "
             "busiest DP rank")
     if call_in:
         note += f"; weights copied back in: {call_in:.2f} s"
-    stages["update_actor"] = StageEstimate("update_actor", update + call_in, note)
+    stages["update_actor"] = StageEstimate("update_actor", update + call_in + hand_off("update_actor"), note)
     stages["update_critic"] = StageEstimate(
-        "update_critic", ranks.update_seconds(critic, algo.mini_batches, algo.ppo_epochs)[0] if algo.critic else 0.0)
+        "update_critic", ranks.update_seconds(critic, algo.mini_batches, algo.ppo_epochs)[0] + hand_off("update_critic")
+        if algo.critic else 0.0)
     if switch is not None:
+        # The engines' sleep is timed with generation, as verl and NeMo-RL time it.
+        gen = stages["gen"]
+        stages["gen"] = StageEstimate("gen", gen.seconds + switch.sleep_s,
+                                      "; ".join(filter(None, (gen.note, f"engines put to sleep: {switch.sleep_s:.2f} s"))))
         stages["weight_sync"] = StageEstimate(
-            "weight_sync", switch.total_s, f"reshard {switch.reshard_s:.2f} s, offload+reload "
+            "weight_sync", switch.total_s - switch.sleep_s, f"reshard {switch.reshard_s:.2f} s, offload+reload "
             f"{switch.offload_s + switch.reload_s + switch.call_weights_in_s + switch.call_weights_out_s:.2f} s, "
             f"wake {switch.wake_s:.2f} s")
     else:
@@ -160,6 +170,15 @@ def estimate_step(bound: Bound) -> StepEstimate:
     tokens = lengths.trained * sum(batch.lengths) / len(batch.lengths)
     gpus = sum(pool.gpus for pool in scenario.cluster.pools)
     return StepEstimate(scenario.name, ordered, step, overlap, tokens, gpus)
+
+
+def _hand_off(driver: Framework, algo: Algorithm, sequences: int) -> Callable[[str], float]:
+    """Seconds the driver spends handing the trained batch to the workers for one call of a stage (0 without one)."""
+    rate = driver.driver_batch_bytes_per_s
+    if rate is None:
+        return lambda stage: 0.0
+    shape = DriverHandOff(algo.max_prompt_tokens, algo.max_response_tokens, rate)
+    return lambda stage: shape.call_seconds(sequences, per_token_fp32(stage, reference=algo.ref_model))
 
 
 def _trained_batch(lengths: _Lengths, responses: Responses, max_response_tokens: int) -> TrainedBatch:

@@ -42,7 +42,7 @@ def engine_layout(placement: RolloutPlacement) -> EngineLayout:
         pool=placement.pool, gpus=placement.gpus, tp=placement.tp, ep=placement.ep,
         gpu_memory_utilization=placement.gpu_memory_utilization, max_num_seqs=placement.max_num_seqs,
         max_num_batched_tokens=placement.max_num_batched_tokens, engine=placement.engine,
-        cuda_graphs=placement.cuda_graphs,
+        cuda_graphs=placement.cuda_graphs, sleep_level=placement.sleep_level,
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Generator
 
 import simpy
 
+from rlsim.costs.driver import DriverHandOff, per_token_fp32
 from rlsim.events import STAGES, StepRecord
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.build import Simulation
@@ -39,6 +40,9 @@ class Controller:
         self.sampling = sampling
         # The RL driver runs on a training node's host.
         self.driver = sim.bound.framework(self.scenario.placement.training.pool)
+        rate = self.driver.driver_batch_bytes_per_s
+        self.hand_off = None if rate is None else DriverHandOff(
+            self.algorithm.max_prompt_tokens, self.algorithm.max_response_tokens, rate)
         self.roles = RoleGPUs(self.env, sim.recorder, sim.rollout_gpus, (sim.training.first_gpu, sim.training.gpus))
         self.groups = GroupLedger(self.env, sim.sampler, Dispatcher(self.schedule, sim.engines, sim.balancer_rng),
                                   sim.engines, sim.recorder, self.schedule.group_cap(len(sim.engines)),
@@ -96,7 +100,12 @@ class Controller:
         if shared:
             yield simpy.AllOf(env, [engine.pause("interrupt") for engine in shared])
         if sim.switch is not None:
+            # The engines go to sleep, freeing their memory: verl's gen timer and NeMo-RL's generation timer end
+            # after it. Then the training state comes back.
+            yield from roles.span_all("offload", sim.switch.sleep_s, "gen")
+            stages["gen"] = stages.get("gen", 0.0) + sim.switch.sleep_s
             yield from roles.span_all("reload", sim.switch.reload_s, "weight_sync")
+            stages["weight_sync"] = stages.get("weight_sync", 0.0) + sim.switch.reload_s
         train_start = env.now
         for name, costs, used in (("old_log_prob", sim.actor, algo.recompute_old_log_prob),
                                   ("ref", sim.actor, algo.ref_model), ("values", sim.critic, algo.critic)):
@@ -105,6 +114,7 @@ class Controller:
                 # Only the training GPUs copy the reference in; the engines carry on.
                 yield from roles.span([roles.training], "reload", sim.reference_load_s, name)
             if used:
+                yield from self._hand_off(name, len(lengths))
                 yield from sim.trainer.forward_pass(name, costs, lengths)
             if used and name == "old_log_prob" and sim.switch is not None:
                 # verl's param_offload: the log-prob call puts the weights back on the host; the update loads them.
@@ -116,11 +126,23 @@ class Controller:
             if name == "update_actor" and algo.recompute_old_log_prob and sim.switch is not None:
                 yield from roles.span_all("reload", sim.switch.call_weights_in_s, name)
             if used:
+                yield from self._hand_off(name, len(lengths))
                 yield from sim.trainer.update(name, costs, lengths, mini_batches, algo.ppo_epochs)
             stages[name] = stages.get(name, 0.0) + env.now - began
         roles.rollout_only_context(train_start, env.now, "staleness_block", "update_actor")
         for engine in shared:
             engine.resume(self.version)  # same weights; a publish that follows pauses them again to load new ones
+
+    def _hand_off(self, stage: str, sequences: int) -> Generator:
+        """The driver ships the batch to the training workers for one call of `stage` and takes its results back; the
+        training GPUs wait."""
+        if self.hand_off is None or not sequences:
+            return
+        seconds = self.hand_off.call_seconds(sequences, per_token_fp32(stage, reference=self.algorithm.ref_model))
+        start = self.env.now
+        yield self.env.timeout(seconds)
+        first, count = self.roles.training
+        self.recorder.context(first, count, start, self.env.now, "starved", stage)
 
     def _advantages(self, stages: dict[str, float], share: float) -> Generator:
         """The driver's Python work between the forward passes and the updates (verl's adv stage, with the step's other
