@@ -22,10 +22,16 @@ class Frozen(BaseModel):
 
 PositiveInt = Annotated[int, Strict(), Field(gt=0)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
-PositiveFloat = Annotated[float, Strict(), Field(gt=0)]
-NonNegativeFloat = Annotated[float, Strict(), Field(ge=0)]
-Fraction = Annotated[float, Strict(), Field(gt=0, le=1)]
-Probability = Annotated[float, Strict(), Field(ge=0, le=1)]
+# Every float an input gives is finite: YAML's .inf and .nan would validate against a bound (NaN compares false, inf
+# passes `gt=0`) and then crash or hang the simulator far from the file. A field where "no limit" means something says
+# so with its own type (`UnboundedFloat`) and its handling.
+FiniteFloat = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+PositiveFloat = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]
+Probability = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
+# A non-negative bound where .inf means "unbounded" (the field's docs say how it is resolved); NaN is refused.
+UnboundedFloat = Annotated[float, Strict(), Field(ge=0)]
 Flag = Annotated[bool, Strict()]
 
 

@@ -24,7 +24,7 @@ COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "b
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
 
 # JSON writes 1e-05 where YAML 1.1 wants 1.0e-05, so numbers are read in lax mode (a numeric string is a number).
-Positive = Annotated[float, Field(gt=0)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(gt=0)]
 
 
@@ -165,7 +165,7 @@ class RawFile(BaseModel):
     versions: dict[str, Any] = {}
     world: dict[str, Any] = {}
     protocol: dict[str, Any] = {}
-    elapsed_s: float | None = None
+    elapsed_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     skipped: list[dict[str, Any]] = []
     measurements: list[Row]
 

@@ -60,6 +60,10 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
         schedule = schedule.model_copy(update={"weight_sync": sync})
     workload = _resolve_trace_paths(scenario.workload, base_dir, check)
     length = resolve_run_length(scenario.run, schedule)
+    if schedule.max_staleness is not None and schedule.max_staleness > length.steps:
+        # A bound past the run's last step (.inf among them) lets every batch of the run go ahead: it is that bound,
+        # and the producer never admits more batches than the run has.
+        schedule = schedule.model_copy(update={"max_staleness": float(length.steps)})
     resolved = scenario.model_copy(update={
         "run": Run(steps=length.steps, warmup_steps=length.warmup_steps),
         "cluster": cluster, "model": model, "placement": placement, "schedule": schedule, "workload": workload,

@@ -73,12 +73,12 @@ class Framework(Frozen):
         description="the same share for the megatron backend (Megatron-Core)",
     )
     pageable_copy_out_bytes_per_s: float = Field(
-        PAGEABLE_COPY_OUT_BYTES_PER_S, gt=0,
+        PAGEABLE_COPY_OUT_BYTES_PER_S, gt=0, allow_inf_nan=False,
         description="bytes/s per GPU of offloaded state copied out to pageable host memory (a blocking .to('cpu'), "
         "tensor by tensor; placement.training.offload_host_memory says which state goes there)",
     )
     pageable_copy_in_bytes_per_s: float = Field(
-        PAGEABLE_COPY_IN_BYTES_PER_S, gt=0,
+        PAGEABLE_COPY_IN_BYTES_PER_S, gt=0, allow_inf_nan=False,
         description="bytes/s per GPU of offloaded state copied back in from pageable host memory",
     )
     trainer_step_overhead_s: NonNegativeFloat = Field(

@@ -179,7 +179,8 @@ class GroupCorrelation(Frozen):
     within_group_correlation: Probability = Field(
         0.0, description="ρ: correlation of two samples' normal scores; for lognormal-like lengths ≈ the intra-class "
         "correlation of ln(length). `rlsim workload fit` calibrates it to a trace")
-    prompt_response_correlation: float = Field(0.0, ge=-1.0, le=1.0, description="correlation of the prompt length's "
+    prompt_response_correlation: float = Field(0.0, ge=-1.0, le=1.0, allow_inf_nan=False,
+                                               description="correlation of the prompt length's "
                                                "normal score with the prompt's difficulty")
 
 
@@ -221,7 +222,7 @@ class BetaSuccess(Frozen):
     """Per-prompt probability that a sample is correct, Beta-distributed across prompts (mean, and concentration
     a + b: small = prompts are mostly all-right or all-wrong)."""
 
-    mean: float = Field(gt=0, lt=1, description="mean probability that a sample is correct, over prompts")
+    mean: float = Field(gt=0, lt=1, allow_inf_nan=False, description="mean probability that a sample is correct, over prompts")
     concentration: PositiveFloat = Field(
         2.0, description="a + b of the Beta distribution: small means prompts are mostly all right or all wrong")
     length_correlation: float = Field(

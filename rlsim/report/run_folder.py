@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
@@ -17,7 +18,19 @@ from rlsim.report.trace import write_trace
 
 
 def metrics_json(metrics: dict) -> str:
-    return json.dumps(metrics, indent=2, sort_keys=True) + "\n"
+    """Strict JSON: a figure with no finite value (a rate over no time) is written as null, never as NaN or
+    Infinity, which JSON has no words for and strict readers refuse."""
+    return json.dumps(_finite_or_null(metrics), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def _finite_or_null(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(item) for item in value]
+    return value
 
 
 def write_run_folder(out: Path, scenario: Scenario, data: RunData, host_seconds: float) -> list[Path]:
@@ -57,7 +70,7 @@ def _write_files(out: Path, scenario: Scenario, data: RunData, host_seconds: flo
     events = data.log.events
     timing = {"host_seconds": host_seconds, "events": events,
               "events_per_second": events / host_seconds if host_seconds else 0.0}
-    written[2].write_text(json.dumps(timing, indent=2) + "\n")
+    written[2].write_text(json.dumps(_finite_or_null(timing), indent=2, allow_nan=False) + "\n")
     written += write_event_files(data.log, out)
     write_trace(data.log, data.facts, out / "trace.json")
     (out / "report.html").write_text(run_report_html(data, scenario))

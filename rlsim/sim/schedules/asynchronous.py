@@ -31,8 +31,9 @@ def asynchronous(sim: Simulation, reward: Reward, sampling: Sampling) -> Control
 
 
 def versions_ahead(schedule: Schedule) -> int:
-    """⌈η⌉, or the cap when no bound is set."""
-    return math.ceil(schedule.max_staleness) if schedule.max_staleness is not None else MAX_FILL_STEPS
+    """⌈η⌉, or the cap when no bound is set or the bound is .inf."""
+    staleness = schedule.max_staleness
+    return MAX_FILL_STEPS if staleness is None or math.isinf(staleness) else math.ceil(staleness)
 
 
 def batches_in_flight(schedule: Schedule) -> float:

@@ -12,7 +12,7 @@ from rlsim.workload.lengths import LengthDistribution, MixtureLengths, ScipyLeng
 
 class GaussianComponent(Frozen):
     weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
-    mean_tokens: float = Field(description="mean length of this component, in tokens")
+    mean_tokens: float = Field(allow_inf_nan=False, description="mean length of this component, in tokens")
     std_tokens: PositiveFloat = Field(description="standard deviation of this component, in tokens")
 
 

@@ -20,7 +20,8 @@ class LognormalLength(LengthParams):
     kind: Literal["lognormal"] = Field(description="lognormal: log-normally distributed lengths")
     median_tokens: PositiveFloat = Field(description="median length in tokens (loc_tokens + e^mu)")
     sigma: PositiveFloat = Field(description="standard deviation of ln(length - loc_tokens)")
-    loc_tokens: float = Field(0.0, description="where the distribution starts (scipy's loc); may be negative")
+    loc_tokens: float = Field(0.0, allow_inf_nan=False,
+                              description="where the distribution starts (scipy's loc); may be negative")
     scale: LengthScale = 1.0
 
     @model_validator(mode="after")
