@@ -89,7 +89,8 @@ class Reader:
     def leftover(self, ignored: tuple[str, ...]) -> tuple[list[str], list[str]]:
         """(unmapped, ignored): the user's keys the importer did not use, by name; the ignored ones match a pattern
         of settings that do not change how long a step takes."""
-        unmapped, skipped = [], []
+        unmapped: list[str] = []
+        skipped: list[str] = []
         for key in sorted(self.settings):
             if key in self.used:
                 continue
@@ -117,3 +118,10 @@ class Draft:
 
     def value(self, path: str) -> Any:
         return self.fields[path][0]
+
+
+def markdown_table(rules: tuple[KeyRule, ...], framework: str) -> str:
+    """The mapping table docs/import.md shows, one row per key (tests check the page against it)."""
+    rows = [f"| {framework} key | rlsim field | how it converts |", "|---|---|---|"]
+    rows += [f"| `{r.key}` | `{r.field}` | {r.note.replace('|', '/')} |" for r in rules]
+    return "\n".join(rows)

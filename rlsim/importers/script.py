@@ -47,11 +47,11 @@ def read_script(path: Path, modules: tuple[str, ...]) -> Command:
             words = _words(assignment.group(2), variables, str(path), first_line)
             variables[assignment.group(1)] = words[0] if words else ""
             continue
-        words = [Word(w, line) for line, piece in pieces for w in _words(piece, variables, str(path), line)]
-        texts = [w.text for w in words]
-        for i, word in enumerate(texts[:-1]):
-            if word == "-m" and texts[i + 1].startswith(modules) and _is_python(texts[:i]):
-                return Command(module=texts[i + 1], words=words[i + 2:], line=first_line)
+        found = [Word(w, line) for line, piece in pieces for w in _words(piece, variables, str(path), line)]
+        texts = [w.text for w in found]
+        for i, text_word in enumerate(texts[:-1]):
+            if text_word == "-m" and texts[i + 1].startswith(modules) and _is_python(texts[:i]):
+                return Command(module=texts[i + 1], words=found[i + 2:], line=first_line)
     raise ScenarioError(Problem(f"no `python3 -m {modules[0]}...` command in this script (expected a launch script "
                                 "whose command line is the framework's trainer with key=value overrides)",
                                 file=str(path)))

@@ -124,15 +124,20 @@ _INTERPOLATION = re.compile(r"\$\{([^${}]*)\}")
 
 
 def resolve(value: Any, key: str, lookup: Any, depth: int = 0) -> Any:
-    """`value` with its interpolations replaced; `lookup(dotted_key)` gives another key's value (None if unset).
-    An expression it cannot evaluate is left as written."""
-    if not isinstance(value, str) or "${" not in value or depth > 10:
-        return value
-    whole = _INTERPOLATION.fullmatch(value.strip())
-    if whole:
-        found = _evaluate(whole.group(1), key, lookup, depth)
-        return value if found is None else found
-    return _INTERPOLATION.sub(lambda m: str(_evaluate(m.group(1), key, lookup, depth) or m.group(0)), value)
+    """`value` with its interpolations replaced, innermost first; `lookup(dotted_key)` gives another key's value (None
+    if unset). An expression it cannot evaluate is left as written."""
+    for _ in range(32):
+        if not isinstance(value, str) or depth > 10:
+            return value
+        match = _INTERPOLATION.search(value)
+        if match is None:
+            return value
+        found = _evaluate(match.group(1), key, lookup, depth)
+        if found is None:
+            return value
+        whole = match.span() == (0, len(value))
+        value = found if whole else value[:match.start()] + str(found) + value[match.end():]
+    return value
 
 
 def _evaluate(expression: str, key: str, lookup: Any, depth: int) -> Any:
@@ -146,10 +151,10 @@ def _evaluate(expression: str, key: str, lookup: Any, depth: int) -> Any:
         factors = [_number(part.strip(), key, lookup, depth) for part in arguments.split(",")]
         if any(f is None for f in factors):
             return None
-        product = 1
+        product: float = 1
         for factor in factors:
-            product *= factor  # type: ignore[operator]
-        return product
+            product *= factor or 0
+        return int(product) if float(product).is_integer() else product
     if colon:
         return None
     return _value_of(expression, key, lookup, depth)

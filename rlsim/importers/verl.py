@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlsim.errors import Problem, ScenarioError
+from rlsim.errors import ScenarioError
 from rlsim.importers.common import set_model, set_placeholder_workload
 from rlsim.importers.mapping import Draft, KeyRule, Reader
 from rlsim.importers.script import read_script

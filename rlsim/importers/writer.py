@@ -15,7 +15,6 @@ from rlsim.errors import Problem, ScenarioError
 from rlsim.importers.mapping import Draft
 from rlsim.yamlsource import flow_text, parse_path
 
-
 # The order of a scenario's sections in the files rlsim ships.
 SECTION_ORDER = ("name", "description", "seed", "cluster", "model", "algorithm", "workload", "placement", "schedule",
                  "framework", "run")
