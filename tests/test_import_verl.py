@@ -243,3 +243,16 @@ def test_the_docs_table_is_the_code_mapping():
 
 def test_every_default_is_a_mapped_key():
     assert set(verl.DEFAULTS) <= {rule.key for rule in verl.RULES}
+
+
+def test_the_megatron_trainer_config_makes_megatron_the_default_and_node_sizes_may_differ(tmp_path):
+    script = ONE_STEP_OFF.replace("main_ppo \\\n", "main_ppo --config-name='one_step_off_ppo_megatron_trainer.yaml' \\\n"
+                                  "    actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2 \\\n")
+    script = script.replace("rollout.n_gpus_per_node=8", "rollout.n_gpus_per_node=4")
+    code, out = _import(tmp_path, ("megatron.sh", script))
+    assert code == 0
+    s = rlsim.load_scenario(out)
+    assert (s.placement.training.backend, s.placement.training.tp) == ("megatron", 2)
+    assert "default of verl's ppo_megatron_trainer.yaml" in out.read_text()
+    assert [(p.name, p.nodes, p.gpus_per_node) for p in s.cluster.pools] == [("train", 1, 8), ("rollout", 1, 4)]
+    assert (s.placement.rollout.gpus, s.placement.training.gpus) == (4, 8)

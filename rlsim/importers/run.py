@@ -21,8 +21,8 @@ def import_verl(paths: list[Path], gpu: str | None, out: Path) -> Imported:
     """A scenario from verl config YAMLs and/or launch scripts (later files override earlier ones)."""
     if not paths:
         raise ScenarioError(Problem("give a verl config YAML or launch script"))
-    settings, module, notes = verl.read_inputs(paths)
-    reader = Reader(settings, verl.RULES, verl.DEFAULTS)
+    settings, module, config_name, notes = verl.read_inputs(paths)
+    reader = Reader(settings, verl.RULES, verl.defaults_for(config_name))
     draft = verl.build(reader, module, gpu_profile(gpu), paths[0].resolve().parent)
     return _finish(draft, reader, verl.IGNORED, notes, f"verl: {', '.join(p.name for p in paths)}", out)
 

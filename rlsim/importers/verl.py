@@ -200,11 +200,11 @@ IGNORED: tuple[str, ...] = (
 )
 
 
-def read_inputs(paths: list[Path]) -> tuple[Settings, str, list[str]]:
+def read_inputs(paths: list[Path]) -> tuple[Settings, str, str, list[str]]:
     """Settings from config YAMLs and launch scripts, later files overriding earlier ones; the trainer module the
-    script runs ('' for configs only); notes on defaults files not found."""
+    script runs and the config it names ('' for configs only); notes on defaults files not found."""
     settings: Settings = {}
-    module = ""
+    module = config_name = ""
     notes: list[str] = []
     for path in paths:
         if path.suffix in (".yaml", ".yml"):
@@ -218,6 +218,7 @@ def read_inputs(paths: list[Path]) -> tuple[Settings, str, list[str]]:
             name, equals, value = word.text.partition("=")
             if name in options:
                 options[name] = value if equals else (words[i + 1].text if i + 1 < len(words) else "")
+        config_name = options["--config-name"] or config_name
         config = _script_config(path, options["--config-path"], options["--config-name"], notes)
         if config is not None:
             settings.update(read_config(config, notes))
@@ -235,7 +236,7 @@ def read_inputs(paths: list[Path]) -> tuple[Settings, str, list[str]]:
                 continue
             key, setting = override(word.text, str(path), word.line)
             settings[key] = setting
-    return settings, module, notes
+    return settings, module, config_name, notes
 
 
 def _script_config(script: Path, folder: str, name: str, notes: list[str]) -> Path | None:
@@ -249,12 +250,19 @@ def _script_config(script: Path, folder: str, name: str, notes: list[str]) -> Pa
     return None
 
 
+def defaults_for(config_name: str) -> dict[str, tuple[Any, str]]:
+    """verl's defaults for a run of the trainer config `config_name` (ppo_megatron_trainer's actors are Megatron)."""
+    if "megatron" in config_name:
+        return {**DEFAULTS, f"{ACTOR}.strategy": ("megatron", MEGATRON)}
+    return DEFAULTS
+
+
 def build(reader: Reader, module: str, gpu: str, base_dir: Path) -> Draft:
     draft = Draft()
     fully_async = "fully_async" in module or any(k.startswith("async_training.") for k in reader.settings)
     one_step_off = "one_step_off" in module
-    _cluster(draft, reader, gpu, split=fully_async or one_step_off or not reader.get(
-        "actor_rollout_ref.hybrid_engine").value)
+    hybrid = reader.get("actor_rollout_ref.hybrid_engine").value
+    _cluster(draft, reader, gpu, split=fully_async or one_step_off or not hybrid)
     set_model(draft, reader, f"{MODEL}.path", base_dir)
     _algorithm(draft, reader, fully_async)
     set_placeholder_workload(draft, draft.value("algorithm.max_prompt_tokens"),
@@ -279,14 +287,24 @@ def _cluster(draft: Draft, reader: Reader, gpu: str, split: bool) -> None:
         return
     rollout_nodes, rollout_nodes_from = reader.integer("rollout.nnodes")
     rollout_per_node, rollout_per_node_from = reader.integer("rollout.n_gpus_per_node")
+    draft.set("placement.mode", "disaggregated", "split pools: the trainer's and the rollout's")
     if rollout_per_node != per_node:
-        raise ScenarioError(reader.problem("rollout.n_gpus_per_node", f"the rollout pool's nodes have "
-                                           f"{rollout_per_node} GPUs and the trainer's {per_node}: rlsim's import "
-                                           "expects nodes of one size", valid=str(per_node)))
+        # Nodes of two sizes: a pool each, as verl's resource pools are.
+        draft.set("cluster.pools[0].name", "train", "verl's trainer pool")
+        draft.set("cluster.pools[0].nodes", nodes, nodes_from)
+        draft.set("cluster.pools[0].gpus_per_node", per_node, per_node_from)
+        draft.set("cluster.pools[1].name", "rollout", "verl's rollout pool")
+        draft.set("cluster.pools[1].gpu", gpu, "--gpu")
+        draft.set("cluster.pools[1].nodes", rollout_nodes, rollout_nodes_from)
+        draft.set("cluster.pools[1].gpus_per_node", rollout_per_node, rollout_per_node_from)
+        draft.set("placement.rollout.pool", "rollout", "verl's rollout pool")
+        draft.set("placement.rollout.gpus", rollout_nodes * rollout_per_node, "rollout.nnodes × rollout.n_gpus_per_node")
+        draft.set("placement.training.pool", "train", "verl's trainer pool")
+        draft.set("placement.training.gpus", nodes * per_node, "trainer.nnodes × trainer.n_gpus_per_node")
+        return
     draft.set("cluster.pools[0].nodes", nodes + rollout_nodes, f"trainer.nnodes + rollout.nnodes ({nodes_from}; "
               f"{rollout_nodes_from})")
     draft.set("cluster.pools[0].gpus_per_node", per_node, per_node_from)
-    draft.set("placement.mode", "disaggregated", "split pools: the trainer's and the rollout's")
     draft.set("placement.rollout.gpus", rollout_nodes * rollout_per_node,
               f"rollout.nnodes × rollout.n_gpus_per_node ({rollout_per_node_from})")
     draft.set("placement.training.gpus", nodes * per_node, f"trainer.nnodes × trainer.n_gpus_per_node ({nodes_from})")
