@@ -29,6 +29,7 @@ LAYERS: tuple[set[str], ...] = (
     # the scenario's defaults and the cost models' plain values share
     {"hardware", "models", "traces", "overheads"},
     {"config"},
+    {"importers"},  # framework configs (verl, NeMo-RL) translated into scenarios; read by the CLI only
     {"topology"},
     {"costs"},
     {"workload"},
