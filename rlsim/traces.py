@@ -43,6 +43,9 @@ def step_files(path: Path, prefix: str) -> list[Path]:
 
 def records(file: Path) -> Iterator[tuple[int, dict]]:
     """(line number, JSON object) of each non-empty line."""
+    if file.exists() and not file.is_file():
+        # A FIFO or a device could stream one endless line into memory.
+        raise TraceFormatError(f"{file}: not a regular file (a pipe or a device)")
     opener = gzip.open if file.suffix == ".gz" else open
     try:
         with opener(file, "rt", encoding="utf-8") as lines:
@@ -54,6 +57,9 @@ def records(file: Path) -> Iterator[tuple[int, dict]]:
                         raise TraceFormatError(f"{file}:{number}: not JSON ({err.msg})") from None
     except OSError as err:
         raise TraceFormatError(f"{file}: cannot read ({err.strerror or err})") from None
+    except (UnicodeDecodeError, EOFError) as err:
+        raise TraceFormatError(f"{file}: not a JSON-lines text file ({err.__class__.__name__}: a binary or truncated "
+                               "file?)") from None
 
 
 def trace_format(path: Path) -> str:

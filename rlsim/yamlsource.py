@@ -14,6 +14,11 @@ from rlsim.errors import Problem, ScenarioError
 PathKey = tuple[str | int, ...]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+# Bounds past which an input is refused rather than read: no scenario, profile or trace file needs more, and past them a
+# crafted file (aliases of aliases, an endless stream) would exhaust memory or time before any check could run.
+MAX_INPUT_BYTES = 64 * 2**20
+MAX_YAML_VALUES = 1_000_000
+MAX_YAML_DEPTH = 64
 # libyaml's parser when PyYAML was built with it (ten times faster, same nodes and line marks), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -110,7 +115,7 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
         if node is None:
             raise ScenarioError(Problem("the file is empty (expected a YAML mapping)", file=file, line=1))
         lines: dict[PathKey, int] = {}
-        _record_lines(node, (), lines, file)
+        _record_lines(node, lines, file)
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         raise ScenarioError(Problem(f"YAML syntax error: {_describe(exc)}", file=file, line=_error_line(exc))) from None
@@ -120,6 +125,9 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
                                     file=file, line=line)) from None
     except yaml.YAMLError as exc:
         raise ScenarioError(Problem(f"YAML error: {exc}", file=file)) from None
+    except RecursionError:
+        # The parser itself recurses per level of nesting, before the walk above can bound it.
+        raise ScenarioError(Problem("nested too deeply to parse", file=file)) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -144,38 +152,72 @@ def _describe(exc: yaml.MarkedYAMLError) -> str:
 
 def read_yaml(path: str | Path) -> YamlDocument:
     path = Path(path)
+    return parse_yaml(read_text_file(path, "a YAML file"), str(path))
+
+
+def read_text_file(path: Path, kind: str, *, max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """The UTF-8 text of an input file, or a ScenarioError naming it: missing, unreadable, not a regular file (a
+    FIFO or a device could stream forever), larger than `max_bytes`, or not text."""
     try:
-        text = path.read_text(encoding="utf-8")
+        if path.is_dir():
+            raise ScenarioError(Problem(f"is a directory, expected {kind}", file=str(path)))
+        if path.exists() and not path.is_file():
+            raise ScenarioError(Problem(f"not a regular file (a pipe or a device), expected {kind}", file=str(path)))
+        with path.open("rb") as handle:
+            raw = handle.read(max_bytes + 1)
     except FileNotFoundError:
         raise ScenarioError(Problem("no such file", file=str(path))) from None
-    except IsADirectoryError:
-        raise ScenarioError(Problem("is a directory, expected a YAML file", file=str(path))) from None
+    except PermissionError:
+        raise ScenarioError(Problem("permission denied: the file cannot be read", file=str(path))) from None
+    except OSError as exc:
+        raise ScenarioError(Problem(f"cannot be read: {exc.strerror or exc}", file=str(path))) from None
+    if len(raw) > max_bytes:
+        raise ScenarioError(Problem(f"larger than {max_bytes // 2**20} MiB, more than any {kind} needs",
+                                    file=str(path)))
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ScenarioError(Problem(f"not UTF-8 text ({exc.reason})", file=str(path))) from None
-    return parse_yaml(text, str(path))
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ScenarioError(Problem(f"not UTF-8 text ({exc.reason}): a binary file?", file=str(path),
+                                    line=line)) from None
 
 
-def _record_lines(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], file: str) -> None:
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[object, int] = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == _MERGE_TAG:
-                continue
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise ScenarioError(
-                    Problem(
-                        f"duplicate key {key!r} (first written on line {seen[key]})",
-                        path=dotted(path + (key,)),
-                        file=file,
-                        line=line,
-                    )
-                )
-            seen[key] = line
-            lines[path + (key,)] = line
-            _record_lines(value_node, path + (key,), lines, file)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _record_lines(item, path + (index,), lines, file)
+def _record_lines(root: yaml.Node, lines: dict[PathKey, int], file: str) -> None:
+    """Every value's line, walking the node graph without recursion. Aliases are walked where they are used (their
+    values are the document's too), so the walk also bounds what a document expands to: an alias of an alias of ... (a
+    "billion laughs" file), an anchor that contains itself, or nesting past any real scenario's depth is refused
+    before anything is built from it."""
+    stack: list[tuple[yaml.Node, PathKey, frozenset[int]]] = [(root, (), frozenset())]
+    visited = 0
+    while stack:
+        node, path, ancestors = stack.pop()
+        visited += 1
+        if visited > MAX_YAML_VALUES:
+            raise ScenarioError(Problem(f"the document expands to more than {MAX_YAML_VALUES:,} values (anchors and "
+                                        "aliases that repeat each other?)", file=file, line=node.start_mark.line + 1))
+        if len(path) > MAX_YAML_DEPTH:
+            raise ScenarioError(Problem(f"nested more than {MAX_YAML_DEPTH} levels deep", path=dotted(path[:3]) + "…",
+                                        file=file, line=node.start_mark.line + 1))
+        if id(node) in ancestors:
+            raise ScenarioError(Problem("an anchor contains an alias of itself: the value would be endless",
+                                        path=dotted(path), file=file, line=node.start_mark.line + 1))
+        lines.setdefault(path, node.start_mark.line + 1)
+        inside = ancestors | {id(node)}
+        children: list[tuple[yaml.Node, PathKey]] = []
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[object, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise ScenarioError(Problem(f"duplicate key {key!r} (first written on line {seen[key]})",
+                                                path=dotted(path + (key,)), file=file, line=line))
+                seen[key] = line
+                lines[path + (key,)] = line
+                children.append((value_node, path + (key,)))
+        elif isinstance(node, yaml.SequenceNode):
+            children = [(item, path + (index,)) for index, item in enumerate(node.value)]
+        # In reverse, so the walk (last in, first out) visits them in file order, as `setdefault` expects.
+        stack.extend((child, child_path, inside) for child, child_path in reversed(children))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlsim.errors import Problem, ScenarioError
+from rlsim.yamlsource import read_text_file
 
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+|local\s+|readonly\s+|declare\s+)?([A-Za-z_]\w*)=(.*)$")
 _NAME = re.compile(r"[A-Za-z_]\w*")
@@ -34,12 +35,7 @@ class Command:
 
 def read_script(path: Path, modules: tuple[str, ...]) -> Command:
     """The first command of the script that runs `python -m <module>` for a module starting with one of `modules`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(Problem("no such file", file=str(path))) from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise ScenarioError(Problem(f"cannot read the script ({exc.__class__.__name__})", file=str(path))) from None
+    text = read_text_file(path, "a launch script")
     variables: dict[str, str] = {}
     for first_line, pieces in _logical_lines(text):
         assignment = _ASSIGNMENT.match(pieces[0][1]) if len(pieces) == 1 else None
