@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlsim.cli.exitcodes import OK
-from rlsim.cli.file_names import bounded_name
+from rlsim.cli.file_names import bounded_name, folder_name
 from rlsim.cli.overrides import add_set_argument, parse_overrides
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario, overrides)
     bound = bind(scenario)
     out = args.out or Path("runs") / run_folder_name(scenario.name, overrides)
+    check_run_folder(out)  # before simulating, so a bad --out costs nothing
     streaming = not args.json
     width = shutil.get_terminal_size().columns
     if streaming:
@@ -86,8 +87,22 @@ def run_folder_name(scenario_name: str, overrides: dict[str, object]) -> str:
     """The default run folder: the scenario's name, then each override, so a what-if never overwrites its baseline
     (`runs/quickstart--placement.rollout.tp=2`). Names too long for a file system end in a digest of the overrides."""
     if not overrides:
-        return scenario_name
+        return folder_name(scenario_name)
     changes = ",".join(f"{path}={value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(',', ':'))}"
                        for path, value in sorted(overrides.items()))
     safe = re.sub(r"[^A-Za-z0-9._=,+\-\[\]]+", "_", changes)
-    return bounded_name(f"{scenario_name}--{safe}")
+    return bounded_name(f"{folder_name(scenario_name)}--{safe}")
+
+
+def check_run_folder(out: Path) -> None:
+    """Refuse a run folder that cannot be written: an existing file, or a parent that is a file or cannot be made."""
+    from rlsim.errors import Problem, ScenarioError
+
+    if out.exists() and not out.is_dir():
+        raise ScenarioError(Problem("is a file; the run folder must be a folder (or not exist yet)", file=str(out),
+                                    path="--out"))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError(Problem(f"cannot make the run folder's parent: {exc.strerror or exc}", file=str(out),
+                                    path="--out")) from None
