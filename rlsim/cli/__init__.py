@@ -11,11 +11,11 @@ import warnings
 from collections.abc import Sequence
 
 from rlsim import __version__
-from rlsim.cli import calibrate, check, compare, estimate, example, plan, replay, run, schema, sweep, validate, workload
+from rlsim.cli import calibrate, check, compare, estimate, example, fit, plan, replay, run, schema, sweep, validate, workload
 from rlsim.cli.exitcodes import BAD_INPUT, CLOSED_PIPE, INFEASIBLE
 from rlsim.errors import InfeasibleError, ScenarioError, ScenarioWarning
 
-COMMANDS = (example, check, run, estimate, schema, compare, workload, sweep, plan, validate, calibrate, replay)
+COMMANDS = (example, check, run, estimate, schema, compare, workload, sweep, plan, validate, calibrate, replay, fit)
 
 
 def build_parser() -> argparse.ArgumentParser:
