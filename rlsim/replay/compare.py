@@ -89,7 +89,8 @@ class Replay:
 def usable_steps(log: RunLog) -> tuple[list[LoggedStep], tuple[int, ...], tuple[int, ...]]:
     """The steps that can be replayed (a response mean and a stage timer logged), the step numbers missing between
     the first and the last of them, and the logged steps left out for lacking either."""
-    used, left_out = [], []
+    used: list[LoggedStep] = []
+    left_out: list[LoggedStep] = []
     for step in log.steps:
         has_timer = any(key.startswith(TIMER_PREFIX) for key in step.metrics)
         (used if RESPONSE_MEAN in step.metrics and has_timer else left_out).append(step)
