@@ -26,8 +26,9 @@ FOUNDATION = {"rlsim", "errors", "registry", "fields", "yamlsource", "loading", 
 LAYERS: tuple[set[str], ...] = (
     FOUNDATION,
     # traces: the readers of trace files, which the loader checks at load time; overheads: measured constants that
-    # the scenario's defaults and the cost models' plain values share
-    {"hardware", "models", "traces", "overheads"},
+    # the scenario's defaults and the cost models' plain values share; runlog: the readers of a training run's
+    # per-step metrics (rlsim replay, rlsim fit)
+    {"hardware", "models", "traces", "overheads", "runlog"},
     {"config"},
     {"importers"},  # framework configs (verl, NeMo-RL) translated into scenarios; read by the CLI only
     {"topology"},
@@ -39,7 +40,7 @@ LAYERS: tuple[set[str], ...] = (
     {"metrics"},
     {"report"},
     {"api"},
-    {"sweep", "calibrate"},
+    {"sweep", "calibrate", "replay"},
     {"plan", "validation"},
     {"cli"},
     {"__main__"},

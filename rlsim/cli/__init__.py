@@ -11,11 +11,27 @@ import warnings
 from collections.abc import Sequence
 
 from rlsim import __version__
-from rlsim.cli import calibrate, check, compare, estimate, example, importer, plan, run, schema, sweep, validate, workload
+from rlsim.cli import (
+    calibrate,
+    check,
+    compare,
+    estimate,
+    example,
+    fit,
+    importer,
+    plan,
+    replay,
+    run,
+    schema,
+    sweep,
+    validate,
+    workload,
+)
 from rlsim.cli.exitcodes import BAD_INPUT, CLOSED_PIPE, INFEASIBLE
 from rlsim.errors import InfeasibleError, ScenarioError, ScenarioWarning
 
-COMMANDS = (example, check, run, estimate, schema, compare, workload, importer, sweep, plan, validate, calibrate)
+COMMANDS = (example, check, run, estimate, schema, compare, workload, importer, replay, fit, sweep, plan, validate,
+            calibrate)
 
 
 def build_parser() -> argparse.ArgumentParser:

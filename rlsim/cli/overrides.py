@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import yaml
 
@@ -31,4 +32,32 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
             reason = getattr(exc, "problem", None) or str(exc)
             raise ScenarioError(Problem(f"VALUE is not YAML: {reason}", file=f"--set {item}",
                                         valid="a YAML value, e.g. 48, true, [1, 2] or {kind: rule}")) from None
+    return overrides
+
+
+def add_calibration_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calibration", type=Path, default=None, metavar="FILE",
+                        help="overlay of framework fields (as `rlsim fit` writes) merged over the scenario's; "
+                        "--set still wins")
+
+
+def calibration_overrides(path: Path | None) -> dict[str, object]:
+    """An overlay file's `framework:` fields as `--set`-style overrides (`framework.engine_step_cpu_s` -> 0.003)."""
+    if path is None:
+        return {}
+    from rlsim.config.framework import Framework
+    from rlsim.yamlsource import read_yaml
+
+    document = read_yaml(path)
+    data = document.data
+    if not isinstance(data, dict) or set(data) != {"framework"} or not isinstance(data["framework"], dict):
+        raise ScenarioError(Problem("expected a calibration overlay: a `framework:` mapping and nothing else",
+                                    file=str(path), line=document.line_of(()), valid="framework: {FIELD: VALUE}"))
+    overrides: dict[str, object] = {}
+    for name, value in data["framework"].items():
+        if name not in Framework.model_fields:
+            raise ScenarioError(Problem(f"unknown field {name!r}", path=f"framework.{name}", file=str(path),
+                                        line=document.line_of(("framework", name)),
+                                        valid=", ".join(Framework.model_fields)))
+        overrides[f"framework.{name}"] = value
     return overrides

@@ -8,7 +8,12 @@ import sys
 from pathlib import Path
 
 from rlsim.cli.exitcodes import OK
-from rlsim.cli.overrides import add_set_argument, parse_overrides
+from rlsim.cli.overrides import (
+    add_calibration_argument,
+    add_set_argument,
+    calibration_overrides,
+    parse_overrides,
+)
 from rlsim.errors import Problem, ScenarioError
 from rlsim.plan.candidates import MEASURED_STEPS, REFINE, SCHEDULES
 
@@ -31,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", help="model to plan for instead of the scenario's: a catalog name, a Hugging Face "
                         "id or a config.json")
     add_set_argument(parser)
+    add_calibration_argument(parser)
     parser.add_argument("--schedules", default=",".join(SCHEDULE_MODES),
                         help="schedule modes to consider, comma-separated (default: %(default)s)")
     parser.add_argument("--simulate", type=int, default=4,
@@ -56,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from rlsim.plan.text import budget_summary, plan_dict, plan_text
 
     budgets = _counts(args.gpus)
-    overrides = parse_overrides(args.overrides)
+    overrides = {**calibration_overrides(args.calibration), **parse_overrides(args.overrides)}
     schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     unknown = [s for s in schedules if s not in SCHEDULE_MODES]
     if unknown or not schedules:

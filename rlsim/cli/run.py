@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING
 
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.file_names import bounded_name, folder_name
-from rlsim.cli.overrides import add_set_argument, parse_overrides
+from rlsim.cli.overrides import (
+    add_calibration_argument,
+    add_set_argument,
+    calibration_overrides,
+    parse_overrides,
+)
 
 if TYPE_CHECKING:
     from rlsim.events import StepRecord
@@ -28,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, help="run folder (default: runs/<scenario name>, then --<path>=<value> "
                         "for each --set and --steps, so a what-if never overwrites its baseline)")
     add_set_argument(parser)
+    add_calibration_argument(parser)
     parser.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the table")
     parser.add_argument("--exact", action="store_true",
                         help="step every decode iteration (slow reference mode; results agree with the default)")
@@ -44,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from rlsim.report.text import STEP_HEADER, headline_text, step_line
     from rlsim.sim.run import simulate_log
 
-    overrides = parse_overrides(args.overrides)
+    overrides = {**calibration_overrides(args.calibration), **parse_overrides(args.overrides)}
     scenario = load_scenario(args.scenario, overrides)
     if args.steps is not None:
         overrides["run.steps"] = args.steps
