@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlsim.errors import Problem, ScenarioError
+from rlsim.yamlsource import read_text_file
 
 STEP_KEYS = ("step", "_step", "Step", "training/global_step")  # the step's column, in order of preference
 
@@ -29,6 +30,9 @@ STEP_KEYS = ("step", "_step", "Step", "training/global_step")  # the step's colu
 # logger then writes `step:N - key:value - ...` (verl/utils/logger/aggregate_logger.py, concat_dict_to_str).
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STEP_LINE = re.compile(r"^\s*(?:\([^()]*\)\s*)?step:(\d+)\s+-\s+(.*?)\s*$")
+# A console log with printed responses runs to hundreds of MB over a long run; past this it is not a log.
+MAX_LOG_BYTES = 2**30
+_WINDOW = re.compile(r"(\d*)(-?)(\d*)")
 _FORMATS = "verl console lines (step:N - key:value - ...), a CSV table, or JSON (a list, per-key lists or JSON lines)"
 
 
@@ -51,15 +55,36 @@ class RunLog:
     def step_numbers(self) -> list[int]:
         return [s.step for s in self.steps]
 
+    def window(self, first: int | None, last: int | None) -> RunLog:
+        """The logged steps numbered first..last (either end open), for a replay or fit of part of a long run."""
+        kept = tuple(s for s in self.steps if (first is None or s.step >= first) and (last is None or s.step <= last))
+        if not kept:
+            logged = f"{self.steps[0].step}-{self.steps[-1].step}"
+            raise ScenarioError(Problem(f"no logged step in {first if first is not None else ''}-"
+                                        f"{last if last is not None else ''}", file="--steps", valid=f"within {logged}"))
+        return RunLog(self.file, kept)
+
+
+def parse_step_window(text: str) -> tuple[int | None, int | None]:
+    """`--steps` text: "2-52", "150-" or "-40" (logged step numbers, both ends included), or one step "7"."""
+    match = _WINDOW.fullmatch(text.strip())
+    if match is None:
+        raise ScenarioError(Problem(f"not a step range: {text!r}", file="--steps",
+                                    valid="FIRST-LAST, FIRST-, -LAST or one step number, e.g. 2-52"))
+    first, dash, last = match.groups()
+    if not dash:
+        return int(first), int(first)
+    lo, hi = (int(first) if first else None), (int(last) if last else None)
+    if lo is not None and hi is not None and lo > hi:
+        raise ScenarioError(Problem(f"the range {text!r} runs backwards", file="--steps", valid=f"{hi}-{lo}"))
+    return lo, hi
+
 
 def read_run_log(path: str | Path) -> RunLog:
     """The per-step metrics of a verl console log, or of a CSV or JSON metrics table."""
     path = Path(path)
     file = str(path)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise ScenarioError(Problem(f"cannot read the run log: {exc.strerror}", file=file)) from None
+    text = read_text_file(path, "a run log", max_bytes=MAX_LOG_BYTES)
     suffix = path.suffix.lower()
     if suffix == ".csv":
         merged = _merge(_csv_steps(text, file))

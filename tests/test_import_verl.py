@@ -256,3 +256,11 @@ def test_the_megatron_trainer_config_makes_megatron_the_default_and_node_sizes_m
     assert "default of verl's ppo_megatron_trainer.yaml" in out.read_text()
     assert [(p.name, p.nodes, p.gpus_per_node) for p in s.cluster.pools] == [("train", 1, 8), ("rollout", 1, 4)]
     assert (s.placement.rollout.gpus, s.placement.training.gpus) == (4, 8)
+
+
+def test_a_model_path_in_the_hugging_face_cache_is_the_model_it_holds(tmp_path):
+    """Runs often point model.path at the hub cache, `…/models--ORG--NAME/snapshots/<hash>`: that is ORG/NAME."""
+    cached = "/data/.cache/huggingface/hub/models--Qwen--Qwen2-7B-Instruct/snapshots/f2826a00ceef68f0f2b946d945ec"
+    code, out = _import(tmp_path, ("run.sh", GRPO_SCRIPT.replace('"$MODEL"', cached)))
+    assert code == 0
+    assert rlsim.load_scenario(out).model.name == "Qwen2-7B-Instruct"

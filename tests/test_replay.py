@@ -6,6 +6,7 @@ import json
 from collections import defaultdict
 
 import numpy as np
+import yaml
 import pytest
 
 from rlsim.cli import main
@@ -207,3 +208,35 @@ def test_a_log_without_usable_steps_is_bad_input_without_a_traceback(tmp_path, c
     assert main(["replay", str(log), "--scenario", str(scenario)]) == 2
     err = capsys.readouterr().err
     assert f"{log}: no step logs both response_length/mean" in err and "Traceback" not in err
+
+
+def test_a_window_of_steps_is_replayed_and_its_steady_lengths_written(drifting_run, tmp_path, capsys):
+    """--steps keeps the logged steps numbered FIRST to LAST (a part of a long run); --lengths-out writes one steady
+    length model of them, their average logged statistics, to paste under workload: for what-ifs."""
+    text, rows = drifting_run
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(text)
+    log = tmp_path / "run.log"
+    log.write_text(console_lines(rows))
+    lengths = tmp_path / "lengths.yaml"
+    assert main(["replay", str(log), "--scenario", str(scenario), "--steps", "3-", "--json",
+                 "--lengths-out", str(lengths)]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == [3, 4]
+    model = yaml.safe_load(lengths.read_text())["response_tokens"]
+    window_mean = (rows[3]["response_length/mean"] + rows[4]["response_length/mean"]) / 2
+    assert cut_mean(model["median_tokens"], model["sigma"], CAP) == pytest.approx(window_mean, rel=0.01)
+    pasted = parse_scenario(scenario_yaml(gpus=2, response=json.dumps(model), max_response=CAP))
+    assert pasted.workload.response_tokens.kind == "lognormal"
+
+
+@pytest.mark.parametrize(("window", "says"), [("9-12", "no logged step"), ("5-2", "runs backwards"),
+                                              ("two", "not a step range")])
+def test_a_bad_step_window_is_bad_input(drifting_run, tmp_path, capsys, window, says):
+    text, rows = drifting_run
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(text)
+    log = tmp_path / "run.log"
+    log.write_text(console_lines(rows))
+    assert main(["replay", str(log), "--scenario", str(scenario), "--steps", window]) == 2
+    err = capsys.readouterr().err
+    assert "--steps" in err and says in err and "Traceback" not in err

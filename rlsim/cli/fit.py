@@ -26,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="overlay YAML to write (default: run-fit.yaml)")
     parser.add_argument("--held-out", type=int, default=None, dest="held_out",
                         help="the last N steps are not fitted, only checked (default: a fifth of the steps)")
+    parser.add_argument("--steps", default=None, metavar="FIRST-LAST",
+                        help="only the logged steps numbered FIRST to LAST (both included; FIRST- and -LAST leave an "
+                        "end open), e.g. 2-52 for the first quarter of a 210-step run")
     add_set_argument(parser)
     parser.set_defaults(handler=lazy_handler("rlsim.cli.fit", "run_fit"))
 
@@ -33,9 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_fit(args: argparse.Namespace) -> int:
     from rlsim.cli.overrides import parse_overrides
     from rlsim.replay.fit import fit
-    from rlsim.runlog import read_run_log
+    from rlsim.runlog import parse_step_window, read_run_log
 
-    result = fit(args.scenario, read_run_log(args.log), held_out=args.held_out,
+    log = read_run_log(args.log)
+    if args.steps is not None:
+        log = log.window(*parse_step_window(args.steps))
+    result = fit(args.scenario, log, held_out=args.held_out,
                  overrides=parse_overrides(args.overrides))
     for v in result.values:
         spread = f" ± {v.uncertainty:.3g}" if v.uncertainty is not None else " (uncertainty unknown: too few steps)"

@@ -18,6 +18,7 @@ from rlsim.cli.overrides import add_set_argument
 
 if TYPE_CHECKING:
     from rlsim.replay.compare import Replay
+    from rlsim.runlog import RunLog
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--scenario", type=Path, required=True, help="scenario YAML describing the run's setup")
     parser.add_argument("--html", type=Path, default=None, help="write logged vs simulated stage times per step here")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON instead of tables")
+    parser.add_argument("--lengths-out", type=Path, default=None, dest="lengths_out",
+                        help="also write one steady length model of the replayed steps (their average logged "
+                        "statistics) as workload fields to paste under `workload:` for what-ifs on this run")
+    parser.add_argument("--steps", default=None, metavar="FIRST-LAST",
+                        help="only the logged steps numbered FIRST to LAST (both included; FIRST- and -LAST leave an "
+                        "end open), e.g. 2-52 for the first quarter of a 210-step run")
     add_set_argument(parser)
     parser.set_defaults(handler=lazy_handler("rlsim.cli.replay", "run_replay"))
 
@@ -35,15 +42,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_replay(args: argparse.Namespace) -> int:
     from rlsim.cli.overrides import parse_overrides
     from rlsim.replay.compare import replay
-    from rlsim.runlog import read_run_log
+    from rlsim.runlog import parse_step_window, read_run_log
 
     overrides = parse_overrides(args.overrides)
     log = read_run_log(args.log)
+    if args.steps is not None:
+        log = log.window(*parse_step_window(args.steps))
     result = replay(args.scenario, log, overrides)
     if args.json:
         print(json.dumps(result.as_dict(), indent=1))
     else:
         print(replay_text(result))
+    if args.lengths_out is not None:
+        _write_lengths(args, log, overrides)
     if args.html is not None:
         from rlsim.report.replay_figure import replay_html
 
@@ -52,6 +63,27 @@ def run_replay(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"wrote {args.html}")
     return OK
+
+
+def _write_lengths(args: argparse.Namespace, log: RunLog, overrides: dict[str, object]) -> None:
+    import yaml
+
+    from rlsim.config import load_scenario
+    from rlsim.replay.compare import usable_steps
+    from rlsim.workload.logged_lengths import pooled_length_fields
+
+    algorithm = load_scenario(args.scenario, overrides).algorithm
+    steps = usable_steps(log)[0]
+    fields = pooled_length_fields([s.metrics for s in steps], max_response_tokens=algorithm.max_response_tokens,
+                                  max_prompt_tokens=algorithm.max_prompt_tokens,
+                                  prompts_per_step=algorithm.prompts_per_step,
+                                  samples_per_prompt=algorithm.samples_per_prompt)
+    header = (f"# Lengths of {log.file}, steps {steps[0].step}-{steps[-1].step}: one lognormal each with their average "
+              "logged statistics (rlsim replay --lengths-out).\n# Paste under `workload:` in a scenario.\n")
+    args.lengths_out.parent.mkdir(parents=True, exist_ok=True)
+    args.lengths_out.write_text(header + yaml.safe_dump(fields, sort_keys=False))
+    if not args.json:
+        print(f"wrote {args.lengths_out}")
 
 
 def replay_text(result: Replay) -> str:

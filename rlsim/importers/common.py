@@ -20,7 +20,7 @@ def set_model(draft: Draft, reader: Reader, key: str, base_dir: Path) -> None:
     catalog model, or a local config.json (checked now, so an unsupported one fails here, at its key)."""
     written, origin = reader.text(key)
     catalog = ModelCatalog.load()
-    for candidate in (written, Path(written.rstrip("/")).name):
+    for candidate in (written, Path(written.rstrip("/")).name, *_hub_cache_id(written)):
         if candidate in catalog:
             draft.set("model", catalog.canonical(candidate), origin)
             return
@@ -40,6 +40,15 @@ def set_model(draft: Draft, reader: Reader, key: str, base_dir: Path) -> None:
             key, f"model {written!r} is neither in rlsim's catalog nor a local folder with a config.json",
             suggestion=err.suggestion, valid="a catalog name or Hugging Face id (rlsim/models/catalog.yaml), or the "
             "path of a model folder holding config.json")) from None
+
+
+def _hub_cache_id(path: str) -> list[str]:
+    """The Hugging Face id of a path inside the hub's cache, `…/models--Qwen--Qwen2-7B-Instruct/snapshots/<hash>` ->
+    `Qwen/Qwen2-7B-Instruct` (runs often point model.path at the cache), else nothing."""
+    for part in reversed(Path(path).parts):
+        if part.startswith("models--") and part.count("--") >= 2:
+            return [part.removeprefix("models--").replace("--", "/", 1)]
+    return []
 
 
 def gpu_profile(name: str | None) -> str:

@@ -109,6 +109,31 @@ def logged_length_fields(steps: Sequence[Mapping[str, float]], *, max_response_t
     return fields
 
 
+def pooled_length_fields(steps: Sequence[Mapping[str, float]], *, max_response_tokens: int, max_prompt_tokens: int,
+                         prompts_per_step: int, samples_per_prompt: int) -> dict[str, Any]:
+    """`workload:` fields of one steady model for all of `steps`, for what-ifs on the run: the lognormal with the
+    steps' average logged mean and clipped share (or, with none clipped, their longest response as the longest of all
+    their responses), and prompts likewise from their average mean and longest."""
+    def average(key: str) -> float | None:
+        values = [m[key] for m in steps if key in m]
+        return sum(values) / len(values) if values else None
+
+    responses = prompts_per_step * samples_per_prompt * len(steps)
+    clipped = average(RESPONSE_CLIPPED)
+    longest = max((m[RESPONSE_LONGEST] for m in steps if RESPONSE_LONGEST in m), default=None)
+    mean = average(RESPONSE_MEAN)
+    if mean is None:
+        raise ValueError(f"no step logs {RESPONSE_MEAN}")
+    fields: dict[str, Any] = {"response_tokens": response_lognormal(
+        mean, max_response_tokens, responses, clip_ratio=clipped, longest=longest).model()}
+    prompt_mean = average(PROMPT_MEAN)
+    prompt_longest = max((m[PROMPT_LONGEST] for m in steps if PROMPT_LONGEST in m), default=None)
+    if prompt_mean is not None and prompt_longest is not None:
+        fields["prompt_tokens"] = prompt_lognormal(prompt_mean, prompt_longest, prompts_per_step * len(steps),
+                                                   max_prompt_tokens).model()
+    return fields
+
+
 def _drift(models: list[dict[str, object]]) -> dict[str, Any]:
     return {"kind": "drift", "interpolation": "step",
             "points": [{"step": version, "model": model} for version, model in enumerate(models)]}
