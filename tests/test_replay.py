@@ -6,8 +6,8 @@ import json
 from collections import defaultdict
 
 import numpy as np
-import yaml
 import pytest
+import yaml
 
 from rlsim.cli import main
 from rlsim.config import parse_scenario
