@@ -20,8 +20,12 @@ class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-PositiveInt = Annotated[int, Strict(), Field(gt=0)]
-NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
+# No count an RL run has (GPUs, prompts, tokens, steps, workers) comes near a billion; a larger one is a typo or a
+# probe, and unbounded it would overflow numpy's integers or be allocated before any other check could refuse it.
+MAX_COUNT = 10**9
+PositiveInt = Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT)]
+NonNegativeInt = Annotated[int, Strict(), Field(ge=0, le=MAX_COUNT)]
+Seed = Annotated[int, Strict(), Field(ge=0, lt=2**63)]
 # Every float an input gives is finite: YAML's .inf and .nan would validate against a bound (NaN compares false, inf
 # passes `gt=0`) and then crash or hang the simulator far from the file. A field where "no limit" means something says
 # so with its own type (`UnboundedFloat`) and its handling.

@@ -9,6 +9,8 @@ import rlsim
 from rlsim.cli import main
 from rlsim.config import parse_scenario
 from rlsim.config.bound import bind
+from rlsim.config.run_length import max_lead
+from rlsim.estimate.step import estimate_step
 from rlsim.report.run_folder import metrics_json
 from tests.sim_scenarios import scenario_yaml
 
@@ -32,18 +34,19 @@ def test_a_length_model_refuses_non_finite_parameters(capsys):
     assert "workload.response_tokens" in capsys.readouterr().err
 
 
-def test_unbounded_staleness_is_the_runs_own_steps_and_runs():
-    """`max_staleness: .inf` says "unbounded" (AReaL's η = ∞): it resolves to the run's steps, past which a bound
-    changes nothing, so the producer never admits more batches than the run has (a bound of 10^6 likewise)."""
+def test_unbounded_staleness_runs_and_runs_ahead_no_further_than_the_run():
+    """`max_staleness: .inf` says "unbounded" (AReaL's η = ∞): the scenario keeps it, the producer runs ahead by at most
+    twice the run's steps (a bound of 10^6 likewise, where it used to admit a million batches at once), the estimate counts
+    no more batches in flight than the run has."""
     for staleness in (".inf", "1000000"):
-        scenario = parse_scenario(scenario_yaml(schedule="async", staleness=staleness, steps=3, prompts=4, samples=2,
-                                                mode="disaggregated", rollout_gpus=4, training_gpus=4))
-        assert scenario.schedule.max_staleness == 3.0
-        assert math.isfinite(rlsim.simulate(scenario).metrics["step_time_s"]["mean"])
-    bound = parse_scenario(scenario_yaml(schedule="async", staleness="2", steps=5, mode="disaggregated",
-                                         rollout_gpus=4, training_gpus=4))
-    assert bound.schedule.max_staleness == 2.0  # a bound inside the run is kept as written
-    assert bind(bound).run.steps == 5
+        text = scenario_yaml(schedule="async", staleness=staleness, steps=3, prompts=4, samples=2,
+                             mode="disaggregated", rollout_gpus=4, training_gpus=4)
+        scenario = parse_scenario(text)
+        assert scenario.schedule.max_staleness == float(staleness.replace(".inf", "inf"))
+        result = rlsim.simulate(scenario)
+        assert math.isfinite(result.metrics["step_time_s"]["mean"])
+        assert len({s.group for s in result.log.sequences}) <= (3 + max_lead(3) + 1) * 4
+        assert math.isfinite(estimate_step(bind(scenario)).step_s)
 
 
 def test_metrics_json_is_strict_json_with_null_for_figures_without_a_finite_value():
@@ -59,3 +62,28 @@ def test_a_run_writes_strict_json(tmp_path):
 
     for name in ("metrics.json", "timing.json"):
         json.loads((tmp_path / "run" / name).read_text(), parse_constant=refuse)
+
+
+@pytest.mark.parametrize(("field", "value"), [("algorithm.samples_per_prompt", 10**12), ("run.steps", 2**63),
+                                              ("cluster.pools[0].nodes", 10**6),
+                                              ("cluster.pools[0].gpus_per_node", 4096)])
+def test_a_count_past_what_any_cluster_needs_is_refused_at_its_field(field, value, capsys):
+    assert main(["check", QUICKSTART, "--set", f"{field}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "less than or equal" in err and "Traceback" not in err
+
+
+def test_a_seed_may_be_any_64_bit_number():
+    assert main(["check", QUICKSTART, "--set", "seed=12345678901234"]) == 0
+
+
+@pytest.mark.parametrize("command", ["check", "estimate", "run"])
+@pytest.mark.parametrize("change", ["run.steps=100000", "algorithm.prompts_per_step=10000000"])
+def test_a_run_too_big_to_simulate_is_refused_before_it_starts_with_what_it_would_take(command, change, capsys):
+    assert main([command, QUICKSTART, "--set", change]) == 2
+    err = capsys.readouterr().err
+    assert "run.max_rollouts" in err and " min and " in err and " GB to simulate" in err
+
+
+def test_the_size_limit_is_the_users_to_raise():
+    assert main(["check", QUICKSTART, "--set", "run.steps=5000", "--set", "run.max_rollouts=3000000"]) == 0

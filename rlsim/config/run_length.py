@@ -18,6 +18,14 @@ DEFAULT_MEASURED_STEPS = 3
 # staleness: generation only builds a lead that long when training is the bottleneck, and then the pace is training's
 # from the first steps.
 MAX_FILL_STEPS = 4
+# How far ahead an async producer may run, in the run's steps, however loose the bound: far enough that the engines
+# are as busy in the last measured step as in a longer run (work they start for later versions keeps them going),
+# bounded so that η = .inf, or 10^6, admits a finite amount (what is generated past the run's end never trains).
+MAX_LEAD_PER_STEP = 2
+
+
+def max_lead(steps: int) -> int:
+    return MAX_LEAD_PER_STEP * steps
 
 
 def versions_ahead(schedule: Schedule) -> int:

@@ -21,6 +21,7 @@ from rlsim.fields import (
     PositiveFloat,
     PositiveInt,
     Registered,
+    Seed,
     UnboundedFloat,
 )
 from rlsim.models.architecture import Architecture
@@ -46,14 +47,22 @@ ARCHITECTURE_FIELDS = {
 }
 
 
+# The largest clusters built for training hold ~100,000 GPUs in ~25,000 nodes, and the largest scale-up domains 72 GPUs
+# (576 announced); a pool past these bounds is a typo, and its topology would be built GPU by GPU.
+MAX_POOL_NODES = 100_000
+MAX_GPUS_PER_NODE = 1024
+
+
 class Pool(Frozen):
     """A set of identical nodes. Several pools model heterogeneous clusters (e.g. H20 for rollout, H800 for training)."""
 
     name: str = Field(
         "main", min_length=1, max_length=64, pattern=POOL_NAME, description="name the placement's `pool:` fields refer to")
     gpu: str = Field(min_length=1, description="hardware profile name, e.g. h100-sxm")
-    nodes: PositiveInt = Field(description="nodes in the pool (verl trainer.nnodes when one pool holds every role)")
-    gpus_per_node: PositiveInt | None = Field(None, description="default: the profile's node size")
+    nodes: int = Field(gt=0, le=MAX_POOL_NODES, strict=True,
+                       description="nodes in the pool (verl trainer.nnodes when one pool holds every role)")
+    gpus_per_node: int | None = Field(None, gt=0, le=MAX_GPUS_PER_NODE, strict=True,
+                                      description="default: the profile's node size")
     intra_node: str | None = Field(None, description="scale-up interconnect; default: the profile's (e.g. nvlink4)")
     inter_node: str | None = Field(None, description="scale-out NIC interconnect; default: the profile's (e.g. ib-ndr)")
     nics_per_node: PositiveInt | None = Field(None, description="default: the profile's")
@@ -448,6 +457,10 @@ class Schedule(Frozen):
         return self.max_concurrent_groups
 
 
+# What a run may simulate by default: ~3.5 minutes and ~5 GB.
+DEFAULT_MAX_ROLLOUTS = 2_000_000
+
+
 class Run(Frozen):
     """How long a run is and which steps it measures. Left unset, a run warms up for its schedule's pipeline fill
     (none for synchronous runs; one-step-off and async runs fill for their staleness bound plus one step) and then
@@ -458,6 +471,11 @@ class Run(Frozen):
     warmup_steps: NonNegativeInt | None = Field(
         None, description="leading steps left out of the averages, so the results are steady state (default: the "
         "schedule's pipeline fill: 0 for sync, 2 for one-step-off, ⌈max_staleness⌉ + 1 for async, at most 5)")
+    max_rollouts: PositiveInt = Field(
+        DEFAULT_MAX_ROLLOUTS, description="the most responses a run may generate (steps × prompts × samples, more "
+        "under over-provisioning or dynamic sampling): past it the scenario is refused before simulating, with the "
+        "time and memory it would take. Each simulated response costs ~0.1 ms and ~2.5 KB (a 7B GRPO run of 262,144 "
+        "responses on 32 H100s: 29 s and 0.9 GB); raise it for a longer run on a machine that has the memory")
 
 
 class Scenario(Frozen):
@@ -467,7 +485,7 @@ class Scenario(Frozen):
 
     name: str = Field(min_length=1, description="the run's name: its folder under runs/ and its label in reports")
     description: str = Field("", description="one line on what the scenario is for (`rlsim example` lists it)")
-    seed: NonNegativeInt = Field(0, description="random seed of the workload draws; the same seed gives the same run")
+    seed: Seed = Field(0, description="random seed of the workload draws; the same seed gives the same run")
     cluster: Cluster = Field(description="the GPUs: pools of identical nodes")
     model: ModelConfig = Field(description="the policy model: a catalog name or Hugging Face id (verl "
                                "actor_rollout_ref.model.path), a local config.json, or a name and an architecture")

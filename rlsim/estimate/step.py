@@ -207,6 +207,7 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
     # Batches generating at once share one long tail (async, within its staleness bound); by default one at a time.
     in_flight = schedule_kind(scenario.schedule.mode).batches_in_flight(scenario.schedule)
     if in_flight is not None:
+        in_flight = min(in_flight, bound.run.steps)  # no more batches are in flight than the run has
         seconds = engine.slowest(responses, in_flight * lengths.generated).seconds / in_flight
         note = (f"{in_flight:g} batches in flight under the staleness bound share one tail: "
                 f"{in_flight * lengths.generated / layout.engines:.0f} sequences per engine")

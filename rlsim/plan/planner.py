@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from rlsim.config.bound import bind
 from rlsim.config.loader import scenario_from_document
-from rlsim.config.schema import Run, Scenario
+from rlsim.config.schema import Scenario
 from rlsim.costs.memory import GIB
 from rlsim.errors import Problem, ScenarioError
 from rlsim.estimate import estimate_step
@@ -122,7 +122,8 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
             invalid[reason] = invalid.get(reason, 0) + 1
             continue
         warmup = scenario.run.warmup_steps  # the schedule's fill
-        scenario = scenario.model_copy(update={"run": Run(steps=warmup + measured_steps, warmup_steps=warmup)})
+        scenario = scenario.model_copy(update={"run": scenario.run.model_copy(
+            update={"steps": warmup + measured_steps, "warmup_steps": warmup})})
         bound = bind(scenario)
         memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()})
         short = [m for m in memory if not m.fits]

@@ -14,20 +14,25 @@ import math
 
 
 class StalenessAdmission:
-    def __init__(self, eta: float, per_version: int, batch: int | None = None):
+    def __init__(self, eta: float, per_version: int, batch: int | None = None, *, lead: float | None = None):
         """`per_version` groups train each policy version; `batch`: admit in whole batches of that many groups
-        (default: as many as the bound allows)."""
+        (default: as many as the bound allows). `lead`: the most versions the producer runs ahead, whatever the bound
+        (η = .inf or 10^6 would otherwise admit without end); the bound itself still decides which samples are fresh
+        enough to train."""
         self.eta = eta
         self.per_version = per_version
         self.batch = batch
-        self.max_age = math.ceil(eta)
+        self.max_age = math.ceil(eta) if math.isfinite(eta) else math.inf
+        self.lead = eta if lead is None else min(eta, lead)
+        if math.isinf(self.lead):
+            raise ValueError("an unbounded staleness needs a lead to bound what is admitted")
         self.admitted = 0
         self.replacements = 0  # groups dropped after admission, by the staleness bound or dynamic sampling
 
     def admit(self, version: int) -> int:
         """Groups the producer may admit now, counted as admitted (0: the bound holds it back until the policy
         moves on or a group is dropped)."""
-        allowed = math.floor((version + self.eta + 1) * self.per_version) + self.replacements
+        allowed = math.floor((version + self.lead + 1) * self.per_version) + self.replacements
         if self.admitted >= allowed:
             return 0
         count = self.batch if self.batch is not None else allowed - self.admitted

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from rlsim.config.run_length import MAX_FILL_STEPS
+from rlsim.config.run_length import MAX_FILL_STEPS, max_lead
 from rlsim.config.schedule_kind import ScheduleKind, generation_beside_training
 from rlsim.sim.schedules import register_schedule
 
@@ -26,7 +26,8 @@ def asynchronous(sim: Simulation, reward: Reward, sampling: Sampling) -> Control
     pacing = Pacing.of(scenario)
     assert scenario.schedule.max_staleness is not None
     admission = StalenessAdmission(scenario.schedule.max_staleness,
-                                   pacing.groups_per_version(scenario.algorithm.prompts_per_step))
+                                   pacing.groups_per_version(scenario.algorithm.prompts_per_step),
+                                   lead=max_lead(sim.bound.run.steps))
     return OffPolicyController(sim, reward, sampling, admission, pacing)
 
 
@@ -41,7 +42,7 @@ def batches_in_flight(schedule: Schedule) -> float:
     shared by that many batches, not hidden behind an endless queue. At η = 1 each batch still pays most of a tail, at
     large η the engines run at their throughput."""
     assert schedule.max_staleness is not None
-    return 1 + schedule.max_staleness
+    return 1 + schedule.max_staleness  # .inf stays unbounded here; the estimate caps it at the run's steps
 
 
 register_schedule("async")(ScheduleKind(
