@@ -129,3 +129,10 @@ def test_a_malformed_set_names_itself(item, message):
 def test_values_are_yaml():
     assert parse_overrides(["a.b=4", "c=[1, 2]", "d={kind: rule}", "e=true", "f=Qwen/Qwen3-8B"]) == {
         "a.b": 4, "c": [1, 2], "d": {"kind": "rule"}, "e": True, "f": "Qwen/Qwen3-8B"}
+
+
+def test_a_number_with_an_exponent_is_a_number():
+    """YAML 1.1 reads 1e-9 as text (it wants 1.0e-9); typed after --set it is meant as the number, and past a float's
+    range it is infinite, which the field then refuses."""
+    assert parse_overrides(["a=1e-9", "b=2E3", "c=-1.5e+2", "d=1e400", "e=release-1e3"]) == {
+        "a": 1e-9, "b": 2000.0, "c": -150.0, "d": float("inf"), "e": "release-1e3"}

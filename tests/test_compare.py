@@ -80,3 +80,13 @@ def test_compare_rejects_a_folder_without_metrics_without_a_traceback(two_runs, 
 def test_compare_needs_two_runs(two_runs, capsys):
     assert main(["compare", str(two_runs[0])]) == 2
     assert "at least two" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", ['{"a": 1}', "[1, 2]", '{"gpu_seconds_by_label": {}, "stages_s": {"gen": 1}}'])
+def test_compare_refuses_a_metrics_json_from_elsewhere_naming_it(two_runs, tmp_path, capsys, content):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "metrics.json").write_text(content)
+    assert main(["compare", str(two_runs[0]), str(foreign)]) == 2
+    err = capsys.readouterr().err
+    assert str(foreign / "metrics.json") in err and "not an rlsim run's metrics" in err and "Traceback" not in err

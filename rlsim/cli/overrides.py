@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import yaml
@@ -27,12 +28,19 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
                                         valid="e.g. placement.rollout.gpus=48"))
         parse_path(path.strip())  # a malformed path fails here, before any file is read
         try:
-            overrides[path.strip()] = yaml.safe_load(value)
+            parsed = yaml.safe_load(value)
         except yaml.YAMLError as exc:
             reason = getattr(exc, "problem", None) or str(exc)
             raise ScenarioError(Problem(f"VALUE is not YAML: {reason}", file=f"--set {item}",
                                         valid="a YAML value, e.g. 48, true, [1, 2] or {kind: rule}")) from None
+        if isinstance(parsed, str) and _EXPONENT_NUMBER.fullmatch(parsed.strip()):
+            # YAML 1.1 reads 1e-9 as text (it wants 1.0e-9); on a command line it is meant as the number.
+            parsed = float(parsed)
+        overrides[path.strip()] = parsed
     return overrides
+
+
+_EXPONENT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def add_calibration_argument(parser: argparse.ArgumentParser) -> None:

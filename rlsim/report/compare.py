@@ -33,9 +33,21 @@ def read_run_metrics(folder: Path) -> dict:
         raise ScenarioError(Problem("not a run folder: it has no metrics.json", file=str(folder),
                                     valid="a folder written by `rlsim run`"))
     try:
-        return json.loads(path.read_text())
+        metrics = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ScenarioError(Problem(f"metrics.json is not JSON: {err.msg}", file=str(path), line=err.lineno)) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ScenarioError(Problem(f"metrics.json cannot be read: {err}", file=str(path))) from None
+    # A metrics.json from another tool, or an older rlsim, lacks what the comparison reads: say so, not KeyError.
+    needed = {"gpu_seconds_by_label": dict, "stages_s": dict}
+    if not isinstance(metrics, dict):
+        raise ScenarioError(Problem("metrics.json is not an rlsim run's metrics (not a JSON object)", file=str(path),
+                                    valid="a folder written by `rlsim run`"))
+    for key, kind in needed.items():
+        if not isinstance(metrics.get(key), kind) or (key == "stages_s" and not set(STAGES) <= set(metrics[key])):
+            raise ScenarioError(Problem(f"metrics.json is not an rlsim run's metrics: {key!r} is missing or "
+                                        "incomplete", path=key, file=str(path), valid="a folder written by `rlsim run`"))
+    return metrics
 
 
 @dataclass(frozen=True)
