@@ -28,6 +28,8 @@ from pathlib import Path
 from rlsim.errors import TraceFormatError
 
 PACKED = "packed_lengths_step_"
+# Longer than any context a model has; a length past it is a corrupt record.
+MAX_TRACE_TOKENS = 10_000_000
 MULTITURN = "multiturn_workload_step_"
 REWARD_TIMINGS = "reward_timings_step_"
 
@@ -82,6 +84,21 @@ def _field(file: Path, number: int, record: dict, key: str, kind: type | tuple[t
     return value
 
 
+def _tokens(file: Path, number: int, record: dict, key: str, least: int) -> int:
+    """A whole count of at least `least` and at most MAX_TRACE_TOKENS."""
+    value = _field(file, number, record, key, int)
+    if not least <= value <= MAX_TRACE_TOKENS:
+        raise TraceFormatError(f"{file}:{number}: field {key!r} must be {least} to {MAX_TRACE_TOKENS:,}, got {value}")
+    return value
+
+
+def _seconds(file: Path, number: int, record: dict, key: str) -> float:
+    value = float(_field(file, number, record, key, (int, float)))
+    if not 0 <= value < 1e7:  # NaN fails both comparisons
+        raise TraceFormatError(f"{file}:{number}: field {key!r} must be a finite time of 0 or more seconds, got {value}")
+    return value
+
+
 # ------------------------------------------------------------------------------------------------ packed lengths
 
 
@@ -113,9 +130,14 @@ def _read_packed(path: Path, stamp: tuple) -> tuple[tuple[RecordedGroup, ...], .
         rows: list[tuple] = []
         for number, record in records(file):
             prompt = _field(file, number, record, "input", int)
+            if not 1 <= prompt <= MAX_TRACE_TOKENS:
+                raise TraceFormatError(f"{file}:{number}: 'input' must be a prompt length of 1 to "
+                                       f"{MAX_TRACE_TOKENS:,} tokens, got {prompt}")
             outputs = _field(file, number, record, "output", list)
-            if not outputs or not all(isinstance(o, int) and o >= 0 for o in outputs):
-                raise TraceFormatError(f"{file}:{number}: 'output' must be a non-empty list of token counts")
+            if not outputs or not all(isinstance(o, int) and not isinstance(o, bool) and 1 <= o <= MAX_TRACE_TOKENS
+                                      for o in outputs):
+                raise TraceFormatError(f"{file}:{number}: 'output' must be a non-empty list of response lengths of 1 "
+                                       f"to {MAX_TRACE_TOKENS:,} tokens (a response holds at least its end token)")
             rows.append(((record.get("dp_rank", 0), record.get("local_index", number)), record.get("step", len(steps)),
                          prompt, tuple(outputs)))
         if not rows:
@@ -176,18 +198,22 @@ def _read_multiturn(path: Path, stamp: tuple) -> tuple[RecordedTrajectory, ...]:
             calls = _field(file, number, record, "tool_calls", list)
             if not turns_raw:
                 raise TraceFormatError(f"{file}:{number}: a trajectory needs at least one turn")
+            if not all(isinstance(item, dict) for item in [*turns_raw, *calls]):
+                raise TraceFormatError(f"{file}:{number}: 'turns' and 'tool_calls' must be lists of objects")
             turns = []
             for turn in turns_raw:
                 mine = [c for c in calls if c.get("turn") == turn.get("turn")]
                 turns.append(RecordedTurn(
-                    _field(file, number, turn, "generation_prompt_len", int),
-                    int(turn.get("cached_tokens", 0)),
-                    _field(file, number, turn, "completion_tokens", int),
-                    tuple(float(_field(file, number, c, "latency_s", (int, float))) for c in mine),
-                    tuple(int(_field(file, number, c, "append_len", int)) for c in mine)))
-            out.append(RecordedTrajectory(int(record.get("step", 0)), int(record.get("prompt_group_id", len(out))),
-                                          int(record.get("sample_id", 0)),
-                                          _field(file, number, record, "prompt_len", int), tuple(turns)))
+                    _tokens(file, number, turn, "generation_prompt_len", 0),
+                    _tokens(file, number, {"cached_tokens": 0, **turn}, "cached_tokens", 0),
+                    _tokens(file, number, turn, "completion_tokens", 1),
+                    tuple(_seconds(file, number, c, "latency_s") for c in mine),
+                    tuple(_tokens(file, number, c, "append_len", 0) for c in mine)))
+            out.append(RecordedTrajectory(
+                _tokens(file, number, {"step": 0, **record}, "step", 0),
+                _tokens(file, number, {"prompt_group_id": len(out), **record}, "prompt_group_id", 0),
+                _tokens(file, number, {"sample_id": 0, **record}, "sample_id", 0),
+                _tokens(file, number, record, "prompt_len", 1), tuple(turns)))
     if not out:
         raise TraceFormatError(f"{path}: no multi-turn records")
     return tuple(out)

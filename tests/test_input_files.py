@@ -77,3 +77,40 @@ def test_trace_files_that_are_not_json_lines_are_refused(tmp_path):
     for path in (binary, truncated, Path(os.devnull)):
         with pytest.raises(TraceFormatError, match=str(path)):
             list(records(path))
+
+
+@pytest.mark.parametrize(("record", "says"), [
+    ('{"input": -5, "output": [10, 20]}', "'input' must be a prompt length"),
+    ('{"input": 0, "output": [10]}', "'input' must be a prompt length"),
+    ('{"input": 100, "output": [10, 0]}', "'output' must be a non-empty list"),
+    ('{"input": 100, "output": [10, 100000000000]}', "'output' must be a non-empty list"),
+    ('{"input": 100, "output": [true]}', "'output' must be a non-empty list"),
+])
+def test_a_packed_trace_with_impossible_lengths_is_refused_at_its_line(tmp_path, record, says):
+    """A negative prompt or a zero-length response used to pass the reader and crash the run mid-way."""
+    from rlsim.traces import read_packed
+
+    trace = tmp_path / "packed_lengths_step_0.jsonl"
+    trace.write_text('{"input": 100, "output": [10, 20]}\n' + record + "\n")
+    with pytest.raises(TraceFormatError, match=f"{trace}:2: {says}"):
+        read_packed(trace)
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"prompt_len": -1}, "'prompt_len' must be"), ({"turns": [{"turn": 0, "generation_prompt_len": 10,
+                                                              "completion_tokens": 0}]}, "'completion_tokens' must be"),
+    ({"tool_calls": [{"turn": 0, "latency_s": float("nan"), "append_len": 3}]}, "'latency_s' must be a finite"),
+    ({"tool_calls": ["x"]}, "lists of objects"), ({"step": "one"}, "'step' missing or not a int"),
+])
+def test_a_multiturn_trace_with_impossible_values_is_refused_at_its_line(tmp_path, change, says):
+    import json
+
+    from rlsim.traces import read_multiturn
+
+    good = {"step": 0, "prompt_group_id": 0, "sample_id": 0, "prompt_len": 50,
+            "turns": [{"turn": 0, "generation_prompt_len": 50, "completion_tokens": 20}],
+            "tool_calls": [{"turn": 0, "latency_s": 0.5, "append_len": 3}]}
+    trace = tmp_path / "multiturn_workload_step_0.jsonl"
+    trace.write_text(json.dumps(good) + "\n" + json.dumps({**good, **change}) + "\n")
+    with pytest.raises(TraceFormatError, match=f"{trace}:2: .*{says}"):
+        read_multiturn(trace)

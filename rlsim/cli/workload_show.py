@@ -11,6 +11,7 @@ from pydantic import RootModel
 from rlsim.cli.exitcodes import OK
 from rlsim.config.schema import Algorithm, Scenario
 from rlsim.config.workload import FixedLength, LengthModel, Workload
+from rlsim.fields import MAX_COUNT
 from rlsim.loading import validate_document
 from rlsim.workload.fitting import Summary
 from rlsim.yamlsource import read_yaml
@@ -29,7 +30,7 @@ def run_show(args: argparse.Namespace) -> int:
     stats = {"prompt": Summary.of(prompts), "response": Summary.of(responses)}
     stats["response"] = Summary(**{**stats["response"].as_dict(), "truncated": float(truncated.mean())})
     turns = [t for g in groups for t in (g.turns or ())]
-    limits = [f"responses capped at {cap}"] if cap < 1 << 30 else []
+    limits = [f"responses capped at {cap}"] if cap < MAX_COUNT else []
     if algorithm.max_sequence_tokens is not None:
         limits.append(f"prompt + response at {algorithm.model_len}")
     print(f"{title}: {len(groups)} groups, {len(responses)} samples drawn at step {args.step}"
@@ -67,8 +68,8 @@ def _load_spec(path: Path, cap: int | None, samples: int) -> tuple[Workload, Alg
         workload = validate_document(Workload, doc)
         title, at = path.name, ()
     workload = resolve_workload_paths(workload, doc, path.resolve().parent, at=at)
-    algorithm = Algorithm(name="grpo", prompts_per_step=1, samples_per_prompt=samples, max_prompt_tokens=1 << 30,
-                          max_response_tokens=cap if cap is not None else 1 << 30)
+    algorithm = Algorithm(name="grpo", prompts_per_step=1, samples_per_prompt=samples, max_prompt_tokens=MAX_COUNT,
+                          max_response_tokens=cap if cap is not None else MAX_COUNT)
     return workload, algorithm, title
 
 
