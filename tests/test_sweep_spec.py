@@ -157,3 +157,19 @@ def test_point_ids_stay_text_when_they_read_as_numbers(tmp_path):
     assert [r["point"] for r in rows] == ["24e1133996961176", "0123"]
     assert rows[0]["seed"] == 1 and rows[0]["step_s"] == 5.5 and rows[0]["error"] is None
     assert rows[1]["step_s"] is None and rows[1]["error"] == "boom"
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("9**9**9", "too large a number"), ("'a' * 10**10", "more than 100,000 items"),
+    ("[1] * 10**9", "more than 100,000 items"), ("1 + " * 400 + "1", "longer than 1000 characters"),
+    ("1" + " + 1" * 60, "nested more than 40 levels"),
+])
+def test_an_expression_that_would_hang_or_fill_memory_is_refused_at_once(text, says):
+    """Issue 35: sweep expressions are bounded in time, size and depth, and still never execute code."""
+    with pytest.raises(ExpressionError, match=says):
+        Expression.parse(text).evaluate(lambda path: 1)
+
+
+def test_bounded_expressions_still_compute_what_sweeps_need():
+    assert Expression.parse("2 ** 20 + 3 * 4").evaluate(lambda path: 0) == 2**20 + 12
+    assert Expression.parse("'tp' * 2").evaluate(lambda path: 0) == "tptp"

@@ -19,8 +19,30 @@ from rlsim.yamlsource import PathKey, dotted
 FUNCTIONS: dict[str, Callable] = {"min": min, "max": max, "abs": abs, "round": round, "int": int, "float": float,
                                   "ceil": math.ceil, "floor": math.floor}
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+# Bounds on what an expression may be and build: no sweep needs more, and past them `9**9**9` would compute for hours,
+# `'a' * 10**10` fill memory, and a long chain of operators exhaust the parser's recursion.
+MAX_TEXT = 1000
+MAX_DEPTH = 40
+MAX_INT_BITS = 4096
+MAX_SEQUENCE = 100_000
+
+
+def _power(base: Any, exponent: Any) -> Any:
+    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0:
+        if max(1, abs(base).bit_length()) * exponent > MAX_INT_BITS and abs(base) > 1:
+            raise ExpressionError(f"{base} ** {exponent} is too large a number (more than {MAX_INT_BITS} bits)")
+    return operator.pow(base, exponent)
+
+
+def _times(left: Any, right: Any) -> Any:
+    for sequence, count in ((left, right), (right, left)):
+        if isinstance(sequence, (str, list, tuple)) and isinstance(count, int) and len(sequence) * count > MAX_SEQUENCE:
+            raise ExpressionError(f"repeating a sequence {count} times makes more than {MAX_SEQUENCE:,} items")
+    return operator.mul(left, right)
+
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: _times, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: _power}
 _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
             ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
@@ -37,10 +59,14 @@ class Expression:
 
     @classmethod
     def parse(cls, text: str) -> Expression:
+        if len(text) > MAX_TEXT:
+            raise ExpressionError(f"longer than {MAX_TEXT} characters")
         try:
             tree = ast.parse(text.strip(), mode="eval").body
         except SyntaxError as exc:
             raise ExpressionError(f"not an expression: {exc.msg}") from None
+        except (RecursionError, MemoryError):
+            raise ExpressionError("nested too deeply to parse") from None
         _check(tree)
         return cls(text, tree)
 
@@ -67,7 +93,9 @@ def _field_path(node: ast.expr) -> PathKey | None:
     return None
 
 
-def _check(node: ast.expr) -> None:
+def _check(node: ast.expr, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise ExpressionError(f"nested more than {MAX_DEPTH} levels deep")
     if _field_path(node) is not None or (isinstance(node, ast.Constant)
                                          and isinstance(node.value, (int, float, str, bool, type(None)))):
         return
@@ -90,7 +118,7 @@ def _check(node: ast.expr) -> None:
         raise ExpressionError(f"{ast.unparse(node)!r} is not allowed; use numbers, field paths, arithmetic, "
                               f"comparisons, and/or/not, `x if c else y` and {', '.join(FUNCTIONS)}")
     for child in children:
-        _check(child)
+        _check(child, depth + 1)
 
 
 def _evaluate(node: ast.expr, lookup: Callable[[PathKey], object]) -> object:
