@@ -173,3 +173,16 @@ def test_an_expression_that_would_hang_or_fill_memory_is_refused_at_once(text, s
 def test_bounded_expressions_still_compute_what_sweeps_need():
     assert Expression.parse("2 ** 20 + 3 * 4").evaluate(lambda path: 0) == 2**20 + 12
     assert Expression.parse("'tp' * 2").evaluate(lambda path: 0) == "tptp"
+
+
+def test_a_sweep_of_more_points_than_any_run_needs_is_refused_before_expanding(tmp_path, capsys):
+    """Issue 35: a grid of 10^21 combinations used to be expanded one scenario at a time without end."""
+    base = Path("scenarios/quickstart.yaml").resolve()
+    values = "[" + ", ".join(str(v) for v in range(1, 1001)) + "]"
+    sweep = tmp_path / "huge.yaml"
+    sweep.write_text(f"name: huge\nbase: {base}\ngrid:\n  seed: {values}\n  run.steps: {values}\n"
+                     f"  algorithm.prompts_per_step: {values}\n")
+    assert main(["sweep", str(sweep), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "1,000,000,000 combinations" in err and f"{sweep}:3" in err
+    assert not (tmp_path / "out").exists()

@@ -19,6 +19,7 @@ Points are the product of the grid axes, each zip group and the cases (docs/swee
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,11 @@ class Derived:
 class Constraint:
     expression: Expression
     line: int | None
+
+
+# The most combinations a sweep's axes may make, counted before any is built: a grid of 10^21 points would otherwise be
+# expanded, one scenario at a time, without end. A sweep of 100,000 simulated points already takes days.
+MAX_POINTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,11 @@ def parse_sweep(doc: YamlDocument, sweep_dir: Path) -> SweepSpec:
     axes = [*reader.grid(data.get("grid", {})), *reader.zips(data.get("zip", [])), *reader.cases(data.get("cases", []))]
     derived = reader.derived(data.get("derived", {}))
     constraints = reader.constraints(data.get("constraints", []))
+    combinations = math.prod(len(axis.choices) for axis in axes)
+    if combinations > MAX_POINTS:
+        reader.problem(("grid",), f"the axes make {combinations:,} combinations, more than the {MAX_POINTS:,} a sweep "
+                       "expands (each point is a scenario to check and simulate)",
+                       valid="fewer values per axis, or several sweeps")
     reader.raise_problems()
     assert base is not None
     if fixed:
