@@ -34,6 +34,9 @@ PositiveFloat = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]
 Probability = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
+# The spread of a lognormal (σ of the log): PolyTrace's fits stay under 2.5, and past 10 the mean is e^50 times the
+# median, beyond what any length or latency (or a float's moments) can mean.
+LogSpread = Annotated[float, Strict(), Field(gt=0, le=10, allow_inf_nan=False)]
 # A non-negative bound where .inf means "unbounded" (the field's docs say how it is resolved); NaN is refused.
 UnboundedFloat = Annotated[float, Strict(), Field(ge=0)]
 Flag = Annotated[bool, Strict()]

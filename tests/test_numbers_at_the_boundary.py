@@ -87,3 +87,28 @@ def test_a_run_too_big_to_simulate_is_refused_before_it_starts_with_what_it_woul
 
 def test_the_size_limit_is_the_users_to_raise():
     assert main(["check", QUICKSTART, "--set", "run.steps=5000", "--set", "run.max_rollouts=3000000"]) == 0
+
+
+def test_estimate_refuses_a_layout_that_does_not_fit_as_run_does(capsys):
+    """Found by the pipeline fuzz: unsharded training state (ZeRO 0) of a 14B model left the colocated engines a KV
+    cache of 0 tokens, and `rlsim estimate` raised ValueError where `rlsim run` said what does not fit."""
+    change = ["--set", "placement.training.zero_stage=0", "--set", "algorithm.prompts_per_step=16"]
+    for command in ("estimate", "run"):
+        assert main([command, "scenarios/deepcoder-14b-grpo-64xh100.yaml", *change]) == 3
+        assert "does not fit in GPU memory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("field", "value"), [("workload.prompt_tokens.sigma", "500"),
+                                              ("workload.response_tokens.sigma", "11")])
+def test_a_lognormal_spread_past_any_real_length_is_refused(field, value, capsys):
+    """Found by the pipeline fuzz: σ = 500 passed the loader and overflowed the estimate's moments (NaN lengths)."""
+    assert main(["check", QUICKSTART, "--set", f"{field}={value}"]) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_a_joint_length_mixture_refuses_non_finite_means(capsys):
+    """Found by the pipeline fuzz: an infinite mean in a joint prompt-response mixture crashed a rollout mid-run."""
+    scenario = "scenarios/production-math-joint-judge.yaml"
+    field = "workload.joint_tokens.components[0].mean_tokens"
+    assert main(["check", scenario, "--set", f"{field}=[.inf, 4959.1]"]) == 2
+    assert "finite" in capsys.readouterr().err

@@ -14,6 +14,7 @@ from rlsim.config import parse_scenario
 from rlsim.config.bound import bind
 from rlsim.config.schema import Algorithm
 from rlsim.config.workload import Workload
+from rlsim.fields import MAX_COUNT
 from rlsim.sim.build import build
 from rlsim.sim.loop import controller_for
 from rlsim.traces import multiturn_groups, read_multiturn, read_packed, read_reward_timings
@@ -82,7 +83,7 @@ def test_sampled_groups_have_the_traces_within_group_correlation(name):
     _, groups, cap = recorded(name)
     workload = fitted(name)
     algorithm = Algorithm(name="grpo", prompts_per_step=1, samples_per_prompt=len(groups[0]), max_prompt_tokens=1 << 20,
-                          max_response_tokens=cap if cap is not None else 1 << 30)
+                          max_response_tokens=cap if cap is not None else MAX_COUNT)
     sampler = GroupSampler(workload, algorithm, np.random.default_rng(0), np.random.default_rng(1))
     sampled = np.array([g.response_tokens for g in sampler.draw(6000, 0)])
     assert log_length_icc(sampled) == pytest.approx(log_length_icc(groups), abs=0.05)
@@ -99,7 +100,7 @@ def test_production_mixture_is_the_jsons_math_fit():
     workload = fitted("production_math_joint")
     assert workload.joint_tokens is not None and len(workload.joint_tokens.components) == 4
     algorithm = Algorithm(name="grpo", prompts_per_step=1, samples_per_prompt=1, max_prompt_tokens=1 << 20,
-                          max_response_tokens=1 << 30)
+                          max_response_tokens=MAX_COUNT)
     sampler = GroupSampler(workload, algorithm, np.random.default_rng(0), np.random.default_rng(1))
     groups = sampler.draw(100_000, 0)
     prompt = np.array([g.prompt_tokens for g in groups], float)

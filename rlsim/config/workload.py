@@ -17,7 +17,17 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rlsim.fields import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt, Probability, Registered, Variants
+from rlsim.fields import (
+    FiniteFloat,
+    Frozen,
+    LogSpread,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    Registered,
+    Variants,
+)
 from rlsim.registry import LENGTH_MODELS, TOOL_WAITS
 
 
@@ -91,8 +101,9 @@ LengthModel = Annotated[LengthParams, Variants(LENGTH_MODELS, also=(DriftLength,
 
 class JointComponent(Frozen):
     weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
-    mean_tokens: tuple[float, float] = Field(description="[prompt, response] means")
-    covariance: tuple[tuple[float, float], tuple[float, float]] = Field(description="2×2 covariance of [prompt, response]")
+    mean_tokens: tuple[FiniteFloat, FiniteFloat] = Field(description="[prompt, response] means")
+    covariance: tuple[tuple[FiniteFloat, FiniteFloat], tuple[FiniteFloat, FiniteFloat]] = Field(
+        description="2×2 covariance of [prompt, response]")
 
     @model_validator(mode="after")
     def _positive_definite(self) -> JointComponent:
@@ -124,13 +135,13 @@ class FixedLatency(Frozen):
 class LognormalLatency(Frozen):
     kind: Literal["lognormal"] = Field(description="lognormal: log-normally distributed latencies")
     median_s: PositiveFloat = Field(description="median latency, in seconds")
-    sigma: PositiveFloat = Field(description="standard deviation of ln(latency)")
+    sigma: LogSpread = Field(description="standard deviation of ln(latency)")
 
 
 class LatencyComponent(Frozen):
     weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
     median_s: PositiveFloat = Field(description="median latency of this component, in seconds")
-    sigma: PositiveFloat = Field(description="standard deviation of ln(latency) in this component")
+    sigma: LogSpread = Field(description="standard deviation of ln(latency) in this component")
 
 
 class LognormalMixtureLatency(Frozen):
@@ -309,7 +320,7 @@ class SandboxReward(Frozen):
 
     kind: Literal["sandbox"] = Field(description="sandbox: code execution in a sandbox")
     median_latency_s: PositiveFloat = Field(description="median seconds to execute one response")
-    latency_sigma: NonNegativeFloat = Field(0.5, description="standard deviation of ln(latency)")
+    latency_sigma: NonNegativeFloat = Field(0.5, le=10, description="standard deviation of ln(latency)")
     concurrency: PositiveInt = Field(64, description="executions the sandbox runs at once")
 
 

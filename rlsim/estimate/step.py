@@ -25,6 +25,7 @@ from rlsim.config.framework import Framework
 from rlsim.config.schedule_kind import schedule_kind
 from rlsim.config.schema import Algorithm, Scenario
 from rlsim.costs.driver import DriverHandOff, per_token_fp32
+from rlsim.costs.memory import require_all
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.estimate.generation import Engine, Responses, generation_rounds, rollout_engine
 from rlsim.estimate.training import RankedTraining, TrainedBatch
@@ -32,6 +33,7 @@ from rlsim.events import STAGES as EVENT_STAGES
 from rlsim.events import TRAINING_STAGES
 from rlsim.pricing.engines import engine_costs, free_collective, judge_kv_tokens
 from rlsim.pricing.layouts import JudgeRole, RewardModelRole, roles
+from rlsim.pricing.memory import memory_report
 from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.topology import ClusterTopology
 from rlsim.workload.filters import expected_kept_fraction
@@ -107,6 +109,8 @@ def _lengths(scenario: Scenario, steps: int) -> _Lengths:
 def estimate_step(bound: Bound) -> StepEstimate:
     scenario, spec = bound.scenario, bound.model
     placement, algo = scenario.placement, scenario.algorithm
+    # As the simulation does: a role that does not fit would not start, so there is no step to estimate.
+    require_all(memory_report(scenario, spec, {name: hw.gpu for name, hw in bound.pools.items()}))
     topology = ClusterTopology.build(bound)
     placed = roles(bound)
     gpus = role_gpus(bound, topology, placed)

@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rlsim.config.workload import LengthParams, LengthScale
-from rlsim.fields import PositiveFloat
+from rlsim.fields import LogSpread, PositiveFloat
 from rlsim.workload.lengths import LengthDistribution, ScipyLengths, register_length_model
 
 
@@ -19,7 +19,7 @@ class LognormalLength(LengthParams):
 
     kind: Literal["lognormal"] = Field(description="lognormal: log-normally distributed lengths")
     median_tokens: PositiveFloat = Field(description="median length in tokens (loc_tokens + e^mu)")
-    sigma: PositiveFloat = Field(description="standard deviation of ln(length - loc_tokens)")
+    sigma: LogSpread = Field(description="standard deviation of ln(length - loc_tokens)")
     loc_tokens: float = Field(0.0, allow_inf_nan=False,
                               description="where the distribution starts (scipy's loc); may be negative")
     scale: LengthScale = 1.0

@@ -6,14 +6,14 @@ from typing import Literal
 from pydantic import Field
 
 from rlsim.config.workload import LengthParams, LengthScale
-from rlsim.fields import Frozen, PositiveFloat
+from rlsim.fields import Frozen, LogSpread, PositiveFloat
 from rlsim.workload.lengths import LengthDistribution, MixtureLengths, ScipyLengths, register_length_model
 
 
 class LognormalComponent(Frozen):
     weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
     median_tokens: PositiveFloat = Field(description="median length of this component, in tokens")
-    sigma: PositiveFloat = Field(description="standard deviation of ln(length) in this component")
+    sigma: LogSpread = Field(description="standard deviation of ln(length) in this component")
 
 
 class LognormalMixtureLength(LengthParams):

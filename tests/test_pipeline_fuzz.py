@@ -1,0 +1,133 @@
+"""The whole pipeline under mutated input (issue 35): a shipped scenario, shrunk to one small step, has its fields
+replaced by numeric extremes, deleted, renamed or scaled, and goes through load, check, estimate, one simulated step,
+metrics, the strict metrics.json and (for some) the HTML report. The only outcomes allowed are success, ScenarioError
+and InfeasibleError — no other exception, no case past its time cap, metrics always strict JSON.
+
+CI runs RLSIM_FUZZ_CASES cases (default 2,000, spread over two tests); set it higher for a longer search."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlsim.cli import main
+from rlsim.config import parse_scenario
+from rlsim.config.bound import bind
+from rlsim.errors import InfeasibleError, ScenarioError
+from rlsim.estimate.step import estimate_step
+from rlsim.metrics import RunFacts, run_metrics
+from rlsim.report.figures import RunData
+from rlsim.report.html import run_report_html
+from rlsim.report.run_folder import metrics_json
+from rlsim.sim.run import simulate_log
+from tests.test_config_fuzz import parent_and_key, paths
+
+CASES = int(os.environ.get("RLSIM_FUZZ_CASES", "2000"))
+# Per case: loading and one step of a small scenario take well under a second; past this a case is a hang.
+CASE_SECONDS = 30
+ROOT = Path(__file__).parents[1]
+# Every shipped scenario; those that replay a trace name it relative to their folder, so the mutants are read as if
+# written there.
+BASES = sorted(ROOT.glob("scenarios/*.yaml"))
+EXTREMES = st.sampled_from([0, -1, 1e-9, 1e9, 1e300, -1e300, float("inf"), float("-inf"), float("nan"), 10**12,
+                            2**63, -(2**63), 0.5, 1, 2, True, None, "", "x", [], {}])
+
+
+def _small(path: Path) -> dict:
+    """The scenario as one small step (and a size limit that refuses what a mutation makes large), still valid."""
+    data = yaml.safe_load(path.read_text())
+    algorithm = data.setdefault("algorithm", {})
+    mini_batches = algorithm.get("mini_batches", 1)
+    algorithm["prompts_per_step"] = min(algorithm.get("prompts_per_step", 8), 4 * mini_batches)
+    data["run"] = {"steps": 1, "warmup_steps": 0, "max_rollouts": 20_000}
+    return data
+
+
+SMALL = {path.name: _small(path) for path in BASES}
+
+
+@st.composite
+def mutant(draw) -> tuple[str, bool]:
+    data = json.loads(json.dumps(SMALL[draw(st.sampled_from(sorted(SMALL)))]))
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        candidates = [p for p in paths(data) if p and p[0] != "run"]
+        if not candidates:
+            break
+        path = draw(st.sampled_from(candidates))
+        parent, key = parent_and_key(data, path)
+        # Extremes mostly fail at load; plausible changes (a number halved, doubled, a thousand times) reach the
+        # simulator, where the crashes were.
+        operation = draw(st.sampled_from(["extreme", "extreme", "delete", "scale", "scale", "scale"]))
+        if operation == "extreme":
+            parent[key] = draw(EXTREMES)
+        elif operation == "delete":
+            del parent[key]
+        elif isinstance(parent[key], (int, float)) and not isinstance(parent[key], bool):
+            factor = draw(st.sampled_from([0, -1, 1e-9, 0.5, 2, 3, 10, 1000, 1e12]))
+            value = parent[key] * factor
+            parent[key] = round(value) if isinstance(parent[key], int) and abs(value) < 2**62 else value
+    report = draw(st.integers(min_value=0, max_value=9)) == 0
+    return yaml.safe_dump(data, sort_keys=False), report
+
+
+class _Hang(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Hang
+
+
+def _pipeline(text: str, report: bool) -> None:
+    try:
+        scenario = parse_scenario(text, file="mutant.yaml", base_dir=ROOT / "scenarios")
+        bound = bind(scenario)
+        estimate_step(bound)
+        log = simulate_log(bound).log
+    except (ScenarioError, InfeasibleError):
+        return
+    facts = RunFacts.from_bound(bound)
+    metrics = run_metrics(log, facts)
+    json.loads(metrics_json(metrics), parse_constant=lambda name: pytest.fail(f"metrics.json holds {name}"))
+    if report:
+        run_report_html(RunData(log, facts, metrics), scenario)
+
+
+def _run_case(text: str, report: bool) -> None:
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(CASE_SECONDS)
+    try:
+        _pipeline(text, report)
+    except _Hang:
+        pytest.fail(f"a case ran past {CASE_SECONDS} s:\n{text}")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@settings(max_examples=CASES // 2, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(mutant())
+def test_the_pipeline_succeeds_or_refuses_mutated_scenarios(case):
+    _run_case(*case)
+
+
+@settings(max_examples=CASES // 2, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from(sorted(SMALL)), st.sampled_from(["--set"]), st.text(max_size=40))
+def test_every_cli_argument_value_is_taken_or_refused(base, flag, value):
+    """Any text after --set PATH= for a scenario's fields: exit 0 or 2, never a traceback (checked through `check`,
+    which loads and resolves without simulating)."""
+    data = SMALL[base]
+    field = sorted(".".join(str(part) for part in p) for p in paths(data) if p and all(isinstance(x, str) for x in p))
+    path = field[len(value) % len(field)]
+    scenario = ROOT / "scenarios" / base
+    code = main(["check", str(scenario), flag, f"{path}={value}", "--set", "run.steps=1", "--set", "run.warmup_steps=0",
+                 "--set", "run.max_rollouts=20000"])
+    assert code in (0, 2, 3)
