@@ -14,10 +14,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Generic, Literal, NamedTuple, TypeVar
 
-from pydantic import StringConstraints, model_validator
+from pydantic import Field, Strict, StringConstraints, model_validator
 
 from rlsim.errors import Problem, ScenarioError, UnknownName
-from rlsim.fields import Flag, Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
+from rlsim.fields import Flag, Frozen, PositiveFloat, PositiveInt
 from rlsim.loading import closest, validate_document
 from rlsim.shipped import shipped
 from rlsim.yamlsource import PathKey, YamlDocument, read_yaml
@@ -45,7 +45,14 @@ class Sourced(Frozen, Generic[T]):
         return data
 
 
-class SourcedNumber(Sourced[PositiveFloat]):
+# Every hardware quantity in its field's unit (TFLOPS, GiB, TB/s, GB/s, µs, W, a factor) lies far inside these
+# bounds; past them the cost models' arithmetic leaves a float's range (1e300 TFLOPS prices a kernel at 0 s, and a
+# step's time becomes NaN) long before any check could say which number was wrong.
+HardwareQuantity = Annotated[float, Strict(), Field(ge=1e-6, le=1e7, allow_inf_nan=False)]
+HardwareAmount = Annotated[float, Strict(), Field(ge=0, le=1e7, allow_inf_nan=False)]
+
+
+class SourcedNumber(Sourced[HardwareQuantity]):
     """A positive quantity in the unit its field name says."""
 
 
@@ -53,7 +60,7 @@ class SourcedCount(Sourced[PositiveInt]):
     """A positive whole count (GPUs, NICs)."""
 
 
-class SourcedNonNegative(Sourced[NonNegativeFloat]):
+class SourcedNonNegative(Sourced[HardwareAmount]):
     """A quantity that may be zero (a fitted fixed time, an error)."""
 
 

@@ -2,6 +2,7 @@
 (then it is resolved to a finite bound before anything runs), and what rlsim writes is strict JSON."""
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,16 @@ def test_a_joint_length_mixture_refuses_non_finite_means(capsys):
     field = "workload.joint_tokens.components[0].mean_tokens"
     assert main(["check", scenario, "--set", f"{field}=[.inf, 4959.1]"]) == 2
     assert "finite" in capsys.readouterr().err
+
+
+def test_a_hardware_profile_number_past_any_real_gpu_is_refused_at_its_line(tmp_path, capsys):
+    """Found by the pipeline fuzz: peak_tflops 1e300 in a user's profile priced kernels at 0 s and made a step NaN."""
+    text = Path("hardware_profiles/h100-sxm.yaml").read_text().replace("name: h100-sxm", "name: my-gpu", 1)
+    text = text.replace("aliases: [h100, h100-sxm5, H100-SXM-80GB, h100-80gb]", "aliases: []", 1)
+    (tmp_path / "my-gpu.yaml").write_text(text.replace("bf16: {value: 989,", "bf16: {value: 1.0e+300,", 1))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(Path(QUICKSTART).read_text().replace("gpu: h100-sxm", "gpu: my-gpu", 1)
+                        + "\n# profiles\n")
+    assert main(["check", str(scenario), "--set", f"cluster.profile_dirs=[{tmp_path}]"]) == 2
+    err = capsys.readouterr().err
+    assert "my-gpu.yaml" in err and "peak_tflops.bf16.value" in err

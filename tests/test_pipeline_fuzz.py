@@ -131,3 +131,28 @@ def test_every_cli_argument_value_is_taken_or_refused(base, flag, value):
     code = main(["check", str(scenario), flag, f"{path}={value}", "--set", "run.steps=1", "--set", "run.warmup_steps=0",
                  "--set", "run.max_rollouts=20000"])
     assert code in (0, 2, 3)
+
+
+PROFILE = yaml.safe_load((ROOT / "hardware_profiles" / "h100-sxm.yaml").read_text())
+PROFILE_NUMBERS = [p for p in paths(PROFILE) if p and isinstance(parent_and_key(PROFILE, p)[0][p[-1]], (int, float))
+                   and not isinstance(parent_and_key(PROFILE, p)[0][p[-1]], bool)]
+
+
+@settings(max_examples=max(1, CASES // 10), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(PROFILE_NUMBERS), EXTREMES), min_size=1, max_size=3))
+def test_a_users_hardware_profile_with_extreme_numbers_is_taken_or_refused(tmp_path_factory, changes):
+    """A user's own GPU profile (`cluster.profile_dirs`) with `peak_tflops`, `memory_gib`, link rates and latencies
+    set to extremes: the quickstart's one step runs or the profile is refused — never a crash deep in the loop."""
+    profile = json.loads(json.dumps(PROFILE))
+    profile["name"], profile["aliases"] = "fuzzed-gpu", []
+    for path, value in changes:
+        parent, key = parent_and_key(profile, path)
+        parent[key] = value
+    folder = tmp_path_factory.mktemp("profiles")
+    (folder / "fuzzed-gpu.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    scenario = yaml.safe_load((ROOT / "scenarios" / "quickstart.yaml").read_text())
+    scenario["cluster"]["pools"][0]["gpu"] = "fuzzed-gpu"
+    scenario["cluster"]["profile_dirs"] = [str(folder)]
+    scenario["run"] = {"steps": 1, "warmup_steps": 0}
+    _run_case(yaml.safe_dump(scenario, sort_keys=False), report=False)
