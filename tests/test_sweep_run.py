@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -193,3 +194,41 @@ def test_a_two_axis_sweep_draws_each_axis_as_one_line_per_value_of_the_other(tmp
     page = (tmp_path / "out" / "report.html").read_text()
     # Every table sits in a box that scrolls sideways, so a wide one never widens the page.
     assert page.count("<table>") == page.count('<div class="scroll"><table>') > 0
+
+
+def test_a_killed_local_worker_fails_its_point_and_the_sweep_goes_on(tmp_path):
+    """Issue 35: SIGKILL one pool worker mid-point. The sweep records that point as failed (as on Ray), runs the rest,
+    writes its table; `--resume` runs the failed point again."""
+    sweep = tmp_path / "kill.yaml"
+    sweep.write_text(f"name: kill\nbase: {ROOT / 'scenarios' / 'quickstart.yaml'}\nset:\n  run.steps: 14\n"
+                     "grid:\n  seed: [0, 1, 2, 3, 4, 5]\n")
+    out = tmp_path / "out"
+    driver = subprocess.Popen([sys.executable, "-m", "rlsim", "sweep", str(sweep), "--out", str(out), "--workers", "2"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim, deadline = None, time.monotonic() + 120
+    while victim is None and time.monotonic() < deadline and driver.poll() is None:
+        # A worker notes the point it runs in a `<pid>.running` file; pick one of this driver's workers.
+        marks = [int(m.name.split(".")[0]) for folder in Path(tempfile.gettempdir()).glob("rlsim-sweep-*")
+                 for m in folder.glob("*.running")]
+        mine = [pid for pid in marks if _parent(pid) == driver.pid]
+        if mine:
+            victim = mine[0]
+        time.sleep(0.05)
+    assert victim is not None, "no worker started a point"
+    os.kill(victim, signal.SIGKILL)
+    stdout, stderr = driver.communicate(timeout=300)
+    assert "Traceback" not in stderr, stderr
+    rows = read_csv_rows(out / "results.csv")
+    assert len(rows) == 6
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(failed) == 1 and "worker running this point died" in failed[0]["error"]
+    assert all(r["status"] == "ok" for r in rows if r not in failed)
+    assert main(["sweep", str(sweep), "--out", str(out), "--resume", "--workers", "2"]) in (0, 1)
+    assert all(r["status"] == "ok" for r in read_csv_rows(out / "results.csv"))
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None

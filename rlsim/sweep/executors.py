@@ -3,10 +3,14 @@
 sorts the table, so the results do not depend on the executor."""
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator, Sequence
+import signal
+import tempfile
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from rlsim.errors import Problem, ScenarioError
 from rlsim.sweep.compute import PointOutcome, PointTask, compute_point, failed_outcome
@@ -16,21 +20,94 @@ Executor = Callable[[Sequence[PointTask], int, "str | None"], Iterator[PointOutc
 
 def run_local(tasks: Sequence[PointTask], workers: int, address: str | None = None) -> Iterator[PointOutcome]:
     """One worker runs the points in this process; more run them in a pool of fresh processes ("spawn": a process
-    forked from a notebook or a Ray driver could inherit locks held by threads that do not exist in the child)."""
+    forked from a notebook or a Ray driver could inherit locks held by threads that do not exist in the child).
+
+    A worker that dies (killed, out of memory) breaks the whole pool: the point it was running is recorded as failed,
+    as on Ray, and the points that were in flight beside it run again in a fresh pool."""
     if workers <= 1:
         for task in tasks:
             yield compute_point(task)
         return
+    queue = iter(tasks)
+    retry: list[PointTask] = []
+    while True:
+        broken = yield from _pool_run(retry, queue, workers)
+        if broken is None:
+            return
+        dead, in_flight = broken
+        for task in dead:
+            yield failed_outcome(task, "the local worker running this point died (killed, or out of memory)",
+                                 "its process ended without a result; `rlsim sweep --resume` runs it again")
+        retry = in_flight
+
+
+def _pool_run(retry: list[PointTask], queue: Iterator[PointTask], workers: int,
+              ) -> Generator[PointOutcome, None, tuple[list[PointTask], list[PointTask]] | None]:
+    """Run `retry`, then the queue, in one pool; on a dead worker return (the points whose worker died, the other
+    points in flight), else None once all ran."""
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with tempfile.TemporaryDirectory(prefix="rlsim-sweep-") as ledger, \
+            ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_end_with_the_driver) as pool:
         # Keep a bounded number in flight, so a huge sweep does not pickle every scenario up front.
-        queue = iter(tasks)
-        pending = {pool.submit(compute_point, task) for task in _take(queue, 4 * workers)}
+        submitted = itertools.chain(retry, queue)
+        pending = {pool.submit(_compute_logged, task, ledger): task for task in _take(submitted, 4 * workers)}
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            pending |= {pool.submit(compute_point, task) for task in _take(queue, len(done))}
+            processes = dict(getattr(pool, "_processes", None) or {})  # pid -> Process, kept to read exit codes
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            broken = False
             for future in done:
-                yield future.result()
+                try:
+                    outcome = future.result()
+                except BrokenProcessPool:
+                    broken = True
+                    continue
+                del pending[future]
+                yield outcome
+            if broken:
+                return _after_death(pending, processes, ledger)
+            pending.update({pool.submit(_compute_logged, task, ledger): task for task in _take(submitted, len(done))})
+    return None
+
+
+def _end_with_the_driver() -> None:
+    """In each worker: ask Linux to kill it when the driver dies, so a killed `rlsim sweep` leaves no worker simulating
+    on for minutes (prctl PR_SET_PDEATHSIG; elsewhere workers end when they next look for work)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _compute_logged(task: PointTask, ledger: str) -> PointOutcome:
+    """compute_point, with a note of which process runs which point, so a death can be told apart from its victims."""
+    mark = os.path.join(ledger, f"{os.getpid()}.running")
+    with open(mark, "w", encoding="utf-8") as note:
+        note.write(task.point.id)
+    try:
+        return compute_point(task)
+    finally:
+        os.remove(mark)
+
+
+def _after_death(pending: dict, processes: dict, ledger: str) -> tuple[list[PointTask], list[PointTask]]:
+    """Split the points in flight when the pool broke: those whose process was killed (its exit code a signal other
+    than the pool's own SIGTERM to the survivors) against the rest."""
+    by_id = {task.point.id: task for task in pending.values()}
+    killed: set[str] = set()
+    for pid, process in processes.items():
+        mark = os.path.join(ledger, f"{pid}.running")
+        process.join(timeout=5)
+        if os.path.exists(mark) and process.exitcode not in (None, 0, -signal.SIGTERM):
+            with open(mark, encoding="utf-8") as note:
+                killed.add(note.read())
+    if not processes:  # nothing tells which process died: every point in flight is a suspect, none is run again
+        killed = set(by_id)
+    # A worker killed between two points lost none: then every point in flight simply runs again.
+    dead = [task for point, task in by_id.items() if point in killed]
+    return dead, [task for point, task in by_id.items() if point not in killed]
 
 
 def run_ray(tasks: Sequence[PointTask], workers: int, address: str | None = None) -> Iterator[PointOutcome]:
