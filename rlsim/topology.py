@@ -139,16 +139,22 @@ class ClusterTopology:
 
     @classmethod
     def build(cls, bound: Bound) -> ClusterTopology:
-        """The topology of every pool of a bound scenario."""
-        return cls.from_pools(bound.pools)
+        """The topology of every pool of a bound scenario, its links wired only for the nodes its roles can use: a pool
+        of 100,000 nodes of which the placement takes two is not built link by link (its other GPUs still count,
+        as unassigned)."""
+        return cls.from_pools(bound.pools, wired_gpus=placed_gpus(bound))
 
     @classmethod
-    def from_pools(cls, pools: Mapping[str, PoolHardware]) -> ClusterTopology:
-        """The topology of pools given directly (resolved `Pool`s with their hardware)."""
+    def from_pools(cls, pools: Mapping[str, PoolHardware],
+                   wired_gpus: Mapping[str, int] | None = None) -> ClusterTopology:
+        """The topology of pools given directly (resolved `Pool`s with their hardware); `wired_gpus`, when given,
+        the GPUs from the start of each pool whose nodes get links (at least one node; default: all)."""
         layouts = {name: _layout(hw) for name, hw in pools.items()}
         graph = nx.DiGraph()
         for name, layout in layouts.items():
-            _add_pool(graph, name, layout)
+            wired = layout.nodes if wired_gpus is None else min(
+                layout.nodes, max(1, -(-wired_gpus.get(name, 0) // layout.gpus_per_node)))
+            _add_pool(graph, name, layout, wired)
         return cls(graph=graph, layouts=layouts)
 
     # ---- placement --------------------------------------------------------------------------------------------
@@ -269,6 +275,8 @@ class ClusterTopology:
         layout = self._layout(gpu.pool)
         if not (0 <= gpu.node < layout.nodes and 0 <= gpu.local < layout.gpus_per_node):
             raise ValueError(f"{gpu} is not in pool {gpu.pool!r} ({layout.nodes} nodes of {layout.gpus_per_node} GPUs)")
+        if gpu not in self.graph:
+            raise ValueError(f"{gpu} is past the nodes wired for the scenario's roles in pool {gpu.pool!r}")
 
     @cached_property
     def _latency_graphs(self) -> dict[bool, nx.DiGraph]:
@@ -330,14 +338,28 @@ def _domain_rate(layout: _PoolLayout, members: int) -> float:
     return link.bytes_per_s
 
 
-def _add_pool(graph: nx.DiGraph, name: str, layout: _PoolLayout) -> None:
+def placed_gpus(bound: Bound) -> dict[str, int]:
+    """Per pool, at most how many GPUs from its start the scenario's roles take: the engines, training and a reward
+    model each counted whole (colocated roles overlap, so this is an upper bound on the last GPU used)."""
+    placement = bound.scenario.placement
+    first = bound.scenario.cluster.pools[0].name
+    rollout_pool = placement.rollout.pool or first
+    used: dict[str, int] = defaultdict(int)
+    used[rollout_pool] += placement.rollout.gpus
+    used[placement.training.pool or rollout_pool] += placement.training.gpus or 0
+    if placement.reward_model is not None:
+        used[placement.reward_model.pool or rollout_pool] += placement.reward_model.gpus
+    return dict(used)
+
+
+def _add_pool(graph: nx.DiGraph, name: str, layout: _PoolLayout, wired_nodes: int) -> None:
     hw = layout.hardware
     up, host = hw.intra_node, hw.host_link
     fabric = ("fabric", name)
     if layout.nics_per_node:
         graph.add_edge(fabric, _CORE, latency=0.0, scope="scale_out")
         graph.add_edge(_CORE, fabric, latency=0.0, scope="scale_out")
-    gpus = [GPU(name, n, i) for n in range(layout.nodes) for i in range(layout.gpus_per_node)]
+    gpus = [GPU(name, n, i) for n in range(wired_nodes) for i in range(layout.gpus_per_node)]
     by_domain: dict[int, list[GPU]] = defaultdict(list)
     for gpu in gpus:
         by_domain[layout.domain(gpu)].append(gpu)
@@ -358,7 +380,7 @@ def _add_pool(graph: nx.DiGraph, name: str, layout: _PoolLayout) -> None:
     if layout.nics_per_node:
         link = hw.inter_node
         assert link is not None
-        for node in range(layout.nodes):
+        for node in range(wired_nodes):
             for rail in range(layout.nics_per_node):
                 _link(graph, ("nic", name, node, rail), fabric, link.bytes_per_s, link.latency_s / 2, link.scope)
     if hw.gpu.scale_up is None:

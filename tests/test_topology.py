@@ -28,10 +28,11 @@ schedule: {{mode: one_step_off}}
 
 @cache
 def topology(*pools: tuple[str, str, int]) -> ClusterTopology:
-    """A cluster of pools given as (name, GPU profile, nodes); built once per test session."""
+    """A cluster of pools given as (name, GPU profile, nodes), every node wired (these tests probe links anywhere,
+    not a placement's); built once per test session."""
     lines = "\n".join(f"    - {{name: {name}, gpu: {gpu}, nodes: {nodes}}}" for name, gpu, nodes in pools)
     text = SCENARIO.format(pools=lines, first=pools[0][0], last=pools[-1][0])
-    return ClusterTopology.build(bind(parse_scenario(text)))
+    return ClusterTopology.from_pools(bind(parse_scenario(text)).pools)
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +150,15 @@ def test_pools_are_joined_through_the_fabric():
     group = topo.group([*topo.allocate("gen", 8), *topo.allocate("train", 8)])
     assert group.domains == 2
     assert group.scale_up.name == "nvlink-h800"  # the slower pool sets the pace
+
+
+def test_a_scenario_wires_only_the_nodes_its_roles_use():
+    """A pool of 1,000 nodes where the placement takes one: its GPUs are all counted, its links built for one node
+    (the graph of 100,000 nodes took a minute), and a GPU past the wired nodes is refused, not silently unlinked."""
+    lines = "    - {name: main, gpu: h100-sxm, nodes: 1000}"
+    bound = bind(parse_scenario(SCENARIO.format(pools=lines, first="main", last="main")))
+    wired = ClusterTopology.build(bound)
+    assert len(wired.gpus("main")) == 8000
+    assert wired.graph.number_of_nodes() * 500 < ClusterTopology.from_pools(bound.pools).graph.number_of_nodes()
+    with pytest.raises(ValueError, match="past the nodes wired"):
+        wired.transfer(wired.gpus("main")[:1], [wired.gpus("main")[-1]])
