@@ -156,3 +156,91 @@ def test_a_users_hardware_profile_with_extreme_numbers_is_taken_or_refused(tmp_p
     scenario["cluster"]["profile_dirs"] = [str(folder)]
     scenario["run"] = {"steps": 1, "warmup_steps": 0}
     _run_case(yaml.safe_dump(scenario, sort_keys=False), report=False)
+
+
+SWEEPS = {p.name: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "scenarios" / "sweeps").glob("*.yaml"))}
+
+
+@settings(max_examples=max(1, CASES // 10), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(sorted(SWEEPS)), st.data())
+def test_a_mutated_sweep_file_expands_or_is_refused(tmp_path_factory, name, data):
+    """A shipped sweep with values, expressions and axes replaced by extremes: it expands into points or is refused
+    with a ScenarioError (nothing is simulated; expansion is where the hangs and crashes were)."""
+    from rlsim.sweep import expand, load_sweep
+
+    sweep = json.loads(json.dumps(SWEEPS[name]))
+    candidates = [p for p in paths(sweep) if p and p[0] not in ("base", "name", "description")]
+    for _ in range(data.draw(st.integers(min_value=1, max_value=3))):
+        path = data.draw(st.sampled_from(candidates))
+        parent, key = parent_and_key(sweep, path)
+        parent[key] = data.draw(st.one_of(EXTREMES, st.sampled_from(["9**9**9", "'a' * 10**10", "1/0",
+                                                                      "x.y + 1", "__import__('os')"])))
+        candidates = [p for p in paths(sweep) if p and p[0] not in ("base", "name", "description")]
+    if isinstance(SWEEPS[name].get("base"), str):  # named relative to the sweep's folder: point at it from anywhere
+        sweep["base"] = str((ROOT / "scenarios" / "sweeps" / SWEEPS[name]["base"]).resolve())
+    text = yaml.safe_dump(sweep, sort_keys=False)
+    file = tmp_path_factory.mktemp("sweep") / name
+    file.write_text(text)
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(CASE_SECONDS)
+    try:
+        expand(load_sweep(file))
+    except ScenarioError:
+        pass
+    except _Hang:
+        pytest.fail(f"a sweep took past {CASE_SECONDS} s to expand:\n{text}")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@settings(max_examples=max(1, CASES // 10), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["input", "output", "output[0]"]), EXTREMES), min_size=1, max_size=2))
+def test_a_replay_trace_with_extreme_records_is_taken_or_refused(tmp_path_factory, changes):
+    """A packed-length trace whose records carry extremes (negative, zero, huge, NaN, text): the replaying scenario's
+    step runs or the trace is refused at its line."""
+    records = [{"input": 120 + i, "output": [200 + 10 * i, 300, 150, 90]} for i in range(8)]
+    for field, value in changes:
+        if field == "output[0]":
+            if isinstance(records[3]["output"], list) and records[3]["output"]:
+                records[3]["output"][0] = value
+        else:
+            records[3][field] = value
+    folder = tmp_path_factory.mktemp("trace")
+    (folder / "packed_lengths_step_0.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    scenario = yaml.safe_load((ROOT / "scenarios" / "quickstart.yaml").read_text())
+    scenario["workload"] = {"replay": {"path": str(folder)}, "reward": {"kind": "rule"}}
+    scenario["algorithm"]["prompts_per_step"] = 4
+    scenario["run"] = {"steps": 1, "warmup_steps": 0}
+    _run_case(yaml.safe_dump(scenario, sort_keys=False), report=False)
+
+
+RAW = {"schema": "rlsim-calibration-raw/1", "origin": "measured", "mode": "full", "device": {"type": "synthetic"},
+       "measurements": [
+           *({"kernel": "gemm", "dtype": "bf16", "m": m, "n": 4096, "k": 4096, "median_s": 2e-5 * m / 64}
+             for m in (64, 256, 1024, 4096)),
+           *({"kernel": "hbm_copy", "bytes": float(b), "median_s": b / 3e12 + 5e-6} for b in (2**20, 2**26, 2**30)),
+           *({"kernel": "all_reduce", "ranks": 8, "nodes": 1, "bytes": float(b), "median_s": b / 4e11 + 1e-5}
+             for b in (2**12, 2**20, 2**28))]}
+
+
+@settings(max_examples=max(1, CASES // 10), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_a_calibration_file_with_extreme_values_is_fitted_or_refused(tmp_path_factory, data):
+    """A microbenchmark's raw file with sizes and times replaced by extremes: `rlsim calibrate fit` writes a profile
+    or exits 2 naming the file — never a traceback."""
+    raw = json.loads(json.dumps(RAW))
+    candidates = [p for p in paths(raw) if p]
+    for _ in range(data.draw(st.integers(min_value=1, max_value=3))):
+        path = data.draw(st.sampled_from(candidates))
+        parent, key = parent_and_key(raw, path)
+        parent[key] = data.draw(EXTREMES)
+        candidates = [p for p in paths(raw) if p]
+    folder = tmp_path_factory.mktemp("calibration")
+    (folder / "raw.json").write_text(json.dumps(raw))
+    code = main(["calibrate", "fit", str(folder / "raw.json"), "--base", "h100-sxm", "--out",
+                 str(folder / "fitted.yaml")])
+    assert code in (0, 2)

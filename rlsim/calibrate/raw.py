@@ -9,6 +9,7 @@ The file is read with the YAML reader (JSON is YAML) so that every error names i
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -47,10 +48,16 @@ class _Row(BaseModel):
         if (data.get("median_s") is None) == (rate is None):
             raise ValueError(f"give exactly one of median_s and {rate_field}")
         if rate is not None:
-            if float(rate) <= 0:
-                raise ValueError(f"{rate_field} must be > 0")
+            if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 < rate < math.inf:
+                raise ValueError(f"{rate_field} must be a finite number > 0")
             data = {**data, "median_s": work / (float(rate) * unit)}
         return data
+
+
+def _whole(value: Any) -> bool:
+    """A whole number as JSON may write it (4096 or 4096.0), which the lax `Count` fields take."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and float(value).is_integer())
 
 
 class GemmRow(_Row):
@@ -66,11 +73,14 @@ class GemmRow(_Row):
     @model_validator(mode="before")
     @classmethod
     def _derived(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not all(isinstance(data.get(f), int) for f in "mnk"):
+        if not isinstance(data, dict):
             return data
-        m, n, k = data["m"], data["n"], data["k"]
-        data = {"flops": 2.0 * m * n * k, "bytes": DTYPE_BYTES.get(data.get("dtype"), 2) * (m * k + n * k) + 2 * m * n,
-                **data}
+        if not all(_whole(data.get(f)) for f in "mnk"):
+            raise ValueError("m, n and k must be whole numbers of rows and columns")
+        m, n, k = (int(data[f]) for f in "mnk")
+        dtype = data.get("dtype")
+        width = DTYPE_BYTES.get(dtype, 2) if isinstance(dtype, str) else 2  # a bad dtype is refused at its field
+        data = {"flops": 2.0 * m * n * k, "bytes": width * (m * k + n * k) + 2 * m * n, **data}
         return cls._time_from(data, "tflops", data["flops"], 1e12)
 
 
