@@ -126,3 +126,15 @@ def test_a_hardware_profile_number_past_any_real_gpu_is_refused_at_its_line(tmp_
     assert main(["check", str(scenario), "--set", f"cluster.profile_dirs=[{tmp_path}]"]) == 2
     err = capsys.readouterr().err
     assert "my-gpu.yaml" in err and "peak_tflops.bf16.value" in err
+
+
+def test_a_reward_pool_of_a_billion_workers_costs_no_more_than_its_samples(tmp_path):
+    """Issue 35: 10^9 reward workers used to be a list of 10^9 free times (8 GB) before the first sample."""
+    assert main(["run", QUICKSTART, "--steps", "1", "--set", "workload.reward.workers=1000000000",
+                 "--out", str(tmp_path / "run")]) == 0
+
+
+def test_ppo_epochs_are_bounded_by_what_recipes_use(capsys):
+    """Issue 35: 10^6 PPO epochs ran silently for hours; recipes use 1-4 (classic PPO up to ~10)."""
+    assert main(["check", QUICKSTART, "--set", "algorithm.ppo_epochs=1000000"]) == 2
+    assert "algorithm.ppo_epochs" in capsys.readouterr().err

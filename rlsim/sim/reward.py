@@ -54,8 +54,10 @@ class RewardPool:
         self.reward = reward
         self.rng = rng
         self.slots = reward.workers if reward.kind == "rule" else reward.concurrency
-        # When each worker is free again (a heap): scoring is deterministic given the rng, so no SimPy resource is needed.
-        self._free_at = [0.0] * self.slots
+        # When each worker that has served is free again (a heap): scoring is deterministic given the rng, so no SimPy
+        # resource is needed. A worker that never served is free from the start, so it needs no entry: the heap grows
+        # with the samples scored, not with the pool (10^9 workers would otherwise be a list of 10^9 times).
+        self._free_at: list[float] = []
 
     def service_times(self, n: int) -> np.ndarray:
         if self.reward.kind == "rule":
@@ -66,7 +68,7 @@ class RewardPool:
         """When each sample (arriving at the given times, in order) is scored: the earliest free worker takes it."""
         done = []
         for arrival, service in zip(arrivals, self.service_times(len(arrivals)), strict=True):
-            start = max(arrival, heapq.heappop(self._free_at))
+            start = arrival if len(self._free_at) < self.slots else max(arrival, heapq.heappop(self._free_at))
             heapq.heappush(self._free_at, start + float(service))
             done.append(start + float(service))
         return done
