@@ -132,8 +132,9 @@ class Algorithm(Frozen):
         1, description="optimizer steps per RL step (verl data.train_batch_size / actor_rollout_ref.actor."
         "ppo_mini_batch_size; NeMo-RL num_prompts_per_step·num_generations_per_prompt / policy.train_global_batch_size)")
     ppo_epochs: int = Field(
-        1, gt=0, le=100, strict=True, description="passes over each step's batch by the optimizer (verl actor_rollout_ref.actor.ppo_epochs; "
-        "RL recipes use 1-4, classic PPO up to ~10)")
+        1, gt=0, le=100, strict=True,
+        description="passes over each step's batch by the optimizer (verl actor_rollout_ref.actor.ppo_epochs; RL "
+        "recipes use 1-4, classic PPO up to ~10)")
     ref_model: Flag = Field(
         description="compute reference log-probs for a KL term (verl runs the reference when actor_rollout_ref.actor."
         "use_kl_loss or algorithm.use_kl_in_reward is set); default: on except for DAPO")
