@@ -37,6 +37,11 @@ Probability = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
 # The spread of a lognormal (σ of the log): PolyTrace's fits stay under 2.5, and past 10 the mean is e^50 times the
 # median, beyond what any length or latency (or a float's moments) can mean.
 LogSpread = Annotated[float, Strict(), Field(gt=0, le=10, allow_inf_nan=False)]
+# Every hardware quantity in its field's unit (TFLOPS, GiB, TB/s, GB/s, µs, W, a factor) lies far inside these
+# bounds; past them the cost models' arithmetic leaves a float's range (1e300 TFLOPS prices a kernel at 0 s, and a
+# step's time becomes NaN) long before any check could say which number was wrong.
+HardwareQuantity = Annotated[float, Strict(), Field(ge=1e-6, le=1e7, allow_inf_nan=False)]
+HardwareAmount = Annotated[float, Strict(), Field(ge=0, le=1e7, allow_inf_nan=False)]
 # A non-negative bound where .inf means "unbounded" (the field's docs say how it is resolved); NaN is refused.
 UnboundedFloat = Annotated[float, Strict(), Field(ge=0)]
 Flag = Annotated[bool, Strict()]

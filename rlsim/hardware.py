@@ -14,10 +14,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Generic, Literal, NamedTuple, TypeVar
 
-from pydantic import Field, Strict, StringConstraints, model_validator
+from pydantic import StringConstraints, model_validator
 
 from rlsim.errors import Problem, ScenarioError, UnknownName
-from rlsim.fields import Flag, Frozen, PositiveFloat, PositiveInt
+from rlsim.fields import Flag, Frozen, HardwareAmount, HardwareQuantity, PositiveFloat, PositiveInt
 from rlsim.loading import closest, validate_document
 from rlsim.shipped import shipped
 from rlsim.yamlsource import PathKey, YamlDocument, read_yaml
@@ -43,13 +43,6 @@ class Sourced(Frozen, Generic[T]):
         if not isinstance(data, dict):
             raise ValueError('every hardware fact is written {value: ..., source: "<document it comes from>"}')
         return data
-
-
-# Every hardware quantity in its field's unit (TFLOPS, GiB, TB/s, GB/s, µs, W, a factor) lies far inside these
-# bounds; past them the cost models' arithmetic leaves a float's range (1e300 TFLOPS prices a kernel at 0 s, and a
-# step's time becomes NaN) long before any check could say which number was wrong.
-HardwareQuantity = Annotated[float, Strict(), Field(ge=1e-6, le=1e7, allow_inf_nan=False)]
-HardwareAmount = Annotated[float, Strict(), Field(ge=0, le=1e7, allow_inf_nan=False)]
 
 
 class SourcedNumber(Sourced[HardwareQuantity]):

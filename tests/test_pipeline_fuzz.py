@@ -1,13 +1,14 @@
 """The whole pipeline under mutated input (issue 35): a shipped scenario, shrunk to one small step, has its fields
 replaced by numeric extremes, deleted, renamed or scaled, and goes through load, check, estimate, one simulated step,
 metrics, the strict metrics.json and (for some) the HTML report. The only outcomes allowed are success, ScenarioError
-and InfeasibleError — no other exception, no case past its time cap, metrics always strict JSON.
+and InfeasibleError — no other exception, no case past its time or memory cap, metrics always strict JSON.
 
 CI runs RLSIM_FUZZ_CASES cases (default 2,000, spread over two tests); set it higher for a longer search."""
 from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 from pathlib import Path
 
@@ -99,14 +100,27 @@ def _pipeline(text: str, report: bool) -> None:
         run_report_html(RunData(log, facts, metrics), scenario)
 
 
+# Per case, the heap may grow by at most this much: a case that would need more fails with MemoryError, which is
+# not an allowed outcome (a small step needs a few hundred MB at most).
+CASE_MEMORY_BYTES = 3 * 2**30
+
+
 def _run_case(text: str, report: bool) -> None:
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(CASE_SECONDS)
+    limits = resource.getrlimit(resource.RLIMIT_DATA)
+    in_use = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # peak so far, a bound on the heap in use
+    cap = in_use + CASE_MEMORY_BYTES
+    if limits[1] == resource.RLIM_INFINITY or cap < limits[1]:
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, limits[1]))
     try:
         _pipeline(text, report)
     except _Hang:
         pytest.fail(f"a case ran past {CASE_SECONDS} s:\n{text}")
+    except MemoryError:
+        pytest.fail(f"a case needed more than {CASE_MEMORY_BYTES / 2**30:g} GiB:\n{text}")
     finally:
+        resource.setrlimit(resource.RLIMIT_DATA, limits)
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
 
