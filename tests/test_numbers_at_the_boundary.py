@@ -138,3 +138,26 @@ def test_ppo_epochs_are_bounded_by_what_recipes_use(capsys):
     """Issue 35: 10^6 PPO epochs ran silently for hours; recipes use 1-4 (classic PPO up to ~10)."""
     assert main(["check", QUICKSTART, "--set", "algorithm.ppo_epochs=1000000"]) == 2
     assert "algorithm.ppo_epochs" in capsys.readouterr().err
+
+
+def test_plan_refuses_a_workload_too_big_to_simulate_before_searching(capsys):
+    """Issue 35: `rlsim plan` on 10^7 prompts a step died after minutes; it is refused before the search starts."""
+    assert main(["plan", QUICKSTART, "--gpus", "8", "--set", "algorithm.prompts_per_step=10000000"]) == 2
+    assert "run.max_rollouts" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("row", [{"dtype": ["bf16"]}, {"m": 1.0e9}, {"m": True}, {"tflops": "fast", "median_s": None}])
+def test_calibrate_fit_refuses_a_malformed_gemm_row_at_its_row(tmp_path, capsys, row):
+    """Found by the pipeline fuzz: a GEMM row whose dtype was a list, whose size was a whole float or a boolean, or
+    whose throughput was text raised TypeError inside the validators."""
+    gemm = {"kernel": "gemm", "dtype": "bf16", "m": 256, "n": 4096, "k": 4096, "median_s": 1e-4, **row}
+    raw = {"schema": "rlsim-calibration-raw/1", "origin": "measured", "mode": "full", "device": {"type": "synthetic"},
+           "measurements": [gemm]}
+    path = tmp_path / "raw.json"
+    path.write_text(json.dumps(raw))
+    code = main(["calibrate", "fit", str(path), "--base", "h100-sxm", "--out", str(tmp_path / "out.yaml")])
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err
+    if code == 2:
+        assert str(path) in err
+        assert not (tmp_path / "out.yaml").exists()  # nothing half-made is left behind

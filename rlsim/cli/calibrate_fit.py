@@ -3,6 +3,7 @@ profile, print each curve's held-out error, and write the profile."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rlsim.calibrate.fit import Fit, fit_raw
 from rlsim.calibrate.profile import write_profile
@@ -49,8 +50,16 @@ def fit_command(args: argparse.Namespace) -> int:
         raise ScenarioError(Problem(f"no curve could be fitted: {reasons}", file=str(args.raw),
                                     valid="a raw file from calibration/microbench.py with sizes spanning a factor of 10"))
     written = write_profile(args.out, base.name, fits, raw, str(args.raw), catalog)
-    # The written files must load: a profile that fails here would fail in every scenario that names it.
-    HardwareCatalog.load([*args.profile_dir, args.out.parent]).gpu(args.out.stem)
+    # The written files must load: a profile that fails here would fail in every scenario that names it. One that
+    # does not (a fitted rate past any real GPU's) is removed again, and the measurements are blamed.
+    try:
+        HardwareCatalog.load([*args.profile_dir, args.out.parent]).gpu(args.out.stem)
+    except ScenarioError as err:
+        for path in (written.gpu_file, *written.link_files):
+            Path(path).unlink(missing_ok=True)
+        raise ScenarioError([Problem("the profile fitted to these measurements is not one of a real GPU, so none was "
+                                     "written", file=str(args.raw), valid="measurements of one GPU by "
+                                     "calibration/microbench.py"), *err.problems]) from None
     print(fit_table(fits.all()))
     for reason in fits.unfitted:
         print(f"not fitted (left out of the profile): {reason}")
