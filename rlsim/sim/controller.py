@@ -190,7 +190,7 @@ class Controller:
     def _record_step(self, step: int, start: float, groups: list[int], stages: dict[str, float]) -> None:
         for name in STAGES:
             stages.setdefault(name, 0.0)
-        samples = self.groups.trained(groups)
+        samples = self.groups.take_trained(groups)
         cap = self.algorithm.max_response_tokens
         self.recorder.step(StepRecord(step, start, self.env.now, stages, samples=len(samples),
                                       tokens=sum(trained_tokens(r, cap) for r in samples)))

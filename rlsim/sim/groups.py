@@ -165,8 +165,10 @@ class GroupLedger:
         cap = self.max_response_tokens
         return [trained_tokens(r, cap) for g in groups for r in self._members[g]]
 
-    def trained(self, groups: list[int]) -> list[Rollout]:
-        return [r for g in groups for r in self._trained[g]]
+    def take_trained(self, groups: list[int]) -> list[Rollout]:
+        """The trained rollouts of these groups, handed over once, when their step is recorded: the ledger keeps no
+        rollout past its step, so its memory does not grow with the run."""
+        return [r for g in groups for r in self._trained.pop(g)]
 
     def consume(self, groups: list[int], version: int, step: int) -> None:
         for group in groups:

@@ -8,6 +8,7 @@ them — `unassigned` where none does. So for every GPU the labels sum to the wa
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -90,36 +91,68 @@ class Recorder:
                 contexts_by_gpu[gpu].append((order, ctx))
         idle: list[Span] = []
         for gpu in range(self.gpus):
+            labeller = _Labeller(gpu, contexts_by_gpu[gpu])
             cursor = 0.0
             for start, end in sorted(busy_by_gpu[gpu]):
                 if start > cursor + TIME_EPS:
-                    idle.extend(_label_gap(gpu, cursor, start, contexts_by_gpu[gpu]))
+                    idle.extend(labeller.gap(cursor, start))
                 cursor = max(cursor, end)
             if wall_s > cursor + TIME_EPS:
-                idle.extend(_label_gap(gpu, cursor, wall_s, contexts_by_gpu[gpu]))
+                idle.extend(labeller.gap(cursor, wall_s))
         return _merge_runs(idle)
 
 
-def _label_gap(gpu: int, start: float, end: float, contexts: list[tuple[int, Span]]) -> list[Span]:
-    """Split [start, end) by the contexts that cover it; the most recently recorded context wins."""
-    cuts = {start, end}
-    for _, ctx in contexts:
-        if ctx.end > start and ctx.start < end:
-            cuts.update(t for t in (ctx.start, ctx.end) if start < t < end)
-    edges = sorted(cuts)
-    pieces = []
-    for a, b in zip(edges, edges[1:], strict=False):
-        mid = (a + b) / 2
-        owner = None
-        for order, ctx in contexts:
-            if ctx.start <= mid < ctx.end and (owner is None or order > owner[0]):
-                owner = (order, ctx)
-        if owner is None:
-            pieces.append(Span(gpu, 1, a, b, "unassigned", "", -1, -1))
-        else:
-            ctx = owner[1]
-            pieces.append(Span(gpu, 1, a, b, ctx.label, ctx.stage, ctx.step, ctx.version, ctx.unit))
-    return pieces
+class _Labeller:
+    """One GPU's contexts, swept once in time order to label that GPU's gaps (which come in time order): the most
+    recently recorded context covering a piece wins, and every context boundary inside a gap cuts it. Linear in the
+    contexts and gaps (with a heap for the latest active context), where scanning every context for every gap grew
+    with their product — quadratic in the run's length."""
+
+    def __init__(self, gpu: int, contexts: list[tuple[int, Span]]):
+        self.gpu = gpu
+        self.contexts = dict(contexts)
+        # (time, order, is_start): a boundary applies at its time; a piece takes the contexts active after it.
+        self.events = sorted([(ctx.start, order, True) for order, ctx in contexts]
+                             + [(ctx.end, order, False) for order, ctx in contexts])
+        self.next = 0
+        self.active: set[int] = set()
+        self.latest: list[int] = []  # max-heap of active orders (negated), stale entries dropped lazily
+
+    def _apply_through(self, time: float) -> None:
+        events = self.events
+        while self.next < len(events) and events[self.next][0] <= time:
+            _, order, starts = events[self.next]
+            if starts:
+                self.active.add(order)
+                heapq.heappush(self.latest, -order)
+            else:
+                self.active.discard(order)
+            self.next += 1
+
+    def _owner(self) -> Span | None:
+        while self.latest and -self.latest[0] not in self.active:
+            heapq.heappop(self.latest)
+        return self.contexts[-self.latest[0]] if self.latest else None
+
+    def gap(self, start: float, end: float) -> list[Span]:
+        """[start, end) split at the context boundaries inside it, each piece labelled by its latest context."""
+        self._apply_through(start)
+        pieces = []
+        cursor = start
+        while True:
+            cut = self.events[self.next][0] if self.next < len(self.events) else end
+            piece_end = cut if cut < end else end
+            pieces.append(self._piece(cursor, piece_end))
+            if piece_end >= end:
+                return pieces
+            cursor = piece_end
+            self._apply_through(cursor)
+
+    def _piece(self, a: float, b: float) -> Span:
+        ctx = self._owner()
+        if ctx is None:
+            return Span(self.gpu, 1, a, b, "unassigned", "", -1, -1)
+        return Span(self.gpu, 1, a, b, ctx.label, ctx.stage, ctx.step, ctx.version, ctx.unit)
 
 
 def _merge_runs(spans: list[Span]) -> list[Span]:
