@@ -164,3 +164,16 @@ def test_help_loads_no_simulator_numpy_pydantic_or_plotly(argv):
 def test_missing_file_is_bad_input(capsys):
     assert main(["check", "no/such/file.yaml"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_plan_and_validate_use_the_cores_other_processes_leave(monkeypatch):
+    """Issue 36: by default they run on every core not already busy, at least one (results never depend on it)."""
+    from rlsim.cli import cores
+
+    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(cores.os, "getloadavg", lambda: (2.6, 0.0, 0.0))
+    assert cores.free_cores() == 5
+    monkeypatch.setattr(cores.os, "getloadavg", lambda: (30.0, 0.0, 0.0))
+    assert cores.free_cores() == 1
+    parser = build_parser()
+    assert parser.parse_args(["validate"]).jobs is None and parser.parse_args(["plan", "x.yaml", "--gpus", "8"]).workers is None

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -49,8 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, default=MEASURED_STEPS,
                         help="steps each simulation measures, after its schedule's pipeline fill (a one-step-off run "
                         "warms up for 2 steps, an async one for its staleness bound + 1) (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="simulations at once (default: this machine's cores)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="simulations at once (default: the cores not already busy; results do not change)")
     parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
     parser.add_argument("--out", type=Path, metavar="FILE.html",
                         help="also write the ranking and the GPU-time figure as one offline HTML page")
@@ -58,9 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlsim.cli.cores import free_cores
     from rlsim.plan import plan
     from rlsim.plan.text import budget_summary, plan_dict, plan_text
 
+    if args.workers is None:
+        args.workers = free_cores()
     budgets = _counts(args.gpus)
     overrides = {**calibration_overrides(args.calibration), **parse_overrides(args.overrides)}
     schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())

@@ -32,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the validation page to rewrite (default: docs/validation.md of a source checkout; "
                         "an installed rlsim writes none unless given)")
     parser.add_argument("--no-docs", action="store_true", help="do not write the validation page")
-    parser.add_argument("--jobs", type=int, default=1, help="cases simulated in parallel (results do not change)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="cases simulated in parallel (default: the cores not already busy; results do not change)")
     parser.add_argument("--sensitivity", action="store_true",
                         help="rerun each case once per open assumption (response lengths ×1.25, reward cost ×2, engine "
                         "step CPU ×2, every host CPU time ×1.5) and show how much each moves each figure; writes no page")
@@ -41,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlsim.cli.cores import free_cores
     from rlsim.progress import Progress
     from rlsim.validation.cases import DEFAULT_MANIFEST, load_manifest
     from rlsim.validation.docs import write_docs, write_readme_accuracy
@@ -49,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
 
     probe = parse_overrides(args.overrides)
     manifest = args.cases_file or DEFAULT_MANIFEST
+    if args.jobs is None:
+        args.jobs = free_cores()
     if args.sensitivity:
         return _sensitivity(manifest, args)
     total = len(select_cases(load_manifest(manifest), args.cases))
