@@ -14,21 +14,18 @@ from pathlib import Path
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.lazy import lazy_handler
 from rlsim.cli.overrides import add_set_argument
+from rlsim.cli.run_log_args import add_run_log_arguments, read_log_window
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("fit", help="fit framework parameters to a logged run's stage times, as an "
                                    "overlay for --calibration", description=__doc__.split("\n\n", 1)[1],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("log", type=Path, help="the run's per-step metrics: verl console log, CSV or JSON")
-    parser.add_argument("--scenario", type=Path, required=True, help="scenario YAML describing the run's setup")
+    add_run_log_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("run-fit.yaml"),
                         help="overlay YAML to write (default: run-fit.yaml)")
     parser.add_argument("--held-out", type=int, default=None, dest="held_out",
                         help="the last N steps are not fitted, only checked (default: a fifth of the steps)")
-    parser.add_argument("--steps", default=None, metavar="FIRST-LAST",
-                        help="only the logged steps numbered FIRST to LAST (both included; FIRST- and -LAST leave an "
-                        "end open), e.g. 2-52 for the first quarter of a 210-step run")
     add_set_argument(parser)
     parser.set_defaults(handler=lazy_handler("rlsim.cli.fit", "run_fit"))
 
@@ -36,11 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_fit(args: argparse.Namespace) -> int:
     from rlsim.cli.overrides import parse_overrides
     from rlsim.replay.fit import fit
-    from rlsim.runlog import parse_step_window, read_run_log
 
-    log = read_run_log(args.log)
-    if args.steps is not None:
-        log = log.window(*parse_step_window(args.steps))
+    log = read_log_window(args)
     result = fit(args.scenario, log, held_out=args.held_out,
                  overrides=parse_overrides(args.overrides))
     for v in result.values:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from rlsim.cli.exitcodes import OK
 from rlsim.cli.lazy import lazy_handler
 from rlsim.cli.overrides import add_set_argument
+from rlsim.cli.run_log_args import add_run_log_arguments, read_log_window
 
 if TYPE_CHECKING:
     from rlsim.replay.compare import Replay
@@ -25,16 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("replay", help="simulate a logged run's steps with its logged lengths and show "
                                    "rlsim's error on each stage", description=__doc__.split("\n\n", 1)[1],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("log", type=Path, help="the run's per-step metrics: verl console log, CSV or JSON")
-    parser.add_argument("--scenario", type=Path, required=True, help="scenario YAML describing the run's setup")
+    add_run_log_arguments(parser)
     parser.add_argument("--html", type=Path, default=None, help="write logged vs simulated stage times per step here")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON instead of tables")
     parser.add_argument("--lengths-out", type=Path, default=None, dest="lengths_out",
                         help="also write one steady length model of the replayed steps (their average logged "
                         "statistics) as workload fields to paste under `workload:` for what-ifs on this run")
-    parser.add_argument("--steps", default=None, metavar="FIRST-LAST",
-                        help="only the logged steps numbered FIRST to LAST (both included; FIRST- and -LAST leave an "
-                        "end open), e.g. 2-52 for the first quarter of a 210-step run")
     add_set_argument(parser)
     parser.set_defaults(handler=lazy_handler("rlsim.cli.replay", "run_replay"))
 
@@ -42,12 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_replay(args: argparse.Namespace) -> int:
     from rlsim.cli.overrides import parse_overrides
     from rlsim.replay.compare import replay
-    from rlsim.runlog import parse_step_window, read_run_log
 
     overrides = parse_overrides(args.overrides)
-    log = read_run_log(args.log)
-    if args.steps is not None:
-        log = log.window(*parse_step_window(args.steps))
+    log = read_log_window(args)
     result = replay(args.scenario, log, overrides)
     if args.json:
         print(json.dumps(result.as_dict(), indent=1))

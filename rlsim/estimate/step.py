@@ -17,14 +17,11 @@ their tool tokens (prefilled like prompt) and tool waits (which the longest traj
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlsim.config.bound import Bound
-from rlsim.config.framework import Framework
 from rlsim.config.schedule_kind import schedule_kind
-from rlsim.config.schema import Algorithm, Scenario
-from rlsim.costs.driver import DriverHandOff, per_token_fp32
+from rlsim.config.schema import Scenario
 from rlsim.costs.memory import require_all
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.estimate.generation import Engine, Responses, generation_rounds, rollout_engine
@@ -32,7 +29,7 @@ from rlsim.estimate.training import RankedTraining, TrainedBatch
 from rlsim.events import STAGES as EVENT_STAGES
 from rlsim.events import TRAINING_STAGES
 from rlsim.pricing.engines import engine_costs, free_collective, judge_kv_tokens
-from rlsim.pricing.layouts import JudgeRole, RewardModelRole, roles
+from rlsim.pricing.layouts import JudgeRole, RewardModelRole, driver_hand_off, roles
 from rlsim.pricing.memory import memory_report
 from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.topology import ClusterTopology
@@ -135,7 +132,12 @@ def estimate_step(bound: Bound) -> StepEstimate:
         switch is not None and algo.recompute_old_log_prob) else (0.0, 0.0)
     # The driver runs on a training node's host.
     driver = bound.framework(placement.training.pool)
-    hand_off = _hand_off(driver, algo, len(batch.lengths))
+    call = driver_hand_off(driver, algo)
+    sequences = len(batch.lengths)
+
+    def hand_off(stage: str) -> float:
+        return call(stage, sequences)
+
     forward = ranks.forward_seconds(actor)
     stages["old_log_prob"] = StageEstimate(
         "old_log_prob", forward + call_out + hand_off("old_log_prob") if algo.recompute_old_log_prob else 0.0,
@@ -174,15 +176,6 @@ def estimate_step(bound: Bound) -> StepEstimate:
     tokens = lengths.trained * sum(batch.lengths) / len(batch.lengths)
     gpus = sum(pool.gpus for pool in scenario.cluster.pools)
     return StepEstimate(scenario.name, ordered, step, overlap, tokens, gpus)
-
-
-def _hand_off(driver: Framework, algo: Algorithm, sequences: int) -> Callable[[str], float]:
-    """Seconds the driver spends handing the trained batch to the workers for one call of a stage (0 without one)."""
-    rate = driver.driver_batch_bytes_per_s
-    if rate is None:
-        return lambda stage: 0.0
-    shape = DriverHandOff(algo.max_prompt_tokens, algo.max_response_tokens, rate)
-    return lambda stage: shape.call_seconds(sequences, per_token_fp32(stage, reference=algo.ref_model))
 
 
 def _trained_batch(lengths: _Lengths, responses: Responses, max_response_tokens: int) -> TrainedBatch:

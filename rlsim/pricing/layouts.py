@@ -2,11 +2,13 @@
 layouts of every GPU role a scenario places: the policy's engines and training, and the reward model or LLM judge."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlsim.config.bound import Bound
 from rlsim.config.framework import Framework
-from rlsim.config.schema import RewardModelPlacement, RolloutPlacement, TrainingPlacement, WeightSync
+from rlsim.config.schema import Algorithm, RewardModelPlacement, RolloutPlacement, TrainingPlacement, WeightSync
+from rlsim.costs.driver import DriverHandOff, per_token_fp32
 from rlsim.costs.layout import EngineLayout, HostCopies, MovedState, TrainingLayout, WeightExport
 from rlsim.costs.rollout import EngineOverheads
 from rlsim.models import ModelSpec
@@ -48,6 +50,17 @@ def engine_layout(placement: RolloutPlacement) -> EngineLayout:
 
 def weight_export(sync: WeightSync) -> WeightExport:
     return WeightExport(method=sync.method, bucket_bytes=sync.bucket_mib * MIB, pp_broadcast=sync.pp_broadcast)
+
+
+def driver_hand_off(framework: Framework, algorithm: Algorithm) -> Callable[[str, int], float]:
+    """Seconds the RL driver spends handing `sequences` of the padded batch to the training workers for one call of a
+    stage and taking its results back (rlsim.costs.driver); 0 when the workers exchange batches among themselves."""
+    rate = framework.driver_batch_bytes_per_s
+    if rate is None:
+        return lambda stage, sequences: 0.0
+    shape = DriverHandOff(algorithm.max_prompt_tokens, algorithm.max_response_tokens, rate)
+    return lambda stage, sequences: shape.call_seconds(sequences,
+                                                       per_token_fp32(stage, reference=algorithm.ref_model))
 
 
 def engine_overheads(framework: Framework, layout: EngineLayout) -> EngineOverheads:

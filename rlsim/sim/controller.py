@@ -11,8 +11,8 @@ from collections.abc import Generator
 
 import simpy
 
-from rlsim.costs.driver import DriverHandOff, per_token_fp32
 from rlsim.events import STAGES, StepRecord
+from rlsim.pricing.layouts import driver_hand_off
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.build import Simulation
 from rlsim.sim.dynamic_sampling import Sampling
@@ -40,9 +40,7 @@ class Controller:
         self.sampling = sampling
         # The RL driver runs on a training node's host.
         self.driver = sim.bound.framework(self.scenario.placement.training.pool)
-        rate = self.driver.driver_batch_bytes_per_s
-        self.hand_off = None if rate is None else DriverHandOff(
-            self.algorithm.max_prompt_tokens, self.algorithm.max_response_tokens, rate)
+        self.hand_off = driver_hand_off(self.driver, self.algorithm)
         self.roles = RoleGPUs(self.env, sim.recorder, sim.rollout_gpus, (sim.training.first_gpu, sim.training.gpus))
         self.groups = GroupLedger(self.env, sim.sampler, Dispatcher(self.schedule, sim.engines, sim.balancer_rng),
                                   sim.engines, sim.recorder, self.schedule.group_cap(len(sim.engines)),
@@ -134,27 +132,25 @@ class Controller:
             engine.resume(self.version)  # same weights; a publish that follows pauses them again to load new ones
 
     def _hand_off(self, stage: str, sequences: int) -> Generator:
-        """The driver ships the batch to the training workers for one call of `stage` and takes its results back; the
-        training GPUs wait."""
-        if self.hand_off is None or not sequences:
-            return
-        seconds = self.hand_off.call_seconds(sequences, per_token_fp32(stage, reference=self.algorithm.ref_model))
-        start = self.env.now
-        yield self.env.timeout(seconds)
-        first, count = self.roles.training
-        self.recorder.context(first, count, start, self.env.now, "starved", stage)
+        """The driver ships the batch to the training workers for one call of `stage` and takes its results back."""
+        yield from self._driver_work(stage, self.hand_off(stage, sequences))
 
     def _advantages(self, stages: dict[str, float], share: float) -> Generator:
         """The driver's Python work between the forward passes and the updates (verl's adv stage, with the step's other
-        bookkeeping): `share` of a step's worth when a step trains in several pieces. The training GPUs wait."""
+        bookkeeping): `share` of a step's worth when a step trains in several pieces."""
         seconds = self.driver.trainer_step_overhead_s * share
+        yield from self._driver_work("adv", seconds)
+        if seconds > 0:
+            stages["adv"] = stages.get("adv", 0.0) + seconds
+
+    def _driver_work(self, stage: str, seconds: float) -> Generator:
+        """The driver works for `seconds` on `stage`; the training GPUs wait for it (`starved`)."""
         if seconds <= 0:
             return
         start = self.env.now
         yield self.env.timeout(seconds)
         first, count = self.roles.training
-        self.recorder.context(first, count, start, self.env.now, "starved", "adv")
-        stages["adv"] = stages.get("adv", 0.0) + seconds
+        self.recorder.context(first, count, start, self.env.now, "starved", stage)
 
     def _publish(self, stages: dict[str, float]) -> Generator:
         """A new policy version: move its weights to the engines."""
