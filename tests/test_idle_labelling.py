@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlsim.events import Span
-from rlsim.sim.recorder import _Labeller
+from rlsim.sim.recorder import _ContextSweep, _Labeller
 
 TIMES = st.integers(min_value=0, max_value=40).map(lambda t: t / 4)
 
@@ -39,7 +39,7 @@ def contexts_and_gaps(draw):
 @given(contexts_and_gaps())
 def test_the_sweep_labels_every_gap_as_the_definition_does(case):
     contexts, gaps = case
-    labeller = _Labeller(0, contexts)
+    labeller = _Labeller(_ContextSweep(contexts))
     for start, end in gaps:  # gaps come in time order, as a GPU's do
-        swept = [(p.start, p.end, p.label) for p in labeller.gap(start, end)]
+        swept = [(a, b, ctx.label if ctx else "unassigned") for a, b, ctx in labeller.gap(start, end)]
         assert swept == by_definition(0, start, end, contexts)

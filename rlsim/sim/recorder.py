@@ -12,7 +12,10 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rlsim.events import LABELS, EngineSample, EventLog, SequenceRecord, Span, StepRecord
+import numpy as np
+
+from rlsim.events import LABELS, EventLog, SequenceRecord, Span, StepRecord
+from rlsim.events.tables import LABEL_CODE, SPAN_COLUMNS, Names, SampleColumns, SpanColumns, SpanTable
 
 # Relative tolerance of float time comparisons: spans that touch within it are treated as touching.
 TIME_EPS = 1e-12
@@ -30,11 +33,11 @@ class Recorder:
     def __init__(self, gpus: int):
         self.gpus = gpus
         self.phase = Phase()
-        self._spans: list[Span] = []
+        self._spans = SpanColumns()
         self._contexts: list[Span] = []
         self._sequences: list[SequenceRecord] = []
         self._steps: list[StepRecord] = []
-        self.engine_samples: list[EngineSample] = []  # engines append theirs as the run goes on
+        self.engine_samples = SampleColumns()  # engines append theirs as the run goes on
         self.on_step: Callable[[StepRecord], None] | None = None  # told of each RL step as it ends (live output)
 
     def busy(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str,
@@ -43,9 +46,9 @@ class Recorder:
         if end <= start:
             return
         assert label in LABELS, label
-        self._spans.append(Span(first_gpu, gpu_count, start, end, label, stage,
-                                self.phase.step if step is None else step,
-                                self.phase.version if version is None else version, unit))
+        self._spans.append(first_gpu, gpu_count, start, end, label, stage,
+                           self.phase.step if step is None else step,
+                           self.phase.version if version is None else version, unit)
 
     def context(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str = "",
                 *, unit: str = "") -> None:
@@ -65,41 +68,79 @@ class Recorder:
             self.on_step(record)
 
     def freeze(self, wall_s: float, events: int) -> EventLog:
-        spans = self._busy_clipped(wall_s) + self._idle_spans(wall_s)
-        spans.sort(key=lambda s: (s.first_gpu, s.start, s.end))
-        return EventLog(spans=tuple(spans), sequences=tuple(sorted(self._sequences, key=lambda r: r.seq_id)),
+        busy = self._spans.table()
+        idle = self._idle_spans(busy, wall_s)
+        shown = busy.start < wall_s  # work recorded past the end of the run is not in the log
+        columns = {name: np.concatenate([getattr(busy, name)[shown], idle[name]]) for name, _ in SPAN_COLUMNS}
+        columns["end"] = np.concatenate([np.minimum(busy.end[shown], wall_s), idle["end"]])
+        order = np.lexsort((columns["end"], columns["start"], columns["first_gpu"]))  # stable: busy first on ties
+        spans = SpanTable(**{name: values[order] for name, values in columns.items()},
+                          stage_names=tuple(self._spans.stages.names), unit_names=tuple(self._spans.units.names))
+        return EventLog(spans=spans, sequences=tuple(sorted(self._sequences, key=lambda r: r.seq_id)),
                         steps=tuple(sorted(self._steps, key=lambda r: r.step)), gpus=self.gpus, wall_s=wall_s,
-                        events=events, engine_samples=tuple(self.engine_samples))
+                        events=events, engine_samples=self.engine_samples.table())
 
-    def _busy_clipped(self, wall_s: float) -> list[Span]:
-        out = []
-        for span in self._spans:
-            if span.start >= wall_s:
+    def _idle_spans(self, busy: SpanTable, wall_s: float) -> dict[str, np.ndarray]:
+        """Fill each GPU's gaps between busy spans with the label of the latest context covering them, as columns
+        (codes into this recorder's stage and unit names), runs of neighbouring GPUs with identical pieces merged."""
+        pieces = _Pieces()
+        for gpu, sweep, gaps in _gpu_gaps(busy, wall_s, self.gpus, self._contexts):
+            if sweep is None:
+                pieces.unassigned(gpu, gaps)
                 continue
-            out.append(span if span.end <= wall_s else _with(span, end=wall_s))
-        return out
+            labeller = _Labeller(sweep)
+            for start, end in gaps:
+                for a, b, ctx in labeller.gap(start, end):
+                    pieces.add(gpu, a, b, ctx)
+        return pieces.merged(self._spans.stages, self._spans.units)
 
-    def _idle_spans(self, wall_s: float) -> list[Span]:
-        """Fill each GPU's gaps between busy spans with the label of the latest context covering them."""
-        busy_by_gpu: dict[int, list[tuple[float, float]]] = {g: [] for g in range(self.gpus)}
-        for span in self._spans:
-            for gpu in range(span.first_gpu, span.first_gpu + span.gpu_count):
-                busy_by_gpu[gpu].append((span.start, min(span.end, wall_s)))
-        contexts_by_gpu: dict[int, list[tuple[int, Span]]] = {g: [] for g in range(self.gpus)}
-        for order, ctx in enumerate(self._contexts):
-            for gpu in range(ctx.first_gpu, ctx.first_gpu + ctx.gpu_count):
-                contexts_by_gpu[gpu].append((order, ctx))
-        idle: list[Span] = []
-        for gpu in range(self.gpus):
-            labeller = _Labeller(gpu, contexts_by_gpu[gpu])
-            cursor = 0.0
-            for start, end in sorted(busy_by_gpu[gpu]):
-                if start > cursor + TIME_EPS:
-                    idle.extend(labeller.gap(cursor, start))
-                cursor = max(cursor, end)
-            if wall_s > cursor + TIME_EPS:
-                idle.extend(labeller.gap(cursor, wall_s))
-        return _merge_runs(idle)
+
+def _gpu_gaps(busy: SpanTable, wall_s: float, gpus: int, contexts: list[Span]):
+    """Per GPU: its contexts' sweep (None when none covers it) and the gaps between its busy spans up to wall_s, in
+    time order. Spans are expanded to one row per GPU and sorted once; each GPU's gaps are where a span starts after
+    the latest end before it (by more than TIME_EPS)."""
+    count = busy.gpu_count.astype(np.int64)
+    rows = int(count.sum())
+    within = np.arange(rows) - np.repeat(np.cumsum(count) - count, count)
+    gpu = np.repeat(busy.first_gpu.astype(np.int64), count) + within
+    start = np.repeat(busy.start, count)
+    end = np.minimum(np.repeat(busy.end, count), wall_s)
+    order = np.lexsort((end, start, gpu))
+    gpu, start, end = gpu[order], start[order], end[order]
+    bounds = np.searchsorted(gpu, np.arange(gpus + 1))
+    for g, sweep in enumerate(_sweeps(contexts, gpus)):
+        a, b = bounds[g], bounds[g + 1]
+        cursor = np.maximum.accumulate(np.concatenate([[0.0], end[a:b]]))  # the latest end before each span, then all
+        starts = start[a:b]
+        opens = starts > cursor[:-1] + TIME_EPS
+        gaps = list(zip(cursor[:-1][opens].tolist(), starts[opens].tolist(), strict=True))
+        last = float(cursor[-1])
+        if wall_s > last + TIME_EPS:
+            gaps.append((last, wall_s))
+        yield g, sweep, gaps
+
+
+def _sweeps(contexts: list[Span], gpus: int) -> list[_ContextSweep | None]:
+    """Per GPU, the sweep over the contexts covering it: GPUs between two context edges share one."""
+    edges = sorted({0, gpus} | {c.first_gpu for c in contexts} | {c.first_gpu + c.gpu_count for c in contexts})
+    out: list[_ContextSweep | None] = []
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        if lo >= gpus:
+            break
+        covering = [(order, c) for order, c in enumerate(contexts) if c.first_gpu <= lo < c.first_gpu + c.gpu_count]
+        sweep = _ContextSweep(covering) if covering else None
+        out.extend([sweep] * (min(hi, gpus) - lo))
+    return out
+
+
+class _ContextSweep:
+    """Contexts (with their order of recording) as time-ordered boundaries, shared by the GPUs they all cover."""
+
+    def __init__(self, contexts: list[tuple[int, Span]]):
+        self.contexts = dict(contexts)
+        # (time, order, is_start): a boundary applies at its time; a piece takes the contexts active after it.
+        self.events = sorted([(ctx.start, order, True) for order, ctx in contexts]
+                             + [(ctx.end, order, False) for order, ctx in contexts])
 
 
 class _Labeller:
@@ -108,12 +149,9 @@ class _Labeller:
     contexts and gaps (with a heap for the latest active context), where scanning every context for every gap grew
     with their product — quadratic in the run's length."""
 
-    def __init__(self, gpu: int, contexts: list[tuple[int, Span]]):
-        self.gpu = gpu
-        self.contexts = dict(contexts)
-        # (time, order, is_start): a boundary applies at its time; a piece takes the contexts active after it.
-        self.events = sorted([(ctx.start, order, True) for order, ctx in contexts]
-                             + [(ctx.end, order, False) for order, ctx in contexts])
+    def __init__(self, sweep: _ContextSweep):
+        self.contexts = sweep.contexts
+        self.events = sweep.events
         self.next = 0
         self.active: set[int] = set()
         self.latest: list[int] = []  # max-heap of active orders (negated), stale entries dropped lazily
@@ -134,43 +172,63 @@ class _Labeller:
             heapq.heappop(self.latest)
         return self.contexts[-self.latest[0]] if self.latest else None
 
-    def gap(self, start: float, end: float) -> list[Span]:
-        """[start, end) split at the context boundaries inside it, each piece labelled by its latest context."""
+    def gap(self, start: float, end: float) -> list[tuple[float, float, Span | None]]:
+        """[start, end) split at the context boundaries inside it, each piece with its latest context (None: none)."""
         self._apply_through(start)
         pieces = []
         cursor = start
         while True:
             cut = self.events[self.next][0] if self.next < len(self.events) else end
             piece_end = cut if cut < end else end
-            pieces.append(self._piece(cursor, piece_end))
+            pieces.append((cursor, piece_end, self._owner()))
             if piece_end >= end:
                 return pieces
             cursor = piece_end
             self._apply_through(cursor)
 
-    def _piece(self, a: float, b: float) -> Span:
-        ctx = self._owner()
-        if ctx is None:
-            return Span(self.gpu, 1, a, b, "unassigned", "", -1, -1)
-        return Span(self.gpu, 1, a, b, ctx.label, ctx.stage, ctx.step, ctx.version, ctx.unit)
 
+class _Pieces:
+    """Idle pieces of single GPUs as they are labelled, then merged into spans over runs of GPUs."""
 
-def _merge_runs(spans: list[Span]) -> list[Span]:
-    """Join idle spans of neighbouring GPUs with identical content, so the log stays O(events), not O(GPUs)."""
-    spans.sort(key=lambda s: (s.start, s.end, s.label, s.stage, s.step, s.unit, s.first_gpu))
-    merged: list[Span] = []
-    for span in spans:
-        last = merged[-1] if merged else None
-        if (last is not None and last.start == span.start and last.end == span.end and last.label == span.label
-                and last.stage == span.stage and last.step == span.step and last.unit == span.unit
-                and last.first_gpu + last.gpu_count == span.first_gpu):
-            merged[-1] = _with(last, gpu_count=last.gpu_count + span.gpu_count)
-        else:
-            merged.append(span)
-    return merged
+    def __init__(self) -> None:
+        self.gpu: list[int] = []
+        self.start: list[float] = []
+        self.end: list[float] = []
+        self.context: list[Span | None] = []
 
+    def unassigned(self, gpu: int, gaps: list[tuple[float, float]]) -> None:
+        self.gpu.extend([gpu] * len(gaps))
+        self.start.extend(a for a, _ in gaps)
+        self.end.extend(b for _, b in gaps)
+        self.context.extend([None] * len(gaps))
 
-def _with(span: Span, **changes) -> Span:
-    values = {name: getattr(span, name) for name in Span.__slots__}
-    values.update(changes)
-    return Span(**values)
+    def add(self, gpu: int, start: float, end: float, context: Span | None) -> None:
+        self.gpu.append(gpu)
+        self.start.append(start)
+        self.end.append(end)
+        self.context.append(context)
+
+    def merged(self, stages: Names, units: Names) -> dict[str, np.ndarray]:
+        """Join pieces of neighbouring GPUs with identical content (times, label, stage, step, unit), so the log
+        stays O(events), not O(GPUs); a run keeps its first GPU's version."""
+        unassigned = (LABEL_CODE["unassigned"], stages.code(""), -1, -1, units.code(""))
+        coded = {id(c): (LABEL_CODE[c.label], stages.code(c.stage), c.step, c.version, units.code(c.unit))
+                 for c in self.context if c is not None}
+        fields = np.array([unassigned if c is None else coded[id(c)] for c in self.context],
+                          dtype=np.int64).reshape(-1, 5)
+        label, stage, step, version, unit = fields.T
+        gpu = np.array(self.gpu, dtype=np.int64)
+        start, end = np.array(self.start, dtype=np.float64), np.array(self.end, dtype=np.float64)
+        order = np.lexsort((gpu, unit, step, stage, label, end, start))
+        gpu, start, end = gpu[order], start[order], end[order]
+        label, stage, step, version, unit = label[order], stage[order], step[order], version[order], unit[order]
+        same = ((start[1:] == start[:-1]) & (end[1:] == end[:-1]) & (label[1:] == label[:-1])
+                & (stage[1:] == stage[:-1]) & (step[1:] == step[:-1]) & (unit[1:] == unit[:-1])
+                & (gpu[1:] == gpu[:-1] + 1))
+        # A run continues while the next piece is identical on the next GPU (each piece covers one GPU).
+        first = np.flatnonzero(np.concatenate([[True], ~same])) if gpu.size else np.zeros(0, dtype=np.int64)
+        count = np.diff(np.append(first, gpu.size))
+        return {"first_gpu": gpu[first].astype(np.int32), "gpu_count": count.astype(np.int32),
+                "start": start[first], "end": end[first], "label": label[first].astype(np.int8),
+                "stage": stage[first].astype(np.int16), "step": step[first].astype(np.int32),
+                "version": version[first].astype(np.int32), "unit": unit[first].astype(np.int32)}

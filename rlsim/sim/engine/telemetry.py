@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import simpy
 
-from rlsim.events import EngineSample
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.slot import Slot
@@ -68,15 +67,15 @@ class EngineTelemetry:
         kv, batch, now = self._kv, self._batch, self.env.now
         stretch = batch.stretch
         if stretch is None:  # at a boundary, or in an iteration whose progress the exact mode books at its end
-            self._samples.append(EngineSample(self.unit, now, len(self._running), len(self._waiting), kv.used,
-                                              batch.size, batch.iteration, batch.decode_iterations, batch.decode_read))
+            self._samples.append(self.unit, now, len(self._running), len(self._waiting), kv.used,
+                                 batch.size, batch.iteration, batch.decode_iterations, batch.decode_read)
             return
         done = batch.unbooked(now)
         size = stretch.size
-        self._samples.append(EngineSample(self.unit, now, len(self._running), len(self._waiting),
-                                          kv.used + size * done, size, batch.iteration + done,
-                                          batch.decode_iterations + done,
-                                          batch.decode_read + decode_read(size, stretch.context, done)))
+        self._samples.append(self.unit, now, len(self._running), len(self._waiting),
+                             kv.used + size * done, size, batch.iteration + done,
+                             batch.decode_iterations + done,
+                             batch.decode_read + decode_read(size, stretch.context, done))
 
     def begin(self, label: str) -> None:
         """An iteration or decode stretch of `label` work starts now."""

@@ -7,7 +7,10 @@ metrics are pure functions over the frozen log and never see a SimPy object.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from rlsim.events.tables import SampleTable, SpanTable
 
 # The idle taxonomy (DESIGN.md): every GPU-second carries exactly one of these labels.
 BUSY_LABELS = ("prefill", "decode", "logprob", "train_forward", "train_backward", "optimizer", "reward_model")
@@ -108,12 +111,24 @@ class EngineSample(NamedTuple):
 
 @dataclass(frozen=True)
 class EventLog:
-    """Everything a run produced. Built once by the simulator; read by metrics and reports."""
+    """Everything a run produced. Built once by the simulator; read by metrics and reports.
 
-    spans: tuple[Span, ...]
+    Spans and engine samples are held as columns (rlsim.events.tables: a long run records millions of them); both
+    iterate as records. A log may also be built from tuples of records (tests, hand-made logs): they are turned into
+    columns here."""
+
+    spans: SpanTable
     sequences: tuple[SequenceRecord, ...]
     steps: tuple[StepRecord, ...]
     gpus: int
     wall_s: float  # simulated time from the start to the end of the last step
     events: int  # SimPy events processed: the simulator's work, independent of tokens in fast mode
-    engine_samples: tuple[EngineSample, ...] = ()  # in time order
+    engine_samples: SampleTable = ()  # type: ignore[assignment]  # in time order
+
+    def __post_init__(self) -> None:
+        from rlsim.events.tables import SampleTable, SpanTable  # the tables build on this module's records
+
+        if not isinstance(self.spans, SpanTable):
+            object.__setattr__(self, "spans", SpanTable.from_spans(self.spans))
+        if not isinstance(self.engine_samples, SampleTable):
+            object.__setattr__(self, "engine_samples", SampleTable.from_samples(self.engine_samples))

@@ -1,0 +1,219 @@
+"""The event log's big tables as columns: spans and engine samples.
+
+A long run records millions of spans and samples. As Python objects each costs ~150–250 bytes and the collector
+walks them all; as columns (compact `array.array`s while the run appends, numpy arrays once frozen) a span costs 38
+bytes and a sample 66, and metrics read them with array operations. The tables still iterate as `Span` and
+`EngineSample` records, so code that wants records gets them (made on demand, never all kept).
+
+Strings (labels, stages, units, engine names) are stored as small integer codes into a table's own name list.
+"""
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlsim.events import LABELS, EngineSample, Span
+
+LABEL_CODE = {label: code for code, label in enumerate(LABELS)}
+# Records are made a chunk at a time when a table is iterated: iterating never holds the whole table as objects.
+CHUNK = 65_536
+
+
+class Names:
+    """Strings ↔ small integer codes, in order of first use."""
+
+    def __init__(self, names: Iterable[str] = ()):
+        self.names: list[str] = []
+        self.codes: dict[str, int] = {}
+        for name in names:
+            self.code(name)
+
+    def code(self, name: str) -> int:
+        code = self.codes.get(name)
+        if code is None:
+            code = self.codes[name] = len(self.names)
+            self.names.append(name)
+        return code
+
+
+SPAN_COLUMNS = (("first_gpu", "i"), ("gpu_count", "i"), ("start", "d"), ("end", "d"), ("label", "b"),
+                ("stage", "h"), ("step", "i"), ("version", "i"), ("unit", "i"))
+
+
+class SpanColumns:
+    """Spans appended one at a time into compact columns (what the recorder fills while the run goes on)."""
+
+    def __init__(self, stages: Names | None = None, units: Names | None = None):
+        self.columns = {name: array(code) for name, code in SPAN_COLUMNS}
+        self.stages = stages or Names()
+        self.units = units or Names()
+        c = self.columns
+        # Bound appends, in SPAN_COLUMNS order: a span is appended once per busy stretch of the run.
+        self._appenders: tuple[Callable[[Any], None], ...] = tuple(c[name].append for name, _ in SPAN_COLUMNS)
+
+    def __len__(self) -> int:
+        return len(self.columns["start"])
+
+    def append(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str, step: int,
+               version: int, unit: str) -> None:
+        a = self._appenders
+        a[0](first_gpu)
+        a[1](gpu_count)
+        a[2](start)
+        a[3](end)
+        a[4](LABEL_CODE[label])
+        a[5](self.stages.code(stage))
+        a[6](step)
+        a[7](version)
+        a[8](self.units.code(unit))
+
+    def table(self) -> SpanTable:
+        arrays = {name: np.frombuffer(column, dtype=column.typecode) if len(column) else
+                  np.zeros(0, dtype=column.typecode) for name, column in self.columns.items()}
+        return SpanTable(**arrays, stage_names=tuple(self.stages.names), unit_names=tuple(self.units.names))
+
+
+@dataclass(frozen=True, eq=False)
+class SpanTable:
+    """Spans as columns; iterates as `Span`s. `label` holds codes into LABELS, `stage` and `unit` codes into
+    `stage_names` and `unit_names`."""
+
+    first_gpu: np.ndarray
+    gpu_count: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    label: np.ndarray
+    stage: np.ndarray
+    step: np.ndarray
+    version: np.ndarray
+    unit: np.ndarray
+    stage_names: tuple[str, ...]
+    unit_names: tuple[str, ...]
+
+    @classmethod
+    def from_spans(cls, spans: Iterable[Span]) -> SpanTable:
+        columns = SpanColumns()
+        for s in spans:
+            columns.append(s.first_gpu, s.gpu_count, s.start, s.end, s.label, s.stage, s.step, s.version, s.unit)
+        return columns.table()
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+    def __iter__(self) -> Iterator[Span]:
+        labels, stages, units = LABELS, self.stage_names, self.unit_names
+        for a in range(0, len(self), CHUNK):
+            b = a + CHUNK
+            yield from map(Span, self.first_gpu[a:b].tolist(), self.gpu_count[a:b].tolist(),
+                           self.start[a:b].tolist(), self.end[a:b].tolist(),
+                           [labels[c] for c in self.label[a:b].tolist()],
+                           [stages[c] for c in self.stage[a:b].tolist()], self.step[a:b].tolist(),
+                           self.version[a:b].tolist(), [units[c] for c in self.unit[a:b].tolist()])
+
+    def __getitem__(self, index: int) -> Span:
+        i = range(len(self))[index]
+        return Span(int(self.first_gpu[i]), int(self.gpu_count[i]), float(self.start[i]), float(self.end[i]),
+                    LABELS[self.label[i]], self.stage_names[self.stage[i]], int(self.step[i]), int(self.version[i]),
+                    self.unit_names[self.unit[i]])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SpanTable | tuple | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def seconds(self) -> np.ndarray:
+        return self.end - self.start
+
+    def labelled(self, *labels: str) -> np.ndarray:
+        """A mask of the spans carrying any of `labels`."""
+        return np.isin(self.label, [LABEL_CODE[label] for label in labels])
+
+    def unit_mask(self, predicate: Any) -> np.ndarray:
+        """A mask of the spans whose unit satisfies `predicate(unit) -> bool`."""
+        allowed = np.array([bool(predicate(name)) for name in self.unit_names] or [False])
+        return allowed[self.unit]
+
+    def stage_mask(self, stages: Iterable[str]) -> np.ndarray:
+        wanted = set(stages)
+        allowed = np.array([name in wanted for name in self.stage_names] or [False])
+        return allowed[self.stage]
+
+    def take(self, index: np.ndarray) -> SpanTable:
+        """The spans at `index` (a mask or indices), in that order."""
+        return SpanTable(self.first_gpu[index], self.gpu_count[index], self.start[index], self.end[index],
+                         self.label[index], self.stage[index], self.step[index], self.version[index],
+                         self.unit[index], self.stage_names, self.unit_names)
+
+
+SAMPLE_COUNTERS = EngineSample._fields[2:]
+
+
+class SampleColumns:
+    """Engine samples appended into compact columns while the run goes on."""
+
+    def __init__(self) -> None:
+        self.engines = Names()
+        self.engine = array("i")
+        self.time = array("d")
+        self.counters = array("q")  # SAMPLE_COUNTERS interleaved, a row per sample
+
+    def __len__(self) -> int:
+        return len(self.time)
+
+    def append(self, engine: str, time: float, *counters: int) -> None:
+        self.engine.append(self.engines.code(engine))
+        self.time.append(time)
+        self.counters.extend(counters)
+
+    def table(self) -> SampleTable:
+        count = len(self.time)
+        return SampleTable(np.frombuffer(self.engine, dtype=np.int32) if count else np.zeros(0, np.int32),
+                           np.frombuffer(self.time, dtype=np.float64) if count else np.zeros(0),
+                           (np.frombuffer(self.counters, dtype=np.int64) if count else np.zeros(0, np.int64))
+                           .reshape(count, len(SAMPLE_COUNTERS)), tuple(self.engines.names))
+
+
+@dataclass(frozen=True, eq=False)
+class SampleTable:
+    """Engine samples as columns, in time order; iterates as `EngineSample`s."""
+
+    engine: np.ndarray  # codes into engine_names
+    time: np.ndarray
+    counters: np.ndarray  # [sample, SAMPLE_COUNTERS]
+    engine_names: tuple[str, ...]
+
+    @classmethod
+    def from_samples(cls, samples: Iterable[EngineSample]) -> SampleTable:
+        columns = SampleColumns()
+        for s in samples:
+            columns.append(*s)
+        return columns.table()
+
+    def __len__(self) -> int:
+        return int(self.time.size)
+
+    def __iter__(self) -> Iterator[EngineSample]:
+        names = self.engine_names
+        for a in range(0, len(self), CHUNK):
+            b = a + CHUNK
+            for code, time, row in zip(self.engine[a:b].tolist(), self.time[a:b].tolist(),
+                                       self.counters[a:b].tolist(), strict=True):
+                yield EngineSample(names[code], time, *row)
+
+    def __getitem__(self, index: int) -> EngineSample:
+        i = range(len(self))[index]
+        return EngineSample(self.engine_names[self.engine[i]], float(self.time[i]), *self.counters[i].tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SampleTable | tuple | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
