@@ -114,6 +114,10 @@ class SpanTable:
                            [stages[c] for c in self.stage[a:b].tolist()], self.step[a:b].tolist(),
                            self.version[a:b].tolist(), [units[c] for c in self.unit[a:b].tolist()])
 
+    def records(self, index: np.ndarray) -> list[Span]:
+        """The spans at `index`, as records."""
+        return list(self.take(index))
+
     def __getitem__(self, index: int) -> Span:
         i = range(len(self))[index]
         return Span(int(self.first_gpu[i]), int(self.gpu_count[i]), float(self.start[i]), float(self.end[i]),

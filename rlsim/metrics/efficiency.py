@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlsim.events import TRAINING_STAGES, EventLog
+from rlsim.metrics.columns import ordered_sum
 from rlsim.metrics.engines import ROLLOUT_ENGINE, engine_tracks
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.sequences import SequenceArrays, trained
@@ -50,13 +51,13 @@ def mfu(log: EventLog, facts: RunFacts, flops: dict[str, float]) -> dict[str, fl
     (their barriers, bubbles and exposed communication included, as verl's per-stage MFU does).
     """
     capacity = sum(pool.peak_bf16_flops * pool.gpus for pool in facts.pools) * log.wall_s
-    generation_capacity = training_capacity = 0.0
-    for span in log.spans:
-        peak = facts.pool_of_gpu(span.first_gpu).peak_bf16_flops
-        if span.label in GENERATION_LABELS:
-            generation_capacity += peak * span.seconds * span.gpu_count
-        elif span.unit.startswith("dp") and span.stage in GPU_TRAINING_STAGES:
-            training_capacity += peak * span.seconds * span.gpu_count
+    spans = log.spans
+    peak_of_gpu = np.array([facts.pool_of_gpu(gpu).peak_bf16_flops for gpu in range(log.gpus)] or [0.0])
+    capacity_of_span = peak_of_gpu[spans.first_gpu] * spans.seconds * spans.gpu_count
+    generating = spans.labelled(*GENERATION_LABELS)
+    training = ~generating & spans.unit_mask(lambda unit: unit.startswith("dp")) & spans.stage_mask(GPU_TRAINING_STAGES)
+    generation_capacity = ordered_sum(capacity_of_span[generating])
+    training_capacity = ordered_sum(capacity_of_span[training])
     training = flops["inference_passes"] + flops["updates"]
     return {
         "overall": sum(flops.values()) / capacity if capacity else 0.0,
@@ -73,8 +74,9 @@ def decode_hbm_utilisation(log: EventLog, facts: RunFacts) -> dict[str, float]:
     from the engines' samples exactly: between two samples an engine ran a fixed decode batch for a counted number of
     decode iterations, and each sample carries the KV tokens its decode iterations read so far.
     """
-    decode_gpu_seconds = sum(span.seconds * span.gpu_count for span in log.spans
-                             if span.label == "decode" and span.unit.startswith(ROLLOUT_ENGINE))
+    spans = log.spans
+    decoding = spans.labelled("decode") & spans.unit_mask(lambda unit: unit.startswith(ROLLOUT_ENGINE))
+    decode_gpu_seconds = ordered_sum(spans.seconds[decoding] * spans.gpu_count[decoding])
     iterations = kv_tokens_read = 0
     weight_bytes = 0.0
     for track in engine_tracks(log):

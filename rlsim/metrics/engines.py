@@ -11,7 +11,6 @@ is zero; after its last (recorded when the run ends) its state holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 
 import numpy as np
 
@@ -74,14 +73,10 @@ def _engine_index(name: str, prefix: str) -> int:
 def engine_tracks(log: EventLog, prefix: str = ROLLOUT_ENGINE) -> list[EngineTrack]:
     """The samples of the engines whose unit is `prefix` + index, per engine in index order."""
     samples = log.engine_samples
-    n = len(samples)
-    names = list(map(attrgetter("engine"), samples))
-    index_of = {name: _engine_index(name, prefix) for name in set(names)}
-    if not any(i >= 0 for i in index_of.values()):
+    index_of = np.array([_engine_index(name, prefix) for name in samples.engine_names] or [-1], dtype=np.int64)
+    if not (index_of >= 0).any():
         return []
-    engine = np.fromiter(map(index_of.__getitem__, names), dtype=np.int64, count=n)
-    time = np.fromiter(map(attrgetter("time"), samples), dtype=np.float64, count=n)
-    counts = np.fromiter(map(attrgetter(*COUNTERS), samples), dtype=np.dtype((np.int64, len(COUNTERS))), count=n)
+    engine, time, counts = index_of[samples.engine], samples.time, samples.counters
     order = np.argsort(engine, kind="stable")  # by engine, in time order within each
     engine, time, counts = engine[order], time[order], counts[order]
     tracks = []
@@ -93,12 +88,16 @@ def engine_tracks(log: EventLog, prefix: str = ROLLOUT_ENGINE) -> list[EngineTra
 
 
 def _generating(log: EventLog) -> dict[str, np.ndarray]:
-    """Per engine: its prefill and decode spans as [n, 2] (start, end)."""
-    spans: dict[str, list[tuple[float, float]]] = {}
-    for span in log.spans:
-        if span.label in GENERATION_LABELS and span.unit:
-            spans.setdefault(span.unit, []).append((span.start, span.end))
-    return {unit: np.array(intervals, dtype=np.float64) for unit, intervals in spans.items()}
+    """Per engine: its prefill and decode spans as [n, 2] (start, end), in the log's order."""
+    spans = log.spans
+    generating = np.flatnonzero(spans.labelled(*GENERATION_LABELS) & spans.unit_mask(bool))
+    unit = spans.unit[generating]
+    order = np.argsort(unit, kind="stable")
+    generating, unit = generating[order], unit[order]
+    intervals = np.stack([spans.start[generating], spans.end[generating]], axis=1)
+    bounds = np.flatnonzero(np.concatenate([[True], unit[1:] != unit[:-1], [True]])) if unit.size else np.zeros(1, int)
+    return {spans.unit_names[unit[a]]: intervals[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(),
+                                                                        strict=True)}
 
 
 def _mean_over(track: EngineTrack, values: np.ndarray, ends: np.ndarray | None, intervals: np.ndarray) -> float:

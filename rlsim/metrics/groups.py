@@ -3,12 +3,15 @@ rollout engine's TP group, a training rank's block, or a GPU serving both when c
 one row per group instead of one per GPU."""
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import pairwise
 
-from rlsim.events import BUSY_LABELS, EventLog, Span
+import numpy as np
+
+from rlsim.events import EventLog, Span
+from rlsim.metrics.columns import group_edges, span_groups
 from rlsim.metrics.facts import RunFacts
+from rlsim.metrics.labels import group_units
 
 
 @dataclass(frozen=True)
@@ -28,28 +31,19 @@ class GpuGroup:
 def gpu_groups(log: EventLog, facts: RunFacts) -> list[GpuGroup]:
     """Cut the GPU range at every span's and pool's edge: between two cuts every span covers all GPUs or none, so
     the GPUs of a group have identical timelines."""
-    cuts = {0, log.gpus}
-    cuts.update(pool.first_gpu for pool in facts.pools)
-    for span in log.spans:
-        cuts.add(span.first_gpu)
-        cuts.add(span.first_gpu + span.gpu_count)
-    edges = sorted(cuts)
-    units: list[dict[str, None]] = [{} for _ in edges[:-1]]
-    for span in log.spans:
-        if span.unit and span.label in BUSY_LABELS:
-            for g in range(bisect_left(edges, span.first_gpu), bisect_left(edges, span.first_gpu + span.gpu_count)):
-                units[g].setdefault(span.unit, None)
-    return [GpuGroup(a, b - a, facts.pool_of_gpu(a).name, tuple(u))
-            for (a, b), u in zip(pairwise(edges), units, strict=True)]
+    edges = group_edges(log.spans, log.gpus, [pool.first_gpu for pool in facts.pools])
+    units = group_units(log.spans, edges)
+    return [GpuGroup(a, b - a, facts.pool_of_gpu(a).name, u)
+            for (a, b), u in zip(pairwise(edges.tolist()), units, strict=True)]
 
 
 def group_spans(log: EventLog, groups: list[GpuGroup]) -> list[list[Span]]:
     """Per group, its spans in time order (each covers the whole group)."""
-    starts = [g.first_gpu for g in groups]
-    per_group: list[list[Span]] = [[] for _ in groups]
-    for span in log.spans:
-        for g in range(bisect_left(starts, span.first_gpu), bisect_left(starts, span.first_gpu + span.gpu_count)):
-            per_group[g].append(span)
-    for spans in per_group:
-        spans.sort(key=lambda s: (s.start, s.end))
-    return per_group
+    spans = log.spans
+    edges = np.array([g.first_gpu for g in groups] + [groups[-1].first_gpu + groups[-1].gpu_count if groups else 0])
+    span, group = span_groups(spans, edges)
+    order = np.lexsort((span, spans.end[span], spans.start[span], group))  # ties keep the log's order
+    span, group = span[order], group[order]
+    bounds = np.searchsorted(group, np.arange(len(groups) + 1))
+    records = spans.records(span)
+    return [records[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]

@@ -1,9 +1,11 @@
 """Where the GPU-seconds go: time by label of the idle taxonomy, per GPU, per pool and in total, and utilisation."""
 from __future__ import annotations
 
-from collections import defaultdict
+import numpy as np
 
 from rlsim.events import BUSY_LABELS, COMMUNICATION_LABELS, IDLE_LABELS, LABELS, MEMORY_LABELS, EventLog
+from rlsim.events.tables import SpanTable
+from rlsim.metrics.columns import first_occurrences, group_edges, ordered_sums, span_groups
 from rlsim.metrics.facts import RunFacts
 
 CATEGORIES = {"busy": BUSY_LABELS, "communication": COMMUNICATION_LABELS, "memory": MEMORY_LABELS, "idle": IDLE_LABELS}
@@ -12,30 +14,36 @@ CATEGORY_OF = {label: category for category, labels in CATEGORIES.items() for la
 
 def gpu_seconds_by_label(log: EventLog) -> dict[str, float]:
     """Seconds summed over GPUs, per label of the idle taxonomy (every label present, zero when unused)."""
-    totals = dict.fromkeys(LABELS, 0.0)
-    for span in log.spans:
-        totals[span.label] += span.seconds * span.gpu_count
-    return totals
+    spans = log.spans
+    totals = ordered_sums(spans.label, spans.seconds * spans.gpu_count, len(LABELS))
+    return dict(zip(LABELS, totals.tolist(), strict=True))
 
 
 def gpu_label_seconds(log: EventLog) -> list[dict[str, float]]:
-    """Per GPU: seconds by label. For every GPU these sum to the simulated wall time."""
-    per_gpu = [defaultdict(float) for _ in range(log.gpus)]
-    for span in log.spans:
-        for gpu in range(span.first_gpu, span.first_gpu + span.gpu_count):
-            per_gpu[gpu][span.label] += span.seconds
-    return [dict(d) for d in per_gpu]
+    """Per GPU: seconds by label, labels in order of first use. For every GPU these sum to the simulated wall time."""
+    spans = log.spans
+    edges = group_edges(spans, log.gpus)
+    span, group = span_groups(spans, edges)
+    keys = group * len(LABELS) + spans.label[span]
+    totals = ordered_sums(keys, spans.seconds[span], (edges.size - 1) * len(LABELS))
+    used = first_occurrences(group, spans.label[span].astype(np.int64))
+    per_group = [{LABELS[label]: float(totals[g * len(LABELS) + label]) for label in used.get(g, [])}
+                 for g in range(edges.size - 1)]
+    return [dict(per_group[g]) for g in np.searchsorted(edges, np.arange(log.gpus), side="right") - 1]
 
 
 def pool_label_seconds(log: EventLog, facts: RunFacts) -> dict[str, dict[str, float]]:
     """Per pool: seconds by label summed over its GPUs (every label present). The pools' tables add up to
     `gpu_seconds_by_label`."""
-    totals = {pool.name: dict.fromkeys(LABELS, 0.0) for pool in facts.pools}
-    for span in log.spans:
-        for pool in facts.pools:
-            inside = pool.overlap(span.first_gpu, span.gpu_count)
-            if inside:
-                totals[pool.name][span.label] += span.seconds * inside
+    spans = log.spans
+    first = spans.first_gpu.astype(np.int64)
+    totals = {}
+    for pool in facts.pools:
+        inside = np.clip(np.minimum(first + spans.gpu_count, pool.first_gpu + pool.gpus)
+                         - np.maximum(first, pool.first_gpu), 0, None)
+        used = inside > 0
+        sums = ordered_sums(spans.label[used], spans.seconds[used] * inside[used], len(LABELS))
+        totals[pool.name] = dict(zip(LABELS, sums.tolist(), strict=True))
     return totals
 
 
@@ -48,12 +56,18 @@ def utilisation(label_seconds: dict[str, float]) -> dict[str, float]:
 
 def gpu_units(log: EventLog) -> list[tuple[str, ...]]:
     """Per GPU: the engines and training ranks it served (the `unit` of its busy spans), in order of first use."""
-    units: list[dict[str, None]] = [{} for _ in range(log.gpus)]
-    for span in log.spans:
-        if span.unit and span.label in BUSY_LABELS:
-            for gpu in range(span.first_gpu, span.first_gpu + span.gpu_count):
-                units[gpu].setdefault(span.unit, None)
-    return [tuple(u) for u in units]
+    spans = log.spans
+    edges = group_edges(spans, log.gpus)
+    per_group = group_units(spans, edges)
+    return [per_group[g] for g in np.searchsorted(edges, np.arange(log.gpus), side="right") - 1]
+
+
+def group_units(spans: SpanTable, edges: np.ndarray) -> list[tuple[str, ...]]:
+    """Per group of `edges`: the units of the busy spans that covered it, in order of first use."""
+    served = spans.labelled(*BUSY_LABELS) & spans.unit_mask(bool)
+    span, group = span_groups(spans, edges, served)
+    used = first_occurrences(group, spans.unit[span].astype(np.int64))
+    return [tuple(spans.unit_names[u] for u in used.get(g, [])) for g in range(edges.size - 1)]
 
 
 def gpu_rows(log: EventLog, facts: RunFacts) -> list[dict]:

@@ -1,11 +1,10 @@
 """Per RL step: time by verl stage, samples and tokens trained, throughput, and the long-tail bubble of generation."""
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from rlsim.events import STAGES, EventLog, StepRecord
+from rlsim.metrics.columns import ordered_sums
 
 GENERATION_LABELS = ("prefill", "decode")
 
@@ -15,31 +14,41 @@ def measured_steps(log: EventLog, warmup_steps: int) -> list[StepRecord]:
     return [s for s in log.steps if s.step >= warmup_steps]
 
 
-def engine_finish_times(log: EventLog) -> dict[int, dict[str, float]]:
-    """Per RL step, per rollout engine that generated in it: when the engine's last generation span of the step ended."""
-    finish: dict[int, dict[str, float]] = defaultdict(dict)
-    for span in log.spans:
-        if span.label in GENERATION_LABELS and span.unit:
-            engines = finish[span.step]
-            engines[span.unit] = max(engines.get(span.unit, 0.0), span.end)
-    return dict(finish)
+def engine_finish_times(log: EventLog) -> dict[int, np.ndarray]:
+    """Per RL step: when each rollout engine that generated in it ended its last generation span of the step."""
+    spans = log.spans
+    generating = np.flatnonzero(spans.labelled(*GENERATION_LABELS) & spans.unit_mask(bool))
+    if not generating.size:
+        return {}
+    step, unit, end = spans.step[generating], spans.unit[generating], spans.end[generating]
+    order = np.lexsort((unit, step))
+    step, unit, end = step[order], unit[order], end[order]
+    first = np.flatnonzero(np.concatenate([[True], (step[1:] != step[:-1]) | (unit[1:] != unit[:-1])]))
+    last_end = np.maximum.reduceat(end, first)  # per (step, engine)
+    engine_step = step[first]
+    bounds = np.flatnonzero(np.concatenate([[True], engine_step[1:] != engine_step[:-1], [True]]))
+    return {int(engine_step[a]): last_end[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)}
 
 
 def long_tail(log: EventLog) -> list[dict]:
     """Per step: the long-tail bubble, from the median engine's finish to the last engine's, and the GPU-seconds
     labelled `tail` (rollout GPUs done while others still generate)."""
     finish = engine_finish_times(log)
-    tail_gpu_s: dict[int, float] = defaultdict(float)
-    for span in log.spans:
-        if span.label == "tail":
-            tail_gpu_s[span.step] += span.seconds * span.gpu_count
+    spans = log.spans
+    tail = spans.labelled("tail")
+    tail_steps = spans.step[tail].astype(np.int64)
+    lowest = int(tail_steps.min()) if tail_steps.size else 0
+    sums = ordered_sums(tail_steps - lowest, spans.seconds[tail] * spans.gpu_count[tail],
+                        int(tail_steps.max()) - lowest + 1 if tail_steps.size else 0)
+    tail_gpu_s = {lowest + i: value for i, value in enumerate(sums.tolist())}
     rows = []
     for step in log.steps:
-        times = np.array(sorted(finish.get(step.step, {}).values()))
+        times = np.sort(finish.get(step.step, np.zeros(0)))
         median = float(np.median(times)) if times.size else step.start
         last = float(times.max()) if times.size else step.start
         rows.append({"step": step.step, "engines": int(times.size), "median_engine_finish_s": median,
-                     "last_engine_finish_s": last, "bubble_s": last - median, "tail_gpu_s": tail_gpu_s[step.step]})
+                     "last_engine_finish_s": last, "bubble_s": last - median,
+                     "tail_gpu_s": tail_gpu_s.get(step.step, 0.0)})
     return rows
 
 

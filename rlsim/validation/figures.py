@@ -82,12 +82,13 @@ def _generation_tokens_per_s(scenario: Scenario, result: Result | None, __: str)
     log = _measured(result).log
     steps = [s for s in log.steps if s.step >= scenario.run.warmup_steps]
     start, end = steps[0].start, steps[-1].end
-    engine_gpus = {g for span in log.spans if span.label in ("prefill", "decode")
+    spans = log.spans
+    engine_gpus = {g for span in spans.take(spans.labelled("prefill", "decode"))
                    for g in range(span.first_gpu, span.first_gpu + span.gpu_count)}
     blocked = sum(
         max(0.0, min(span.end, end) - max(span.start, start))
         * len(engine_gpus.intersection(range(span.first_gpu, span.first_gpu + span.gpu_count)))
-        for span in log.spans if span.label == "staleness_block"
+        for span in spans.take(spans.labelled("staleness_block"))
     )
     running = (end - start) - blocked / len(engine_gpus) if engine_gpus else 0.0
     generated = sum(r.response_tokens for r in log.sequences if start < r.finished <= end)
