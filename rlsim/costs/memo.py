@@ -7,8 +7,11 @@ key the first time it is asked for, `memo[key]`. Why this style and not another:
   thousands of times per run (engine iterations, micro-batches, collective sizes), so the hit path is what costs time.
 * The key is spelled where the memo is read, and it is the whole input of the priced function (which receives the
   key and nothing else), so a memo cannot return a value priced for a different input.
-* It is per instance and unbounded: a cost model prices one layout, whose distinct keys are few (token counts, batch
-  sizes, chunk indices), and the memo dies with the model. No eviction, so results never depend on the order asked.
+* It is per instance: a cost model prices one layout, whose distinct keys are few (token counts, batch sizes, chunk
+  indices), and the memo dies with the model. A memo whose keys keep coming over a long run (training micro-batches,
+  whose token counts differ step after step) is given a `limit`: when it holds that many it starts afresh, so a
+  thousand-step run's memory does not grow with it. The priced functions are pure, so which keys are remembered never
+  changes a result, only how often one is priced.
 
 Values that take no argument (shape tables, per-layer widths) are not memos: each part computes them when it is built.
 """
@@ -22,14 +25,17 @@ V = TypeVar("V")
 
 
 class Memo(dict[K, V], Generic[K, V]):
-    """`memo[key]` is `price(key)`, priced on first use and remembered."""
+    """`memo[key]` is `price(key)`, priced on first use and remembered (up to `limit` keys, then afresh)."""
 
-    __slots__ = ("_price",)
+    __slots__ = ("_limit", "_price")
 
-    def __init__(self, price: Callable[[K], V]):
+    def __init__(self, price: Callable[[K], V], limit: int | None = None):
         super().__init__()
         self._price = price
+        self._limit = limit
 
     def __missing__(self, key: K) -> V:
+        if self._limit is not None and len(self) >= self._limit:
+            self.clear()
         value = self[key] = self._price(key)
         return value

@@ -74,6 +74,10 @@ __all__ = ["ADAM_BYTES_PER_PARAM", "CLIP_BYTES_PER_PARAM", "Collective", "GroupC
 # One micro-batch's ops: each chunk's forward and (unless a forward-only pass) backward.
 MicroBatchOps = tuple[tuple[TrainingTime, ...], tuple[TrainingTime, ...]]
 
+# Micro-batch shapes remembered per cost model: more than an async step of a thousand GPUs prices (~500), few enough
+# that a thousand-step run's memory does not grow with its steps.
+MICRO_BATCH_MEMO_LIMIT = 16_384
+
 
 def training_rates(gpu: GPUProfile, efficiency: float) -> GPURates:
     """What training kernels run at on `gpu` within a real step: its BF16 kernel rates × `efficiency`
@@ -109,7 +113,8 @@ class TrainingCosts:
     head: Literal["lm", "value"] = "lm"
     _layers: LayerPricing = field(init=False, repr=False, compare=False)
     _shards: ShardPricing = field(init=False, repr=False, compare=False)
-    # (tokens, pad_to, causal pairs, reduce_gradients) -> the micro-batch's ops (`_micro_batch_ops`).
+    # (tokens, pad_to, causal pairs, reduce_gradients) -> the micro-batch's ops (`_micro_batch_ops`); new keys keep
+    # coming step after step (token counts differ), so the memo is bounded.
     _micro_batch_memo: Memo[tuple[int, int, float, bool | None], MicroBatchOps] = field(
         init=False, repr=False, compare=False)
 
@@ -128,7 +133,7 @@ class TrainingCosts:
             raise ValueError(f"{self.spec.architecture.num_hidden_layers} layers cannot fill {chunks} pipeline chunks")
         parts = {"_layers": LayerPricing(self.spec, self.rates, layout, c, self.head),
                  "_shards": ShardPricing(self.spec, self.rates, layout, c, self.head),
-                 "_micro_batch_memo": Memo(self._price_micro_batch)}
+                 "_micro_batch_memo": Memo(self._price_micro_batch, limit=MICRO_BATCH_MEMO_LIMIT)}
         for name, part in parts.items():
             object.__setattr__(self, name, part)
 

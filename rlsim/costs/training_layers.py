@@ -58,6 +58,10 @@ ELEMENTWISE_BACKWARD_TRAFFIC = 2.0
 #   one-hot int64 mask instead and moved about three times as much; the v0.5 count is used for every version.)
 LOGPROB_BYTES = {"fused": (2, 4), "fp32_vocab_parallel": (38, 14), "fp32_unfused": (46, 22)}
 
+# Per-token layer prices remembered per kind of layer (keyed by the micro-batch's tokens, which differ step after
+# step): bounded, so a long run's memory does not grow with its steps.
+TOKEN_MEMO_LIMIT = 16_384
+
 
 def causal_pairs(sequence_lengths: Sequence[int]) -> float:
     """(query, key) pairs of causal attention within each sequence, summed in order."""
@@ -107,7 +111,8 @@ class LayerPricing:
         self._attention_efficiency = ATTENTION_EFFICIENCY["megatron" if layout.backend == "megatron" else "fsdp"]
         # (layer kind, tokens, backward) -> (GEMM, elementwise) seconds: micro-batches of equal token counts repeat
         # across DP ranks and passes, and neither depends on how the tokens split into sequences.
-        self._token_memo: Memo[tuple[LayerKind, float, bool], tuple[float, float]] = Memo(self._price_per_token)
+        self._token_memo: Memo[tuple[LayerKind, float, bool], tuple[float, float]] = Memo(
+            self._price_per_token, limit=TOKEN_MEMO_LIMIT)
 
     def tokens(self, sequence_lengths: Sequence[int], pad_to: int = 0) -> float:
         """Tokens of the micro-batch on this GPU's TP group (CP splits every sequence), padded up to `pad_to`."""

@@ -156,6 +156,27 @@ class SpanTable:
                          self.unit[index], self.stage_names, self.unit_names)
 
 
+def group_edges(spans: SpanTable, gpus: int, extra: list[int] | None = None) -> np.ndarray:
+    """Cut the GPU range at every span's edge (and at `extra`): between two cuts every span covers all GPUs or none,
+    so the GPUs of a group have identical timelines."""
+    first = spans.first_gpu.astype(np.int64)
+    cuts = np.concatenate([[0, gpus], extra or [], first, first + spans.gpu_count])
+    return np.unique(cuts.astype(np.int64))
+
+
+def span_groups(spans: SpanTable, edges: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(span index, group index) of every span (of `mask`) with each group of `edges` it covers, spans in order and
+    each span's groups in GPU order."""
+    index = np.arange(len(spans)) if mask is None else np.flatnonzero(mask)
+    first = spans.first_gpu[index].astype(np.int64)
+    lo = np.searchsorted(edges, first)
+    hi = np.searchsorted(edges, first + spans.gpu_count[index])
+    count = hi - lo
+    span = np.repeat(index, count)
+    group = np.repeat(lo, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    return span, group
+
+
 SAMPLE_COUNTERS = EngineSample._fields[2:]
 
 

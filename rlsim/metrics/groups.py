@@ -9,7 +9,7 @@ from itertools import pairwise
 import numpy as np
 
 from rlsim.events import EventLog, Span
-from rlsim.metrics.columns import group_edges, span_groups
+from rlsim.events.tables import group_edges, span_groups
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.labels import group_units
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from rlsim.events import BUSY_LABELS, COMMUNICATION_LABELS, IDLE_LABELS, LABELS, MEMORY_LABELS, EventLog
-from rlsim.events.tables import SpanTable
-from rlsim.metrics.columns import first_occurrences, group_edges, ordered_sums, span_groups
+from rlsim.events.tables import SpanTable, group_edges, span_groups
+from rlsim.metrics.columns import first_occurrences, ordered_sums
 from rlsim.metrics.facts import RunFacts
 
 CATEGORIES = {"busy": BUSY_LABELS, "communication": COMMUNICATION_LABELS, "memory": MEMORY_LABELS, "idle": IDLE_LABELS}

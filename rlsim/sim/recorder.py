@@ -9,13 +9,23 @@ them — `unassigned` where none does. So for every GPU the labels sum to the wa
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from rlsim.events import LABELS, EventLog, SequenceRecord, Span, StepRecord
-from rlsim.events.tables import LABEL_CODE, SPAN_COLUMNS, Names, SampleColumns, SpanColumns, SpanTable
+from rlsim.events.tables import (
+    LABEL_CODE,
+    SPAN_COLUMNS,
+    Names,
+    SampleColumns,
+    SpanColumns,
+    SpanTable,
+    group_edges,
+    span_groups,
+)
 
 # Relative tolerance of float time comparisons: spans that touch within it are treated as touching.
 TIME_EPS = 1e-12
@@ -76,39 +86,52 @@ class Recorder:
         order = np.lexsort((columns["end"], columns["start"], columns["first_gpu"]))  # stable: busy first on ties
         spans = SpanTable(**{name: values[order] for name, values in columns.items()},
                           stage_names=tuple(self._spans.stages.names), unit_names=tuple(self._spans.units.names))
+        # The log holds its own copy in time order: let the recorded columns go (a long run's are hundreds of MB).
+        del busy, columns
+        self._spans = SpanColumns(self._spans.stages, self._spans.units)
         return EventLog(spans=spans, sequences=tuple(sorted(self._sequences, key=lambda r: r.seq_id)),
                         steps=tuple(sorted(self._steps, key=lambda r: r.step)), gpus=self.gpus, wall_s=wall_s,
                         events=events, engine_samples=self.engine_samples.table())
 
     def _idle_spans(self, busy: SpanTable, wall_s: float) -> dict[str, np.ndarray]:
         """Fill each GPU's gaps between busy spans with the label of the latest context covering them, as columns
-        (codes into this recorder's stage and unit names), runs of neighbouring GPUs with identical pieces merged."""
+        (codes into this recorder's stage and unit names), runs of neighbouring GPUs with identical pieces merged.
+        GPUs between two edges of spans or contexts have identical timelines, so each such group is swept once."""
+        context_edges = [edge for c in self._contexts for edge in (c.first_gpu, c.first_gpu + c.gpu_count)]
+        edges = group_edges(busy, self.gpus, context_edges)
         pieces = _Pieces()
-        for gpu, sweep, gaps in _gpu_gaps(busy, wall_s, self.gpus, self._contexts):
+        for (first_gpu, gpu_count), sweep, gaps in _group_gaps(busy, wall_s, edges, self._contexts):
             if sweep is None:
-                pieces.unassigned(gpu, gaps)
+                pieces.unassigned(first_gpu, gpu_count, gaps)
                 continue
             labeller = _Labeller(sweep)
             for start, end in gaps:
                 for a, b, ctx in labeller.gap(start, end):
-                    pieces.add(gpu, a, b, ctx)
+                    pieces.add(first_gpu, gpu_count, a, b, ctx)
         return pieces.merged(self._spans.stages, self._spans.units)
 
 
-def _gpu_gaps(busy: SpanTable, wall_s: float, gpus: int, contexts: list[Span]):
-    """Per GPU: its contexts' sweep (None when none covers it) and the gaps between its busy spans up to wall_s, in
-    time order. Spans are expanded to one row per GPU and sorted once; each GPU's gaps are where a span starts after
-    the latest end before it (by more than TIME_EPS)."""
-    count = busy.gpu_count.astype(np.int64)
-    rows = int(count.sum())
-    within = np.arange(rows) - np.repeat(np.cumsum(count) - count, count)
-    gpu = np.repeat(busy.first_gpu.astype(np.int64), count) + within
-    start = np.repeat(busy.start, count)
-    end = np.minimum(np.repeat(busy.end, count), wall_s)
-    order = np.lexsort((end, start, gpu))
-    gpu, start, end = gpu[order], start[order], end[order]
-    bounds = np.searchsorted(gpu, np.arange(gpus + 1))
-    for g, sweep in enumerate(_sweeps(contexts, gpus)):
+def _group_gaps(busy: SpanTable, wall_s: float, edges: np.ndarray, contexts: list[Span]):
+    """Per group of GPUs between two `edges`: its GPUs, its contexts' sweep (None when none covers it) and the gaps
+    between its busy spans up to wall_s, in time order. Spans are expanded to one row per group they cover and sorted
+    once; a group's gaps are where a span starts after the latest end before it (by more than TIME_EPS)."""
+    span, group = span_groups(busy, edges)
+    start = busy.start[span]
+    end = np.minimum(busy.end[span], wall_s)
+    order = np.lexsort((end, start, group))
+    group, start, end = group[order], start[order], end[order]
+    groups = edges.size - 1
+    bounds = np.searchsorted(group, np.arange(groups + 1))
+    # Groups between the same two context edges are covered by the same contexts: they share one sweep.
+    context_edges = sorted({0} | {edge for c in contexts for edge in (c.first_gpu, c.first_gpu + c.gpu_count)})
+    sweeps: dict[int, _ContextSweep | None] = {}
+    for g in range(groups):
+        first_gpu, after = int(edges[g]), int(edges[g + 1])
+        segment = bisect_right(context_edges, first_gpu) - 1
+        if segment not in sweeps:
+            covering = [(order, c) for order, c in enumerate(contexts)
+                        if c.first_gpu <= first_gpu < c.first_gpu + c.gpu_count]
+            sweeps[segment] = _ContextSweep(covering) if covering else None
         a, b = bounds[g], bounds[g + 1]
         cursor = np.maximum.accumulate(np.concatenate([[0.0], end[a:b]]))  # the latest end before each span, then all
         starts = start[a:b]
@@ -117,20 +140,7 @@ def _gpu_gaps(busy: SpanTable, wall_s: float, gpus: int, contexts: list[Span]):
         last = float(cursor[-1])
         if wall_s > last + TIME_EPS:
             gaps.append((last, wall_s))
-        yield g, sweep, gaps
-
-
-def _sweeps(contexts: list[Span], gpus: int) -> list[_ContextSweep | None]:
-    """Per GPU, the sweep over the contexts covering it: GPUs between two context edges share one."""
-    edges = sorted({0, gpus} | {c.first_gpu for c in contexts} | {c.first_gpu + c.gpu_count for c in contexts})
-    out: list[_ContextSweep | None] = []
-    for lo, hi in zip(edges, edges[1:], strict=False):
-        if lo >= gpus:
-            break
-        covering = [(order, c) for order, c in enumerate(contexts) if c.first_gpu <= lo < c.first_gpu + c.gpu_count]
-        sweep = _ContextSweep(covering) if covering else None
-        out.extend([sweep] * (min(hi, gpus) - lo))
-    return out
+        yield (first_gpu, after - first_gpu), sweeps[segment], gaps
 
 
 class _ContextSweep:
@@ -188,22 +198,25 @@ class _Labeller:
 
 
 class _Pieces:
-    """Idle pieces of single GPUs as they are labelled, then merged into spans over runs of GPUs."""
+    """Idle pieces of groups of GPUs as they are labelled, then merged into spans over runs of GPUs."""
 
     def __init__(self) -> None:
         self.gpu: list[int] = []
+        self.count: list[int] = []
         self.start: list[float] = []
         self.end: list[float] = []
         self.context: list[Span | None] = []
 
-    def unassigned(self, gpu: int, gaps: list[tuple[float, float]]) -> None:
-        self.gpu.extend([gpu] * len(gaps))
+    def unassigned(self, first_gpu: int, gpu_count: int, gaps: list[tuple[float, float]]) -> None:
+        self.gpu.extend([first_gpu] * len(gaps))
+        self.count.extend([gpu_count] * len(gaps))
         self.start.extend(a for a, _ in gaps)
         self.end.extend(b for _, b in gaps)
         self.context.extend([None] * len(gaps))
 
-    def add(self, gpu: int, start: float, end: float, context: Span | None) -> None:
-        self.gpu.append(gpu)
+    def add(self, first_gpu: int, gpu_count: int, start: float, end: float, context: Span | None) -> None:
+        self.gpu.append(first_gpu)
+        self.count.append(gpu_count)
         self.start.append(start)
         self.end.append(end)
         self.context.append(context)
@@ -217,18 +230,18 @@ class _Pieces:
         fields = np.array([unassigned if c is None else coded[id(c)] for c in self.context],
                           dtype=np.int64).reshape(-1, 5)
         label, stage, step, version, unit = fields.T
-        gpu = np.array(self.gpu, dtype=np.int64)
+        gpu, count = np.array(self.gpu, dtype=np.int64), np.array(self.count, dtype=np.int64)
         start, end = np.array(self.start, dtype=np.float64), np.array(self.end, dtype=np.float64)
         order = np.lexsort((gpu, unit, step, stage, label, end, start))
-        gpu, start, end = gpu[order], start[order], end[order]
+        gpu, count, start, end = gpu[order], count[order], start[order], end[order]
         label, stage, step, version, unit = label[order], stage[order], step[order], version[order], unit[order]
         same = ((start[1:] == start[:-1]) & (end[1:] == end[:-1]) & (label[1:] == label[:-1])
                 & (stage[1:] == stage[:-1]) & (step[1:] == step[:-1]) & (unit[1:] == unit[:-1])
-                & (gpu[1:] == gpu[:-1] + 1))
-        # A run continues while the next piece is identical on the next GPU (each piece covers one GPU).
+                & (gpu[1:] == gpu[:-1] + count[:-1]))
+        # A run continues while the next piece is identical on the GPUs right after the previous piece's.
         first = np.flatnonzero(np.concatenate([[True], ~same])) if gpu.size else np.zeros(0, dtype=np.int64)
-        count = np.diff(np.append(first, gpu.size))
-        return {"first_gpu": gpu[first].astype(np.int32), "gpu_count": count.astype(np.int32),
+        run_count = np.add.reduceat(count, first) if gpu.size else count
+        return {"first_gpu": gpu[first].astype(np.int32), "gpu_count": run_count.astype(np.int32),
                 "start": start[first], "end": end[first], "label": label[first].astype(np.int8),
                 "stage": stage[first].astype(np.int16), "step": step[first].astype(np.int32),
                 "version": version[first].astype(np.int32), "unit": unit[first].astype(np.int32)}

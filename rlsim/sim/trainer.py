@@ -23,6 +23,9 @@ from rlsim.sim.recorder import Recorder
 LABEL_ORDER = ("logprob", "reward_model", "train_forward", "train_backward", "exposed_collective", "pipeline_bubble", "optimizer",
                "barrier")
 
+# Priced passes a trainer remembers: a step's ranks and stages ask for a few hundred at most.
+PASS_CACHE_LIMIT = 1_024
+
 
 @dataclass(frozen=True)
 class TrainingGroup:
@@ -53,6 +56,8 @@ class Trainer:
         self.recorder = recorder
         self.group = group
         self.balance = DP_BALANCERS[balance]
+        # Priced passes of this step's micro-batches (an identical batch on several ranks is priced once); a key holds
+        # every length, so the cache starts afresh beyond PASS_CACHE_LIMIT rather than grow with the run.
         self._cache: dict[tuple, PipelineTime] = {}
 
     def forward_pass(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], *,
@@ -140,6 +145,8 @@ class Trainer:
             return None
         key = (kind, id(costs), pad_to, tuple(tuple(mb) for mb in micro_batches))
         if key not in self._cache:
+            if len(self._cache) >= PASS_CACHE_LIMIT:
+                self._cache.clear()
             price = costs.update if kind == "update" else costs.forward_pass
             self._cache[key] = price(micro_batches, pad_to)
         return self._cache[key]
