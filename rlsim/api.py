@@ -37,6 +37,7 @@ from rlsim.report.compare import (
     differences_table,
     read_run_metrics,
 )
+from rlsim.report.event_files import EVENT_CHOICES
 from rlsim.report.figures import FIGURES, RunData
 from rlsim.report.html import card, result_card_html, run_report_html
 from rlsim.report.run_folder import write_run_folder
@@ -157,9 +158,12 @@ class Result:
         """The self-contained HTML report `rlsim run` writes."""
         return run_report_html(self._data(), self.scenario)
 
-    def save(self, folder: str | Path) -> list[Path]:
-        """Write the run folder `rlsim run` writes (metrics.json, events, trace.json, report.html, …)."""
-        return write_run_folder(Path(folder), self.scenario, self._data(), self.host_seconds)
+    def save(self, folder: str | Path, events: str = "auto") -> list[Path]:
+        """Write the run folder `rlsim run` writes (metrics.json, events, trace.json, report.html, …); `events` as
+        `rlsim run --events`: "full", "steps", "none", or "auto" (full unless the run recorded over a million spans)."""
+        if events not in EVENT_CHOICES:
+            raise ValueError(f"events={events!r}: valid are {', '.join(EVENT_CHOICES)}")
+        return write_run_folder(Path(folder), self.scenario, self._data(), self.host_seconds, events)
 
     def _repr_html_(self) -> str:
         return result_card_html(self._data(), self.scenario)

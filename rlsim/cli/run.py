@@ -17,6 +17,7 @@ from rlsim.cli.overrides import (
     calibration_overrides,
     parse_overrides,
 )
+from rlsim.report.event_files import AUTO_FULL_MAX_SPANS, EVENT_CHOICES
 
 if TYPE_CHECKING:
     from rlsim.events import StepRecord
@@ -35,6 +36,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_set_argument(parser)
     add_calibration_argument(parser)
     parser.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the table")
+    parser.add_argument("--events", choices=EVENT_CHOICES, default="auto",
+                        help="event tables in the run folder: full (spans, sequences, steps, engine samples as CSV, "
+                        "and trace.json), steps (the per-step table), none; auto (default): full unless the run "
+                        f"records more than {AUTO_FULL_MAX_SPANS:,} spans, then steps")
     parser.add_argument("--exact", action="store_true",
                         help="step every decode iteration (slow reference mode; results agree with the default)")
     parser.set_defaults(handler=run)
@@ -75,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     output = simulate_log(bound, mode="exact" if args.exact else "fast", on_step=show if streaming else None)
     facts = RunFacts.from_bound(bound)
     data = RunData(output.log, facts, run_metrics(output.log, facts))
-    write_run_folder(out, scenario, data, output.simulator_wall_s)
+    written = write_run_folder(out, scenario, data, output.simulator_wall_s, args.events)
     warning = data.metrics["measured"]["warning"]
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
@@ -85,8 +90,21 @@ def run(args: argparse.Namespace) -> int:
         print(headline_text(data.metrics))
         sim = data.metrics["simulator"]
         print(f"simulated {sim['wall_s']:.1f} s in {output.simulator_wall_s:.2f} s ({sim['events']:,} events); "
-              f"wrote {out}/: report.html, trace.json (ui.perfetto.dev), metrics.json, events as CSV")
+              f"wrote {out}/: {written_note(written, len(output.log.spans))}")
     return OK
+
+
+def written_note(written: list[Path], spans: int) -> str:
+    """What the run folder holds, in the words a user looks for; why the span tables are missing when they are."""
+    names = {path.name for path in written}
+    parts = ["report.html", "metrics.json"]
+    if "trace.json" in names:
+        parts.append("trace.json (ui.perfetto.dev)")
+    if "spans.csv.gz" in names:
+        parts.append("events as CSV")
+    elif "steps.csv.gz" in names:
+        parts.append(f"steps as CSV ({spans:,} spans not written: --events full writes them)")
+    return ", ".join(parts)
 
 
 def run_folder_name(scenario_name: str, overrides: dict[str, object]) -> str:

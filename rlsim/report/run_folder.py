@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from rlsim.config.schema import Scenario
-from rlsim.report.event_files import write_event_files
+from rlsim.report.event_files import event_tables, write_event_files
 from rlsim.report.figures import RunData
 from rlsim.report.html import run_report_html
 from rlsim.report.trace import write_trace
@@ -33,9 +33,10 @@ def _finite_or_null(value: object) -> object:
     return value
 
 
-def write_run_folder(out: Path, scenario: Scenario, data: RunData, host_seconds: float) -> list[Path]:
+def write_run_folder(out: Path, scenario: Scenario, data: RunData, host_seconds: float,
+                     events: str = "auto") -> list[Path]:
     """resolved.yaml, metrics.json, timing.json (host time, the only file that varies between identical runs), the
-    event tables, trace.json and report.html. Returns the paths written.
+    event tables and trace.json that `events` asks for (EVENT_CHOICES) and report.html. Returns the paths written.
 
     The files are written into a sibling folder first and moved into place once complete, so an interrupted write
     leaves the previous run folder (if any) as it was, never a half-written one."""
@@ -44,7 +45,7 @@ def write_run_folder(out: Path, scenario: Scenario, data: RunData, host_seconds:
     staging = out.parent / f".{out.name[:50]}.{os.getpid()}.{time.monotonic_ns()}.partial"
     staging.mkdir()
     try:
-        written = _write_files(staging, scenario, data, host_seconds)
+        written = _write_files(staging, scenario, data, host_seconds, event_tables(events, data.log))
         _replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -63,7 +64,7 @@ def _replace_folder(new: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_files(out: Path, scenario: Scenario, data: RunData, host_seconds: float) -> list[Path]:
+def _write_files(out: Path, scenario: Scenario, data: RunData, host_seconds: float, tables: str) -> list[Path]:
     written = [out / "resolved.yaml", out / "metrics.json", out / "timing.json"]
     written[0].write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
     written[1].write_text(metrics_json(data.metrics))
@@ -71,7 +72,10 @@ def _write_files(out: Path, scenario: Scenario, data: RunData, host_seconds: flo
     timing = {"host_seconds": host_seconds, "events": events,
               "events_per_second": events / host_seconds if host_seconds else 0.0}
     written[2].write_text(json.dumps(_finite_or_null(timing), indent=2, allow_nan=False) + "\n")
-    written += write_event_files(data.log, out)
-    write_trace(data.log, data.facts, out / "trace.json")
+    if tables != "none":
+        written += write_event_files(data.log, out, tables)
+    if tables == "full":
+        write_trace(data.log, data.facts, out / "trace.json")
+        written.append(out / "trace.json")
     (out / "report.html").write_text(run_report_html(data, scenario))
-    return written + [out / "trace.json", out / "report.html"]
+    return written + [out / "report.html"]

@@ -9,6 +9,7 @@ Times are microseconds (the format's unit), rounded to whole nanoseconds so that
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from rlsim.events import EventLog, Span
@@ -38,38 +39,44 @@ def _metadata(name: str, pid: int, tid: int, value: object) -> dict:
 
 def trace_events(log: EventLog, facts: RunFacts) -> dict:
     """The trace as a JSON-ready dict: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}."""
-    events: list[dict] = []
+    return {"traceEvents": list(_events(log, facts)), "displayTimeUnit": "ms", "otherData": _other_data(log, facts)}
+
+
+def _other_data(log: EventLog, facts: RunFacts) -> dict:
+    return {"scenario": facts.scenario, "gpus": log.gpus, "simulated_s": log.wall_s}
+
+
+def _events(log: EventLog, facts: RunFacts) -> Iterator[dict]:
+    """The trace's events in file order, made one at a time (a long run's trace never sits in memory whole)."""
     loop_pid = 1
-    events += [_metadata("process_name", loop_pid, 0, "RL loop"), _metadata("process_sort_index", loop_pid, 0, 0),
-               _metadata("thread_name", loop_pid, 1, "steps and verl stages")]
+    yield from (_metadata("process_name", loop_pid, 0, "RL loop"), _metadata("process_sort_index", loop_pid, 0, 0),
+                _metadata("thread_name", loop_pid, 1, "steps and verl stages"))
     pool_pid = {pool.name: 2 + i for i, pool in enumerate(facts.pools)}
     for i, pool in enumerate(facts.pools):
         pid = pool_pid[pool.name]
-        events += [_metadata("process_name", pid, 0, f"pool {pool.name}: {pool.gpus} × {pool.gpu}"),
-                   _metadata("process_sort_index", pid, 0, 1 + i)]
+        yield from (_metadata("process_name", pid, 0, f"pool {pool.name}: {pool.gpus} × {pool.gpu}"),
+                    _metadata("process_sort_index", pid, 0, 1 + i))
     groups = gpu_groups(log, facts)
     spans_of = group_spans(log, groups)
     for tid, (group, spans) in enumerate(zip(groups, spans_of, strict=True), start=1):
         pid = pool_pid[group.pool]
-        events += [_metadata("thread_name", pid, tid, group.name),
-                   _metadata("thread_sort_index", pid, tid, group.first_gpu)]
+        yield from (_metadata("thread_name", pid, tid, group.name),
+                    _metadata("thread_sort_index", pid, tid, group.first_gpu))
         for span in spans:
             start, end = _ns(span.start), _ns(span.end)
             if end > start:
-                events.append(_complete(span.label, CATEGORY_OF[span.label], start, end, pid, tid,
-                                        {"stage": span.stage, "step": span.step, "version": span.version,
-                                         "unit": span.unit, "gpus": group.gpu_count}, LABEL_CNAMES[span.label]))
+                yield _complete(span.label, CATEGORY_OF[span.label], start, end, pid, tid,
+                                {"stage": span.stage, "step": span.step, "version": span.version,
+                                 "unit": span.unit, "gpus": group.gpu_count}, LABEL_CNAMES[span.label])
     trainer = next((spans for group, spans in zip(groups, spans_of, strict=True)
                     if any(u.startswith("dp") for u in group.units)), [])
     for step in log.steps:
         start, end = _ns(step.start), _ns(step.end)
-        events.append(_complete(f"step {step.step}", "step", start, end, loop_pid, 1,
-                                {"stages_s": {k: v for k, v in step.stages.items() if v}, "samples": step.samples,
-                                 "tokens": step.tokens}))
+        yield _complete(f"step {step.step}", "step", start, end, loop_pid, 1,
+                        {"stages_s": {k: v for k, v in step.stages.items() if v}, "samples": step.samples,
+                         "tokens": step.tokens})
         for stage, a, b in _stage_runs(trainer, start, end):
-            events.append(_complete(stage, "stage", a, b, loop_pid, 1, {"step": step.step}))
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"scenario": facts.scenario, "gpus": log.gpus, "simulated_s": log.wall_s}}
+            yield _complete(stage, "stage", a, b, loop_pid, 1, {"step": step.step})
 
 
 def _stage_runs(spans: list[Span], start_ns: int, end_ns: int) -> list[tuple[str, int, int]]:
@@ -89,4 +96,10 @@ def _stage_runs(spans: list[Span], start_ns: int, end_ns: int) -> list[tuple[str
 
 
 def write_trace(log: EventLog, facts: RunFacts, path: Path) -> None:
-    path.write_text(json.dumps(trace_events(log, facts), separators=(",", ":")) + "\n")
+    """The same bytes as json.dumps(trace_events(...), separators=(",", ":")), written an event at a time."""
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    with open(path, "w", encoding="utf-8") as out:
+        out.write('{"traceEvents":[')
+        for i, event in enumerate(_events(log, facts)):
+            out.write("," + dumps(event) if i else dumps(event))
+        out.write('],"displayTimeUnit":"ms","otherData":' + dumps(_other_data(log, facts)) + "}\n")

@@ -79,8 +79,8 @@ class Recorder:
 
     def freeze(self, wall_s: float, events: int) -> EventLog:
         busy = self._spans.table()
-        idle = self._idle_spans(busy, wall_s)
         shown = busy.start < wall_s  # work recorded past the end of the run is not in the log
+        idle = self._idle_spans(busy.take(shown), wall_s)
         columns = {name: np.concatenate([getattr(busy, name)[shown], idle[name]]) for name, _ in SPAN_COLUMNS}
         columns["end"] = np.concatenate([np.minimum(busy.end[shown], wall_s), idle["end"]])
         order = np.lexsort((columns["end"], columns["start"], columns["first_gpu"]))  # stable: busy first on ties

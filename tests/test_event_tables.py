@@ -1,0 +1,148 @@
+"""The event log's columns (rlsim.events.tables) and what rides on them: tables that give back the records they were
+made of; idle time labelled per group of GPUs exactly as the definition labels each GPU; the run folder's `--events`
+choice; a trace written an event at a time byte for byte as the whole dict; memos that start afresh without changing
+a price."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rlsim.report.event_files as event_files
+from rlsim.costs.memo import Memo
+from rlsim.events import EngineSample, Span
+from rlsim.events.tables import SampleTable, SpanTable
+from rlsim.metrics import RunFacts, run_metrics
+from rlsim.report.figures import RunData
+from rlsim.report.run_folder import write_run_folder
+from rlsim.report.trace import trace_events, write_trace
+from rlsim.sim.recorder import TIME_EPS, Recorder
+from rlsim.sim.run import simulate_log
+from tests.sim_scenarios import bound
+
+TIMES = st.integers(min_value=0, max_value=40).map(lambda t: t / 4)
+GPUS = 6
+
+
+def test_span_and_sample_tables_give_back_their_records():
+    spans = (Span(0, 2, 0.0, 1.5, "decode", "gen", 3, 2, "engine0"), Span(4, 1, 0.25, 2.0, "tail", "", -1, -1),
+             Span(1, 3, 1.0, 1.125, "train_backward", "update_actor", 7, 6, "dp1"))
+    table = SpanTable.from_spans(spans)
+    assert tuple(table) == spans and table == spans and len(table) == 3 and table[-1] == spans[-1]
+    assert list(table.take(table.labelled("tail", "decode"))) == [spans[0], spans[1]]
+    samples = (EngineSample("engine1", 0.5, 3, 1, 900, 2, 10, 8, 4000), EngineSample("judge0", 2.0, 1, 0, 5, 1, 1, 0, 0))
+    assert tuple(SampleTable.from_samples(samples)) == samples
+    assert SampleTable.from_samples(samples)[1] == samples[1]
+
+
+def idle_by_definition(busy: list[Span], contexts: list[Span], wall_s: float, gpu: int) -> list[tuple]:
+    """One GPU's idle pieces as the taxonomy defines them: its gaps between busy spans (those that start in the run,
+    clipped to it), cut at
+    every context boundary, each piece labelled by the latest-recorded context covering it."""
+    mine = sorted((s.start, min(s.end, wall_s)) for s in busy
+                  if s.first_gpu <= gpu < s.first_gpu + s.gpu_count and s.start < wall_s)
+    covering = [c for c in contexts if c.first_gpu <= gpu < c.first_gpu + c.gpu_count]
+    gaps, cursor = [], 0.0
+    for start, end in mine:
+        if start > cursor + TIME_EPS:
+            gaps.append((cursor, start))
+        cursor = max(cursor, end)
+    if wall_s > cursor + TIME_EPS:
+        gaps.append((cursor, wall_s))
+    pieces = []
+    for a, b in gaps:
+        edges = sorted({a, b} | {t for c in covering for t in (c.start, c.end) if a < t < b})
+        for lo, hi in zip(edges, edges[1:], strict=False):
+            owner = [c for c in covering if c.start <= (lo + hi) / 2 < c.end]
+            pieces.append((lo, hi, owner[-1].label if owner else "unassigned"))
+    return pieces
+
+
+def without_double_booking(spans: list[Span]) -> list[Span]:
+    """The spans kept in order unless one overlaps a kept one on a shared GPU (the simulator never double-books)."""
+    kept: list[Span] = []
+    for s in spans:
+        if all(s.end <= k.start or k.end <= s.start or s.first_gpu + s.gpu_count <= k.first_gpu
+               or k.first_gpu + k.gpu_count <= s.first_gpu for k in kept):
+            kept.append(s)
+    return kept
+
+
+def spans_strategy(labels: list[str]):
+    return st.builds(lambda first, count, a, b, label: Span(first, min(count, GPUS - first), min(a, b), max(a, b),
+                                                             label, "", 0, 0),
+                     st.integers(0, GPUS - 1), st.integers(1, GPUS), TIMES, TIMES, st.sampled_from(labels))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(spans_strategy(["decode", "train_forward"]), max_size=12),
+       st.lists(spans_strategy(["tail", "starved", "staleness_block"]), max_size=6),
+       st.integers(min_value=1, max_value=44).map(lambda t: t / 4))
+def test_idle_pieces_of_every_gpu_are_the_definitions(busy, contexts, wall_s):
+    """Freezing sweeps each group of GPUs with identical timelines once and merges neighbours; expanded back to
+    single GPUs, the idle pieces are the definition's, and every GPU's labels sum to the wall time."""
+    busy = without_double_booking(busy)
+    recorder = Recorder(GPUS)
+    for s in busy:
+        recorder.busy(s.first_gpu, s.gpu_count, s.start, s.end, s.label, s.stage)
+    for c in contexts:
+        recorder.context(c.first_gpu, c.gpu_count, c.start, c.end, c.label)
+    log = recorder.freeze(wall_s, events=0)
+    kept_busy = [s for s in busy if s.end > s.start]
+    kept_contexts = [c for c in contexts if c.end > c.start]
+    for gpu in range(GPUS):
+        mine = [s for s in log.spans if s.first_gpu <= gpu < s.first_gpu + s.gpu_count]
+        idle = sorted((s.start, s.end, s.label) for s in mine if s.label in ("tail", "starved", "staleness_block",
+                                                                               "unassigned"))
+        assert idle == sorted(idle_by_definition(kept_busy, kept_contexts, wall_s, gpu))
+        assert sum(s.seconds for s in mine) == pytest.approx(wall_s)
+
+
+@pytest.fixture(scope="module")
+def run_data():
+    b = bound(steps=2)
+    log = simulate_log(b).log
+    facts = RunFacts.from_bound(b)
+    return b.scenario, RunData(log, facts, run_metrics(log, facts))
+
+
+@pytest.mark.parametrize(("events", "files"), [
+    ("full", {"spans.csv.gz", "sequences.csv.gz", "steps.csv.gz", "engine_samples.csv.gz", "trace.json"}),
+    ("steps", {"steps.csv.gz"}), ("none", set())])
+def test_events_choose_the_tables_a_run_folder_holds(run_data, tmp_path, events, files):
+    scenario, data = run_data
+    written = write_run_folder(tmp_path / "run", scenario, data, 1.0, events)
+    names = {path.name for path in written}
+    assert names == files | {"resolved.yaml", "metrics.json", "timing.json", "report.html"}
+    assert {path.name for path in (tmp_path / "run").iterdir()} == names
+
+
+def test_auto_writes_the_full_tables_only_up_to_its_span_limit(run_data, tmp_path, monkeypatch):
+    scenario, data = run_data
+    assert "spans.csv.gz" in {p.name for p in write_run_folder(tmp_path / "small", scenario, data, 1.0)}
+    monkeypatch.setattr(event_files, "AUTO_FULL_MAX_SPANS", len(data.log.spans) - 1)
+    names = {p.name for p in write_run_folder(tmp_path / "large", scenario, data, 1.0)}
+    assert "steps.csv.gz" in names and "spans.csv.gz" not in names and "trace.json" not in names
+
+
+def test_the_streamed_trace_is_the_whole_dict_byte_for_byte(run_data, tmp_path):
+    _, data = run_data
+    write_trace(data.log, data.facts, tmp_path / "trace.json")
+    whole = json.dumps(trace_events(data.log, data.facts), separators=(",", ":")) + "\n"
+    assert (tmp_path / "trace.json").read_text() == whole
+
+
+def test_a_memo_past_its_limit_starts_afresh_and_prices_the_same():
+    priced = []
+
+    def price(key: int) -> float:
+        priced.append(key)
+        return key / 3
+
+    bounded, unbounded = Memo(price, limit=4), Memo(lambda key: key / 3)
+    keys = [1, 2, 3, 1, 4, 5, 6, 1, 2, 9, 9]
+    assert [bounded[k] for k in keys] == [unbounded[k] for k in keys]
+    assert len(bounded) <= 4 and len(unbounded) == 7
+    assert priced.count(1) == 2  # forgotten once the memo started afresh, then priced again
