@@ -27,14 +27,20 @@ submit or a pause) the engine only decodes a fixed batch, so it computes in clos
 the first of its sequences finishes or the KV cache fills, and sleeps once for all of them. A wake-up lets the
 iteration in flight complete and books the progress. Every sequence's progress is derived from the engine's
 iteration counter, so booking is O(1) and a finish O(log batch): events scale with sequences, never with tokens.
-`mode="exact"` steps one iteration per event instead, the reference the fast mode must agree with.
+When the KV cache fills before any turn ends, the preemptions that follow until the next turn end are determined,
+so the stretch covers the whole chain (`rlsim.sim.engine.preemption_chain`): its boundaries are planned in closed
+form, slept through in one event, and booked once simulated time has passed them — when the chain ends, when a
+wake-up cuts it short, or when anything reads or changes the engine first (`settle`). `mode="exact"` steps one
+iteration per event instead, the reference the fast mode must agree with.
 
 Samples (`rlsim.sim.engine.telemetry`) are recorded at every boundary where the batch changed — admission, prefill
 iteration, finish, tool call or return, preemption, interruption, pause, resume — and whenever the queue changes
-(submit, steal, a tool return that queues).
+(submit, steal, a tool return that queues). Each engine's samples are in time order; a chain's are appended when it
+is booked, so across engines they may not be.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Generator
 from typing import Literal
@@ -42,9 +48,10 @@ from typing import Literal
 import simpy
 
 from rlsim.costs.rollout import PrefillChunk
-from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts
+from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, Stretch
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.lifecycle import SequenceLifecycle
+from rlsim.sim.engine.preemption_chain import Boundary, PreemptionChain, plan_chain
 from rlsim.sim.engine.scheduler import Scheduler
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import BUSY, DECODING, PAUSED, EngineState, PauseMode
@@ -66,7 +73,7 @@ class RolloutEngine:
 
     __slots__ = ("env", "index", "costs", "max_num_seqs", "max_num_batched_tokens", "first_gpu", "gpu_count", "mode",
                  "on_finish", "on_queue_empty", "version", "kv", "batch", "telemetry", "tools", "scheduler", "state",
-                 "lifecycle", "_waiting", "_running")
+                 "lifecycle", "_waiting", "_running", "_chain")
 
     def __init__(self, env: simpy.Environment, index: int, costs: IterationCosts, kv_capacity_tokens: int,
                  max_num_seqs: int, max_num_batched_tokens: int, first_gpu: int, gpu_count: int, recorder: Recorder,
@@ -94,6 +101,7 @@ class RolloutEngine:
         # The scheduler's queue and running sequences (in admission order), read here for the load figures.
         self._waiting: deque[Rollout] = deque()
         self._running: dict[Rollout, Slot] = {}
+        self._chain: PreemptionChain | None = None  # the preemption chain the process sleeps through
 
         self.lifecycle = SequenceLifecycle(self)
         self.kv = KVLedger(kv_capacity_tokens, prefix_sharing)
@@ -116,20 +124,24 @@ class RolloutEngine:
     @property
     def queued(self) -> int:
         """Rollouts waiting for admission."""
+        self.settle()
         return len(self._waiting)
 
     @property
     def running(self) -> int:
+        self.settle()
         return len(self._running)
 
     @property
     def queued_tokens(self) -> int:
         """Context tokens of the waiting rollouts (what admitting them would cache)."""
+        self.settle()
         return self.scheduler.queued_tokens
 
     @property
     def kv_used_tokens(self) -> int:
         """KV-cache tokens in use after the iterations completed so far."""
+        self.settle()
         batch = self.batch
         return self.kv.used + batch.size * batch.unbooked(self.env.now)
 
@@ -137,6 +149,7 @@ class RolloutEngine:
     def predicted_work(self) -> float:
         """Predicted tokens still to generate: predicted lengths of the outstanding rollouts less what they generated
         (an underestimate once sequences outrun their predictions)."""
+        self.settle()
         scheduler, batch = self.scheduler, self.batch
         return scheduler.predicted_total - scheduler.generated_total - batch.size * batch.unbooked(self.env.now)
 
@@ -151,6 +164,7 @@ class RolloutEngine:
     @property
     def preemptions(self) -> int:
         """Sequences preempted because the KV cache was full."""
+        self.settle()
         return self.scheduler.preemptions
 
     @property
@@ -189,6 +203,7 @@ class RolloutEngine:
         balancing (None: its true target)."""
         if rollout.done:
             raise ValueError(f"rollout {rollout.seq_id} already has its {rollout.target_tokens} tokens")
+        self.settle()  # its engine samples the queue it joins: the boundaries before now come first
         if rollout.peak_context_tokens > self.kv.capacity:
             raise ValueError(
                 f"rollout {rollout.seq_id} needs {rollout.peak_context_tokens} KV tokens, more than "
@@ -200,6 +215,7 @@ class RolloutEngine:
 
     def steal(self, n: int) -> list[Rollout]:
         """Take up to n rollouts that have not started from the back of the queue (work stealing), in queue order."""
+        self.settle()
         taken = self.scheduler.steal(n)
         if taken:
             self.telemetry.sample()
@@ -222,11 +238,20 @@ class RolloutEngine:
     def close(self) -> None:
         """The run stops now: record the busy span still open, with the work in flight up to now, and bring the
         running rollouts' `generated` up to date."""
+        self.settle()
         held = self.tools.held
         decoding = (slot for slot in self._running.values() if not slot.prefill_left and slot.rollout not in held)
         self.batch.catch_up(decoding, self.env.now)
         self.telemetry.close(self.version)
         self.telemetry.sample()
+
+    def settle(self) -> None:
+        """Book the boundaries of the preemption chain under way that simulated time has passed, so that whatever
+        reads or changes the engine now finds it as the step-by-step path would have left it."""
+        chain = self._chain
+        if chain is not None:
+            for boundary in chain.due(self.env.now):
+                self._preemption_boundary(boundary)
 
     # ---- the engine process -----------------------------------------------------------------------------------
 
@@ -291,21 +316,64 @@ class RolloutEngine:
         batch.finish_due()
 
     def _decode_fast(self) -> Generator[simpy.Event, object, None]:
-        """Decode the fixed batch until its first finish or a full KV cache, in one event unless woken earlier."""
-        telemetry, batch, kv, state = self.telemetry, self.batch, self.kv, self.state
-        stretch = batch.begin_stretch(self.env.now, kv.capacity - kv.used)
-        telemetry.begin(telemetry.decode_label)
+        """Decode the fixed batch until its first finish or a full KV cache, in one event unless woken earlier; when
+        the cache fills before any turn ends, through the whole preemption chain up to the next turn end."""
+        batch, state, env = self.batch, self.state, self.env
+        stretch = self._begin_stretch(env.now)
+        chain = self._chain = self._plan_chain()
         state.activity = DECODING
         try:
-            yield self.env.timeout(stretch.seconds)
+            yield env.timeout(stretch.seconds if chain is None else _delay_until(env.now, chain.end))
             state.activity = BUSY
+            self.settle()
+            self._chain = None
         except simpy.Interrupt:
-            wait = batch.cut_short(self.env.now)  # the iteration in flight completes before anything changes
+            self.settle()
+            self._chain = None
+            wait = batch.cut_short(env.now)  # the iteration in flight completes before anything changes
             if wait is not None:
-                yield self.env.timeout(wait)
-        telemetry.end(self.version)
-        self._advance(batch.end_stretch(), decode=True)
-        batch.finish_due()
+                yield env.timeout(wait)
+        self._end_stretch()
+
+    def _begin_stretch(self, at: float) -> Stretch:
+        """A fast decode stretch of the batch starts at `at`, until its first finish or a full KV cache."""
+        kv, telemetry = self.kv, self.telemetry
+        stretch = self.batch.begin_stretch(at, kv.capacity - kv.used)
+        telemetry.begin(telemetry.decode_label, at)
+        return stretch
+
+    def _end_stretch(self, at: float | None = None) -> None:
+        """The stretch under way ended now (or at `at`): book its iterations and the turns they ended."""
+        self.telemetry.end(self.version, at)
+        self._advance(self.batch.end_stretch(), decode=True)
+        self.batch.finish_due()
+
+    def _plan_chain(self) -> PreemptionChain | None:
+        """The preemption chain the stretch just begun opens, where one can be booked after the fact: nothing may
+        observe the boundaries as they pass (a probe), nor change the batch in between (prefills, held tool calls, a
+        pause)."""
+        scheduler = self.scheduler
+        if (self.telemetry.probe is not None or scheduler.prefilling or self.tools.held
+                or self.state.pause is not None):
+            return None
+        chain = plan_chain(self.env.now, self.batch, self.kv, self._running, self.max_num_seqs,
+                           self.max_num_batched_tokens, self.costs)
+        if chain is None or self.env.now + _delay_until(self.env.now, chain.end) != chain.end:
+            return None
+        return chain
+
+    def _preemption_boundary(self, boundary: Boundary) -> None:
+        """A boundary of the chain, booked as the step-by-step path books it at its time: the stretch ends, the cache
+        is full, the latest admitted sequences are preempted, nothing is admitted, and the smaller batch decodes on
+        for as long as the plan priced."""
+        at, telemetry, scheduler = boundary.at, self.telemetry, self.scheduler
+        self._end_stretch(at)
+        self.kv.trim(self.batch.size)
+        for slot in boundary.victims:
+            scheduler.preempt(slot)
+        telemetry.sample(at)
+        self.batch.planned_stretch(at, boundary.k, boundary.seconds)
+        telemetry.begin(telemetry.decode_label, at)
 
     # ---- book-keeping, O(1) or O(log batch) per event --------------------------------------------------------
 
@@ -317,3 +385,14 @@ class RolloutEngine:
         kv.used += grown
         self.scheduler.generated_total += grown
         kv.trim(0)
+
+
+def _delay_until(now: float, at: float) -> float:
+    """The delay that SimPy, adding it to `now`, schedules at `at` to the bit (at - now may round away from it)."""
+    delay = at - now
+    for _ in range(4):
+        reached = now + delay
+        if reached == at:
+            break
+        delay = math.nextafter(delay, math.inf if reached < at else -math.inf)
+    return delay

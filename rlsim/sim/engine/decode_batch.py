@@ -117,14 +117,21 @@ class DecodeBatch:
                 self.leave(slot)
                 self.on_turn_end(slot)
 
+    def pending_finishes(self) -> list[tuple[int, int, Slot]]:
+        """A copy of the finish heap, stale entries included, to plan ahead on without touching the batch."""
+        return self._finishes.copy()
+
     def begin_stretch(self, start: float, room: int) -> Stretch:
         """A fast decode from `start` until the batch's first turn ends or its growth fills `room` KV tokens."""
         heap = self._finishes
         while not heap[0][2].live:
             heapq.heappop(heap)
         k = min(heap[0][0] - self.iteration, room // self.size)
-        stretch = self.stretch = Stretch(start, self.size, self.context, k,
-                                         self.costs.decode_k_iterations_seconds(self.size, self.context, k))
+        return self.planned_stretch(start, k, self.costs.decode_k_iterations_seconds(self.size, self.context, k))
+
+    def planned_stretch(self, start: float, k: int, seconds: float) -> Stretch:
+        """A fast decode from `start` of `k` iterations in `seconds`, as `begin_stretch` or a plan ahead priced it."""
+        stretch = self.stretch = Stretch(start, self.size, self.context, k, seconds)
         return stretch
 
     def cut_short(self, now: float) -> float | None:

@@ -81,6 +81,19 @@ class KVLedger:
         self.used -= slot.own_prompt + tokens - rollout.prompt_tokens
         self._release_prompt(rollout)
 
+    def freed_by_drop(self, slot: Slot, tokens: int, departed: int) -> int:
+        """The KV tokens `drop(slot, tokens)` would free once `departed` other sequences of its group had left."""
+        rollout = slot.rollout
+        freed = slot.own_prompt + tokens - rollout.prompt_tokens
+        if self.sharing and not self.prompt_still_held(rollout.group, departed + 1):
+            freed += self._groups[rollout.group][1]
+        return freed
+
+    def prompt_still_held(self, group: int, departed: int) -> bool:
+        """Whether the group's shared prompt would still be cached once `departed` of its running sequences left."""
+        holders = self._groups.get(group) if self.sharing else None
+        return holders is not None and holders[0] > departed
+
     def release(self, slot: Slot) -> None:
         """The slot's trajectory leaves for its tool calls: its KV becomes an evictable entry, but for the turn's last
         token, whose KV was never written."""

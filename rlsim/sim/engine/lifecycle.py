@@ -74,6 +74,7 @@ class SequenceLifecycle:
     def _tools_return(self, rollout: MultiTurnRollout, seconds: float, tokens: int) -> Generator:
         yield self.env.timeout(seconds)
         engine = self.engine
+        engine.settle()  # the queue it may join is sampled, so the boundaries before now come first
         if engine.tools.back(rollout, tokens):
             engine.state.wake()  # it continues at the next boundary, like every batch change
         else:

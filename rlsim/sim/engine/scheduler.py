@@ -101,13 +101,16 @@ class Scheduler:
         # A held trajectory back from its tools reserves room for its new tokens unchecked, so even with nothing
         # decoding the cache can be over-full.
         while running and kv.used + batch.size > kv.capacity:
-            slot = next(reversed(running.values()))
-            self.evict(slot)
-            slot.rollout.preemptions += 1
-            self.preemptions += 1
-            self.telemetry.observe("preempted", slot.rollout)
+            self.preempt(next(reversed(running.values())))
             preempted = True
         return preempted
+
+    def preempt(self, slot: Slot) -> None:
+        """Evict the slot's sequence because the KV cache is full (recompute preemption)."""
+        self.evict(slot)
+        slot.rollout.preemptions += 1
+        self.preemptions += 1
+        self.telemetry.observe("preempted", slot.rollout)
 
     def plan(self, admit: bool) -> list[tuple[Slot, int]]:
         """Prefill chunks of the next iteration: the running prefills first, then admissions while `admit`."""

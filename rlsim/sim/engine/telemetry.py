@@ -3,7 +3,9 @@
 Samples. The engine records its state (`rlsim.events.EngineSample`: running, waiting, KV tokens, decode batch, and
 cumulative iterations and KV tokens read by decoding) at every boundary where its batch changed and whenever its queue
 changes. Both modes record the same samples: a sample inside a fast decode stretch books the iterations completed by
-then, as the exact mode has, and a boundary where nothing changed records none.
+then, as the exact mode has, and a boundary where nothing changed records none. A preemption chain's boundaries are
+recorded when the chain is booked, at their own times (`at`): in time order for the engine, though after samples
+other engines recorded since.
 """
 from __future__ import annotations
 
@@ -61,10 +63,11 @@ class EngineTelemetry:
         if self.probe is not None:
             self.probe(event, rollout)
 
-    def sample(self) -> None:
-        """Record the engine's state now; inside a fast decode stretch, with the iterations completed by now."""
+    def sample(self, at: float | None = None) -> None:
+        """Record the engine's state now (or at `at`, a preemption chain's boundary booked after the fact); inside a
+        fast decode stretch, with the iterations completed by then."""
         self.changed = False
-        kv, batch, now = self._kv, self._batch, self.env.now
+        kv, batch, now = self._kv, self._batch, self.env.now if at is None else at
         stretch = batch.stretch
         if stretch is None:  # at a boundary, or in an iteration whose progress the exact mode books at its end
             self._samples.append(self.unit, now, len(self._running), len(self._waiting), kv.used,
@@ -77,18 +80,19 @@ class EngineTelemetry:
                              batch.decode_iterations + done,
                              batch.decode_read + decode_read(size, stretch.context, done))
 
-    def begin(self, label: str) -> None:
-        """An iteration or decode stretch of `label` work starts now."""
+    def begin(self, label: str, at: float | None = None) -> None:
+        """An iteration or decode stretch of `label` work starts now (or at `at`: see `sample`)."""
         self._in_flight = label
-        self._in_flight_start = self.env.now
+        self._in_flight_start = self.env.now if at is None else at
 
-    def end(self, version: int) -> None:
-        """The iteration or stretch under way ended now, on weights of policy `version`: its GPUs did its work from
-        its start (or from where close() stopped recording) until now; consecutive work of one kind is one span."""
+    def end(self, version: int, at: float | None = None) -> None:
+        """The iteration or stretch under way ended now (or at `at`), on weights of policy `version`: its GPUs did its
+        work from its start (or from where close() stopped recording) until then; consecutive work of one kind is one
+        span."""
         label = self._in_flight
         assert label is not None
         self._in_flight = None
-        end = self.env.now
+        end = self.env.now if at is None else at
         start = max(self._in_flight_start, self._recorded_until)
         if end <= start:
             return

@@ -1,0 +1,86 @@
+"""Preemption chains (rlsim.sim.engine.preemption_chain): booked in one event, they must leave every trace the
+boundary-by-boundary path leaves, to the bit. An engine with a probe books each boundary at its own event (the probe
+must see each at its time), so the same engine with a probe that records nothing is the reference."""
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from rlsim.sim.recorder import Recorder
+from rlsim.sim.rollout import RolloutEngine
+from rlsim.sim.sequence import Rollout
+from tests.test_sim_rollout import Scenario, by_engine, random_scenario, real_costs
+
+
+def run(scenario: Scenario, chains: bool, observe_every: float | None = None) -> tuple[dict, int]:
+    """Everything the run leaves (per rollout, samples, spans, counters) and its event count. `observe_every`: a
+    process that reads every engine's load figures that often (a balancer), mid-chain as much as anywhere."""
+    env, costs = simpy.Environment(), real_costs()
+    recorder = Recorder(scenario.engines)
+    probe = None if chains else (lambda event, rollout: None)
+    engines = [RolloutEngine(env, i, costs, scenario.kv, scenario.seqs, scenario.batched, i, 1, recorder,
+                             lambda r: None, prefix_sharing=scenario.sharing, probe=probe)
+               for i in range(scenario.engines)]
+    rollouts = [Rollout(i, g, p, t, False, at) for i, (g, p, t, _, at) in enumerate(scenario.rollouts)]
+    loads: list[tuple] = []
+
+    def arrivals():
+        for r, (_, _, _, e, at) in sorted(zip(rollouts, scenario.rollouts, strict=True), key=lambda x: x[1][4]):
+            yield env.timeout(max(0.0, at - env.now))
+            engines[e].submit(r)
+
+    def weight_updates():
+        for version, (at, how, seconds) in enumerate(scenario.pauses, start=1):
+            yield env.timeout(max(0.0, at - env.now))
+            yield simpy.AllOf(env, [e.pause(how) for e in engines])
+            yield env.timeout(seconds)
+            for e in engines:
+                e.resume(version)
+
+    def balancer():
+        while env.now < 3.0:
+            yield env.timeout(observe_every)
+            loads.append([(e.queued, e.running, e.queued_tokens, e.kv_used_tokens, e.predicted_work, e.preemptions)
+                          for e in engines])
+
+    env.process(arrivals())
+    env.process(weight_updates())
+    if observe_every is not None:
+        env.process(balancer())
+    events = 0
+    while env.peek() < float("inf"):
+        env.step()
+        events += 1
+    for engine in engines:
+        engine.close()
+    log = recorder.freeze(env.now, events)
+    return {
+        "rollouts": [(r.finished, r.generated, r.preemptions, r.admissions, r.version_started) for r in rollouts],
+        # Per engine: a chain's samples are appended when it is booked, after other engines' later ones.
+        "samples": by_engine(log.engine_samples),
+        "spans": list(log.spans),
+        "preemptions": [e.preemptions for e in engines],
+        "loads": loads,
+    }, events
+
+
+@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("observe_every", [None, 0.0137])
+def test_a_chain_books_what_boundary_by_boundary_booking_books(seed, observe_every):
+    scenario = random_scenario(seed)
+    chained, chained_events = run(scenario, chains=True, observe_every=observe_every)
+    stepped, stepped_events = run(scenario, chains=False, observe_every=observe_every)
+    assert chained == stepped
+    assert chained_events <= stepped_events
+
+
+def test_chains_save_an_event_per_preemption_under_a_full_cache():
+    """Many long sequences on a cache that holds a few: nearly every preemption is booked inside a chain."""
+    scenario = Scenario(1, [(g, 100, 1500 + 37 * g, 0, 0.0) for g in range(12)], kv=4000, seqs=12, batched=2048,
+                        sharing=True)
+    chained, chained_events = run(scenario, chains=True)
+    stepped, stepped_events = run(scenario, chains=False)
+    assert chained == stepped
+    preemptions = chained["preemptions"][0]
+    assert preemptions >= 20
+    assert stepped_events - chained_events >= preemptions // 2
