@@ -232,6 +232,12 @@ class SampleTable:
                                        self.counters[a:b].tolist(), strict=True):
                 yield EngineSample(names[code], time, *row)
 
+    def in_time_order(self) -> SampleTable:
+        """The samples sorted by time, each engine's (and simultaneous ones') in recording order: an engine books a
+        preemption chain's samples when the chain ends, after other engines recorded theirs."""
+        order = np.argsort(self.time, kind="stable")
+        return SampleTable(self.engine[order], self.time[order], self.counters[order], self.engine_names)
+
     def __getitem__(self, index: int) -> EngineSample:
         i = range(len(self))[index]
         return EngineSample(self.engine_names[self.engine[i]], float(self.time[i]), *self.counters[i].tolist())

@@ -91,7 +91,7 @@ class Recorder:
         self._spans = SpanColumns(self._spans.stages, self._spans.units)
         return EventLog(spans=spans, sequences=tuple(sorted(self._sequences, key=lambda r: r.seq_id)),
                         steps=tuple(sorted(self._steps, key=lambda r: r.step)), gpus=self.gpus, wall_s=wall_s,
-                        events=events, engine_samples=self.engine_samples.table())
+                        events=events, engine_samples=self.engine_samples.table().in_time_order())
 
     def _idle_spans(self, busy: SpanTable, wall_s: float) -> dict[str, np.ndarray]:
         """Fill each GPU's gaps between busy spans with the label of the latest context covering them, as columns
