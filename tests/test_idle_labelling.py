@@ -39,7 +39,9 @@ def contexts_and_gaps(draw):
 @given(contexts_and_gaps())
 def test_the_sweep_labels_every_gap_as_the_definition_does(case):
     contexts, gaps = case
-    labeller = _Labeller(_ContextSweep(contexts))
+    sweep = _ContextSweep(contexts)
+    labeller = _Labeller(sweep)
     for start, end in gaps:  # gaps come in time order, as a GPU's do
-        swept = [(a, b, ctx.label if ctx else "unassigned") for a, b, ctx in labeller.gap(start, end)]
+        swept = [(a, b, sweep.contexts[order].label if order >= 0 else "unassigned")
+                 for a, b, order in labeller.gap(start, end)]
         assert swept == by_definition(0, start, end, contexts)

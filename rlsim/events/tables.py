@@ -169,8 +169,9 @@ def span_groups(spans: SpanTable, edges: np.ndarray, mask: np.ndarray | None = N
     each span's groups in GPU order."""
     index = np.arange(len(spans)) if mask is None else np.flatnonzero(mask)
     first = spans.first_gpu[index].astype(np.int64)
+    # Spans reaching past the edges (a slice of the GPU range) are cut at them.
     lo = np.searchsorted(edges, first)
-    hi = np.searchsorted(edges, first + spans.gpu_count[index])
+    hi = np.minimum(np.searchsorted(edges, first + spans.gpu_count[index]), edges.size - 1)
     count = hi - lo
     span = np.repeat(index, count)
     group = np.repeat(lo, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
@@ -235,6 +236,8 @@ class SampleTable:
     def in_time_order(self) -> SampleTable:
         """The samples sorted by time, each engine's (and simultaneous ones') in recording order: an engine books a
         preemption chain's samples when the chain ends, after other engines recorded theirs."""
+        if not (np.diff(self.time) < 0).any():
+            return self
         order = np.argsort(self.time, kind="stable")
         return SampleTable(self.engine[order], self.time[order], self.counters[order], self.engine_names)
 

@@ -9,6 +9,7 @@ them — `unassigned` where none does. So for every GPU the labels sum to the wa
 from __future__ import annotations
 
 import heapq
+from array import array
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ from rlsim.events.tables import (
     span_groups,
 )
 
+# GPU groups swept per pass of idle labelling (rlsim.sim.recorder.Recorder._idle_spans): its scratch arrays are a
+# pass's share of the run's spans, however many GPUs the cluster has.
+GROUPS_PER_PASS = 1024
 # Relative tolerance of float time comparisons: spans that touch within it are treated as touching.
 TIME_EPS = 1e-12
 
@@ -78,43 +82,74 @@ class Recorder:
             self.on_step(record)
 
     def freeze(self, wall_s: float, events: int) -> EventLog:
-        busy = self._spans.table()
-        shown = busy.start < wall_s  # work recorded past the end of the run is not in the log
-        idle = self._idle_spans(busy.take(shown), wall_s)
-        columns = {name: np.concatenate([getattr(busy, name)[shown], idle[name]]) for name, _ in SPAN_COLUMNS}
-        columns["end"] = np.concatenate([np.minimum(busy.end[shown], wall_s), idle["end"]])
-        order = np.lexsort((columns["end"], columns["start"], columns["first_gpu"]))  # stable: busy first on ties
-        spans = SpanTable(**{name: values[order] for name, values in columns.items()},
-                          stage_names=tuple(self._spans.stages.names), unit_names=tuple(self._spans.units.names))
-        # The log holds its own copy in time order: let the recorded columns go (a long run's are hundreds of MB).
-        del busy, columns
-        self._spans = SpanColumns(self._spans.stages, self._spans.units)
+        """The log of the run up to wall_s. The recorder's columns are handed over, not kept beside the log's (a long
+        run's are hundreds of MB); it records nothing after this."""
+        spans = self._frozen_spans(wall_s)
+        samples = self.engine_samples.table().in_time_order()
+        self._spans, self.engine_samples = SpanColumns(self._spans.stages, self._spans.units), SampleColumns()
         return EventLog(spans=spans, sequences=tuple(sorted(self._sequences, key=lambda r: r.seq_id)),
                         steps=tuple(sorted(self._steps, key=lambda r: r.step)), gpus=self.gpus, wall_s=wall_s,
-                        events=events, engine_samples=self.engine_samples.table().in_time_order())
+                        events=events, engine_samples=samples)
+
+    def _frozen_spans(self, wall_s: float) -> SpanTable:
+        """Busy spans that start in the run (clipped to it) and the idle spans between them, by GPU then time, busy
+        first on ties. Built a column at a time, so at most one unsorted column is held beside the sorted ones."""
+        busy = self._spans.table()
+        shown = busy.start < wall_s  # work recorded past the end of the run is not in the log
+        if not shown.all():
+            busy = busy.take(shown)
+        idle = self._idle_spans(busy, wall_s)
+        first_gpu = np.concatenate([busy.first_gpu, idle["first_gpu"]])
+        start = np.concatenate([busy.start, idle["start"]])
+        end = np.concatenate([np.minimum(busy.end, wall_s), idle["end"]])
+        order = np.lexsort((end, start, first_gpu))  # stable: busy first on ties
+        columns = {"first_gpu": first_gpu[order], "start": start[order], "end": end[order]}
+        del first_gpu, start, end
+        for name, _ in SPAN_COLUMNS:
+            if name not in columns:
+                columns[name] = np.concatenate([getattr(busy, name), idle[name]])[order]
+        return SpanTable(**columns, stage_names=tuple(self._spans.stages.names),
+                         unit_names=tuple(self._spans.units.names))
 
     def _idle_spans(self, busy: SpanTable, wall_s: float) -> dict[str, np.ndarray]:
         """Fill each GPU's gaps between busy spans with the label of the latest context covering them, as columns
         (codes into this recorder's stage and unit names), runs of neighbouring GPUs with identical pieces merged.
-        GPUs between two edges of spans or contexts have identical timelines, so each such group is swept once."""
+        GPUs between two edges of spans or contexts have identical timelines, so each such group is swept once; the
+        groups are swept GROUPS_PER_PASS at a time, so the scratch arrays hold a slice of the run, not all of it."""
         context_edges = [edge for c in self._contexts for edge in (c.first_gpu, c.first_gpu + c.gpu_count)]
         edges = group_edges(busy, self.gpus, context_edges)
+        first_gpu = busy.first_gpu.astype(np.int64)
+        after = first_gpu + busy.gpu_count
+        passes = []
+        for lo in range(0, edges.size - 1, GROUPS_PER_PASS):
+            part = edges[lo:lo + GROUPS_PER_PASS + 1]
+            touching = busy.take((first_gpu < part[-1]) & (after > part[0]))
+            passes.append(self._idle_pass(touching, wall_s, part))
+        if len(passes) == 1:
+            return passes[0]
+        # Runs of identical pieces may continue from one pass's GPUs into the next: merge once more over all.
+        return _merged_runs({name: np.concatenate([p[name] for p in passes]) for name, _ in SPAN_COLUMNS})
+
+    def _idle_pass(self, busy: SpanTable, wall_s: float, edges: np.ndarray) -> dict[str, np.ndarray]:
+        """The merged idle pieces of the groups between `edges` (`busy`: the spans touching them)."""
         pieces = _Pieces()
-        for (first_gpu, gpu_count), sweep, gaps in _group_gaps(busy, wall_s, edges, self._contexts):
+        for (first_gpu, gpu_count), sweep, gap_starts, gap_ends in _group_gaps(busy, wall_s, edges, self._contexts):
             if sweep is None:
-                pieces.unassigned(first_gpu, gpu_count, gaps)
+                pieces.unassigned(first_gpu, gpu_count, gap_starts, gap_ends)
                 continue
             labeller = _Labeller(sweep)
-            for start, end in gaps:
-                for a, b, ctx in labeller.gap(start, end):
-                    pieces.add(first_gpu, gpu_count, a, b, ctx)
-        return pieces.merged(self._spans.stages, self._spans.units)
+            add = pieces.adder(first_gpu, gpu_count)
+            for start, end in zip(gap_starts.tolist(), gap_ends.tolist(), strict=True):
+                for a, b, order in labeller.gap(start, end):
+                    add(a, b, order)
+        return pieces.merged(self._contexts, self._spans.stages, self._spans.units)
 
 
 def _group_gaps(busy: SpanTable, wall_s: float, edges: np.ndarray, contexts: list[Span]):
     """Per group of GPUs between two `edges`: its GPUs, its contexts' sweep (None when none covers it) and the gaps
-    between its busy spans up to wall_s, in time order. Spans are expanded to one row per group they cover and sorted
-    once; a group's gaps are where a span starts after the latest end before it (by more than TIME_EPS)."""
+    between its busy spans up to wall_s (their starts and ends), in time order. Spans are expanded to one row per
+    group they cover and sorted once; a group's gaps are where a span starts after the latest end before it (by more
+    than TIME_EPS)."""
     span, group = span_groups(busy, edges)
     start = busy.start[span]
     end = np.minimum(busy.end[span], wall_s)
@@ -136,11 +171,10 @@ def _group_gaps(busy: SpanTable, wall_s: float, edges: np.ndarray, contexts: lis
         cursor = np.maximum.accumulate(np.concatenate([[0.0], end[a:b]]))  # the latest end before each span, then all
         starts = start[a:b]
         opens = starts > cursor[:-1] + TIME_EPS
-        gaps = list(zip(cursor[:-1][opens].tolist(), starts[opens].tolist(), strict=True))
-        last = float(cursor[-1])
-        if wall_s > last + TIME_EPS:
-            gaps.append((last, wall_s))
-        yield (first_gpu, after - first_gpu), sweeps[segment], gaps
+        gap_starts, gap_ends = cursor[:-1][opens], starts[opens]
+        if wall_s > cursor[-1] + TIME_EPS:
+            gap_starts, gap_ends = np.append(gap_starts, cursor[-1]), np.append(gap_ends, wall_s)
+        yield (first_gpu, after - first_gpu), sweeps[segment], gap_starts, gap_ends
 
 
 class _ContextSweep:
@@ -177,13 +211,14 @@ class _Labeller:
                 self.active.discard(order)
             self.next += 1
 
-    def _owner(self) -> Span | None:
+    def _owner(self) -> int:
         while self.latest and -self.latest[0] not in self.active:
             heapq.heappop(self.latest)
-        return self.contexts[-self.latest[0]] if self.latest else None
+        return -self.latest[0] if self.latest else -1
 
-    def gap(self, start: float, end: float) -> list[tuple[float, float, Span | None]]:
-        """[start, end) split at the context boundaries inside it, each piece with its latest context (None: none)."""
+    def gap(self, start: float, end: float) -> list[tuple[float, float, int]]:
+        """[start, end) split at the context boundaries inside it, each piece with the order of its latest context
+        (-1: none)."""
         self._apply_through(start)
         pieces = []
         cursor = start
@@ -198,50 +233,64 @@ class _Labeller:
 
 
 class _Pieces:
-    """Idle pieces of groups of GPUs as they are labelled, then merged into spans over runs of GPUs."""
+    """Idle pieces of groups of GPUs as they are labelled (compact columns: a long run has millions), then merged into
+    spans over runs of GPUs."""
 
     def __init__(self) -> None:
-        self.gpu: list[int] = []
-        self.count: list[int] = []
-        self.start: list[float] = []
-        self.end: list[float] = []
-        self.context: list[Span | None] = []
+        self.gpu, self.count, self.context = array("q"), array("q"), array("q")  # context: its order, -1 for none
+        self.start, self.end = array("d"), array("d")
 
-    def unassigned(self, first_gpu: int, gpu_count: int, gaps: list[tuple[float, float]]) -> None:
-        self.gpu.extend([first_gpu] * len(gaps))
-        self.count.extend([gpu_count] * len(gaps))
-        self.start.extend(a for a, _ in gaps)
-        self.end.extend(b for _, b in gaps)
-        self.context.extend([None] * len(gaps))
+    def unassigned(self, first_gpu: int, gpu_count: int, starts: np.ndarray, ends: np.ndarray) -> None:
+        pieces = starts.size
+        self.gpu.frombytes(np.full(pieces, first_gpu, dtype=np.int64).tobytes())
+        self.count.frombytes(np.full(pieces, gpu_count, dtype=np.int64).tobytes())
+        self.context.frombytes(np.full(pieces, -1, dtype=np.int64).tobytes())
+        self.start.frombytes(starts.astype(np.float64).tobytes())
+        self.end.frombytes(ends.astype(np.float64).tobytes())
 
-    def add(self, first_gpu: int, gpu_count: int, start: float, end: float, context: Span | None) -> None:
-        self.gpu.append(first_gpu)
-        self.count.append(gpu_count)
-        self.start.append(start)
-        self.end.append(end)
-        self.context.append(context)
+    def adder(self, first_gpu: int, gpu_count: int) -> Callable[[float, float, int], None]:
+        """A function adding one piece of these GPUs: (start, end, context order)."""
+        gpu, count, start, end, context = (self.gpu.append, self.count.append, self.start.append, self.end.append,
+                                           self.context.append)
 
-    def merged(self, stages: Names, units: Names) -> dict[str, np.ndarray]:
+        def add(a: float, b: float, order: int) -> None:
+            gpu(first_gpu)
+            count(gpu_count)
+            start(a)
+            end(b)
+            context(order)
+        return add
+
+    def merged(self, contexts: list[Span], stages: Names, units: Names) -> dict[str, np.ndarray]:
         """Join pieces of neighbouring GPUs with identical content (times, label, stage, step, unit), so the log
         stays O(events), not O(GPUs); a run keeps its first GPU's version."""
-        unassigned = (LABEL_CODE["unassigned"], stages.code(""), -1, -1, units.code(""))
-        coded = {id(c): (LABEL_CODE[c.label], stages.code(c.stage), c.step, c.version, units.code(c.unit))
-                 for c in self.context if c is not None}
-        fields = np.array([unassigned if c is None else coded[id(c)] for c in self.context],
-                          dtype=np.int64).reshape(-1, 5)
-        label, stage, step, version, unit = fields.T
-        gpu, count = np.array(self.gpu, dtype=np.int64), np.array(self.count, dtype=np.int64)
-        start, end = np.array(self.start, dtype=np.float64), np.array(self.end, dtype=np.float64)
-        order = np.lexsort((gpu, unit, step, stage, label, end, start))
-        gpu, count, start, end = gpu[order], count[order], start[order], end[order]
-        label, stage, step, version, unit = label[order], stage[order], step[order], version[order], unit[order]
-        same = ((start[1:] == start[:-1]) & (end[1:] == end[:-1]) & (label[1:] == label[:-1])
-                & (stage[1:] == stage[:-1]) & (step[1:] == step[:-1]) & (unit[1:] == unit[:-1])
-                & (gpu[1:] == gpu[:-1] + count[:-1]))
-        # A run continues while the next piece is identical on the GPUs right after the previous piece's.
-        first = np.flatnonzero(np.concatenate([[True], ~same])) if gpu.size else np.zeros(0, dtype=np.int64)
-        run_count = np.add.reduceat(count, first) if gpu.size else count
-        return {"first_gpu": gpu[first].astype(np.int32), "gpu_count": run_count.astype(np.int32),
-                "start": start[first], "end": end[first], "label": label[first].astype(np.int8),
-                "stage": stage[first].astype(np.int16), "step": step[first].astype(np.int32),
-                "version": version[first].astype(np.int32), "unit": unit[first].astype(np.int32)}
+        # Row 0: no context (unassigned); row 1 + order: that context's codes.
+        coded = np.array([(LABEL_CODE["unassigned"], stages.code(""), -1, -1, units.code(""))]
+                         + [(LABEL_CODE[c.label], stages.code(c.stage), c.step, c.version, units.code(c.unit))
+                            for c in contexts], dtype=np.int64)
+        label, stage, step, version, unit = coded[np.frombuffer(self.context, dtype=np.int64) + 1].T
+        gpu, count = np.frombuffer(self.gpu, dtype=np.int64), np.frombuffer(self.count, dtype=np.int64)
+        start, end = np.frombuffer(self.start, dtype=np.float64), np.frombuffer(self.end, dtype=np.float64)
+        return _merged_runs({"first_gpu": gpu, "gpu_count": count, "start": start, "end": end, "label": label,
+                             "stage": stage, "step": step, "version": version, "unit": unit})
+
+
+def _merged_runs(pieces: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Span columns of the pieces (each over GPUs [first_gpu, first_gpu + gpu_count)) with runs of identical ones
+    on consecutive GPUs joined: identical times, label, stage, step and unit; a run keeps its first piece's version."""
+    gpu, count, start, end = (pieces[name] for name in ("first_gpu", "gpu_count", "start", "end"))
+    label, stage, step, version, unit = (pieces[name] for name in ("label", "stage", "step", "version", "unit"))
+    order = np.lexsort((gpu, unit, step, stage, label, end, start))
+    gpu, count, start, end = gpu[order], count[order], start[order], end[order]
+    label, stage, step, version, unit = label[order], stage[order], step[order], version[order], unit[order]
+    same = ((start[1:] == start[:-1]) & (end[1:] == end[:-1]) & (label[1:] == label[:-1])
+            & (stage[1:] == stage[:-1]) & (step[1:] == step[:-1]) & (unit[1:] == unit[:-1])
+            & (gpu[1:] == gpu[:-1] + count[:-1]))
+    # A run continues while the next piece is identical on the GPUs right after the previous piece's.
+    first = np.flatnonzero(np.concatenate([[True], ~same])) if gpu.size else np.zeros(0, dtype=np.int64)
+    run_count = np.add.reduceat(count, first) if gpu.size else count
+    return {"first_gpu": gpu[first].astype(np.int32), "gpu_count": run_count.astype(np.int32),
+            "start": start[first].astype(np.float64), "end": end[first].astype(np.float64),
+            "label": label[first].astype(np.int8), "stage": stage[first].astype(np.int16),
+            "step": step[first].astype(np.int32), "version": version[first].astype(np.int32),
+            "unit": unit[first].astype(np.int32)}
