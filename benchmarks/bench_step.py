@@ -3,8 +3,8 @@
 Scenario: scenarios/deepcoder-14b-grpo-64xh100.yaml — 512 prompts × 16 = 8,192 rollouts with DeepCoder-14B trace lengths
 (16K cap) on 64 engines, colocated training. Runs: fast mode; the same with every response ×4 (cap ×4); and the exact
 reference that steps every decode iteration, interleaved with fast runs in this process (`--pairs`, best of each by
-CPU time), so the fast/exact ratio compares runs that saw the same machine. Targets from the Event engine issue: ≤ 0.2 s
-per step on one core, ×4 lengths ≤ 1.2× the time, fast ≥ 50× faster than exact. Fast-mode figures are the best of
+CPU time), so the fast/exact ratio compares runs that saw the same machine. Targets (issue 36, on this 2-core machine): ≤ 0.3 s
+CPU per step, ×4 lengths ≤ 1.3× the time, fast ≥ 50× faster than exact. Fast-mode figures are the best of
 three runs after an untimed one (the first run in a process also pays one-off imports), wall and CPU time each. The
 machines are shared: a wall time well above its CPU time means another process took the core.
 
@@ -68,8 +68,8 @@ def main() -> None:
     args = parser.parse_args()
     fast = measure("fast", {})
     longer = measure("fast, responses ×4", LONGER)
-    print(f"×4 lengths cost {longer / fast:.2f}× the CPU time (target ≤ 1.2×); one step {fast:.2f} s CPU "
-          f"(target ≤ 0.2 s)")
+    print(f"×4 lengths cost {longer / fast:.2f}× the CPU time (target ≤ 1.3×); one step {fast:.2f} s CPU "
+          f"(target ≤ 0.3 s)")
     if not args.skip_exact:
         print(f"fast is {paired(args.pairs):.0f}× faster than exact, paired by CPU time (target ≥ 50×)")
 
