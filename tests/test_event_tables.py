@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import rlsim.report.event_files as event_files
 from rlsim.costs.memo import Memo
-from rlsim.events import EngineSample, Span
-from rlsim.events.tables import SampleTable, SpanTable
+from rlsim.events import RUN_END, EngineSample, SequenceRecord, Span
+from rlsim.events.tables import SampleTable, SequenceTable, SpanTable
 from rlsim.metrics import RunFacts, run_metrics
 from rlsim.report.figures import RunData
 from rlsim.report.run_folder import write_run_folder
@@ -26,7 +26,7 @@ TIMES = st.integers(min_value=0, max_value=40).map(lambda t: t / 4)
 GPUS = 6
 
 
-def test_span_and_sample_tables_give_back_their_records():
+def test_span_sample_and_sequence_tables_give_back_their_records():
     spans = (Span(0, 2, 0.0, 1.5, "decode", "gen", 3, 2, "engine0"), Span(4, 1, 0.25, 2.0, "tail", "", -1, -1),
              Span(1, 3, 1.0, 1.125, "train_backward", "update_actor", 7, 6, "dp1"))
     table = SpanTable.from_spans(spans)
@@ -35,6 +35,13 @@ def test_span_and_sample_tables_give_back_their_records():
     samples = (EngineSample("engine1", 0.5, 3, 1, 900, 2, 10, 8, 4000), EngineSample("judge0", 2.0, 1, 0, 5, 1, 1, 0, 0))
     assert tuple(SampleTable.from_samples(samples)) == samples
     assert SampleTable.from_samples(samples)[1] == samples[1]
+    records = (SequenceRecord(4, 1, 0, 64, 300, False, 0.0, 12.5, 0, 1, 1, 2, "", 0.5, 2),
+               SequenceRecord(9, 2, -1, 64, 0, True, 1.0, 0.0, 1, -1, -1, 0, RUN_END),
+               SequenceRecord(2, 1, 3, 70, 8, False, 0.0, 3.0, 0, -1, -1, 0, "stale", 0.25, 0))
+    table = SequenceTable.from_records(records)
+    assert tuple(table) == records and table[1] == records[1]
+    assert table.trained.tolist() == [True, False, False]
+    assert table.dropped_by_a_policy.tolist() == [False, False, True]
 
 
 def idle_by_definition(busy: list[Span], contexts: list[Span], wall_s: float, gpu: int) -> list[tuple]:

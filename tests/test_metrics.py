@@ -156,7 +156,7 @@ def test_step_rows_carry_every_verl_stage():
 def test_staleness_histogram_counts_trained_sequences_only():
     log = hand_log()
     dropped = seq(9, 2, 0, 5, 5, 0.0, -1.0, trained=-1, step=-1, dropped_by="run_end")
-    log = EventLog(log.spans, log.sequences + (dropped,), log.steps, log.gpus, log.wall_s, log.events)
+    log = EventLog(log.spans, (*log.sequences, dropped), log.steps, log.gpus, log.wall_s, log.events)
     assert staleness_histogram(log) == {"1": 3, "2": 1}
 
 

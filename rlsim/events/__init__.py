@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from rlsim.events.tables import SampleTable, SpanTable
+    from rlsim.events.tables import SampleTable, SequenceTable, SpanTable
 
 # The idle taxonomy (DESIGN.md): every GPU-second carries exactly one of these labels.
 BUSY_LABELS = ("prefill", "decode", "logprob", "train_forward", "train_backward", "optimizer", "reward_model")
@@ -113,12 +113,12 @@ class EngineSample(NamedTuple):
 class EventLog:
     """Everything a run produced. Built once by the simulator; read by metrics and reports.
 
-    Spans and engine samples are held as columns (rlsim.events.tables: a long run records millions of them); both
-    iterate as records. A log may also be built from tuples of records (tests, hand-made logs): they are turned into
-    columns here."""
+    Spans, engine samples and sequence records are held as columns (rlsim.events.tables: a long run records millions
+    of them); each iterates as records. A log may also be built from tuples of records (tests, hand-made logs): they
+    are turned into columns here."""
 
     spans: SpanTable
-    sequences: tuple[SequenceRecord, ...]
+    sequences: SequenceTable  # by seq_id
     steps: tuple[StepRecord, ...]
     gpus: int
     wall_s: float  # simulated time from the start to the end of the last step
@@ -126,9 +126,11 @@ class EventLog:
     engine_samples: SampleTable = ()  # type: ignore[assignment]  # in time order
 
     def __post_init__(self) -> None:
-        from rlsim.events.tables import SampleTable, SpanTable  # the tables build on this module's records
+        from rlsim.events.tables import SampleTable, SequenceTable, SpanTable  # the tables build on these records
 
         if not isinstance(self.spans, SpanTable):
             object.__setattr__(self, "spans", SpanTable.from_spans(self.spans))
+        if not isinstance(self.sequences, SequenceTable):
+            object.__setattr__(self, "sequences", SequenceTable.from_records(self.sequences))
         if not isinstance(self.engine_samples, SampleTable):
             object.__setattr__(self, "engine_samples", SampleTable.from_samples(self.engine_samples))

@@ -1,9 +1,9 @@
-"""The event log's big tables as columns: spans and engine samples.
+"""The event log's big tables as columns: spans, engine samples and sequence records.
 
 A long run records millions of spans and samples. As Python objects each costs ~150–250 bytes and the collector
 walks them all; as columns (compact `array.array`s while the run appends, numpy arrays once frozen) a span costs 38
-bytes and a sample 66, and metrics read them with array operations. The tables still iterate as `Span` and
-`EngineSample` records, so code that wants records gets them (made on demand, never all kept).
+bytes, a sample 66 and a sequence 75, and metrics read them with array operations. The tables still iterate as
+`Span`, `EngineSample` and `SequenceRecord` records, so code that wants records gets them (made on demand, never all kept).
 
 Strings (labels, stages, units, engine names) are stored as small integer codes into a table's own name list.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rlsim.events import LABELS, EngineSample, Span
+from rlsim.events import LABELS, RUN_END, EngineSample, SequenceRecord, Span
 
 LABEL_CODE = {label: code for code, label in enumerate(LABELS)}
 # Records are made a chunk at a time when a table is iterated: iterating never holds the whole table as objects.
@@ -251,3 +251,95 @@ class SampleTable:
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
+
+
+SEQUENCE_COLUMNS = (("seq_id", "q"), ("group", "q"), ("engine", "i"), ("prompt_tokens", "q"), ("response_tokens", "q"),
+                    ("truncated", "b"), ("submitted", "d"), ("finished", "d"), ("version_started", "i"),
+                    ("version_trained", "i"), ("step_trained", "i"), ("preemptions", "i"), ("dropped_by", "b"),
+                    ("admitted", "d"), ("readmissions", "i"))
+
+
+class SequenceColumns:
+    """Sequence records appended into compact columns while the run goes on (`dropped_by` coded by name)."""
+
+    def __init__(self) -> None:
+        self.columns = {name: array(code) for name, code in SEQUENCE_COLUMNS}
+        self.dropped_by = Names([""])
+        self._appenders = tuple((name, self.columns[name].append) for name, _ in SEQUENCE_COLUMNS)
+
+    def __len__(self) -> int:
+        return len(self.columns["seq_id"])
+
+    def append(self, record: SequenceRecord) -> None:
+        for name, append in self._appenders:
+            value = getattr(record, name)
+            append(self.dropped_by.code(value) if name == "dropped_by" else value)
+
+    def table(self) -> SequenceTable:
+        arrays = {name: np.frombuffer(column, dtype=column.typecode) if len(column) else
+                  np.zeros(0, dtype=column.typecode) for name, column in self.columns.items()}
+        arrays["truncated"] = arrays["truncated"].astype(bool)
+        return SequenceTable(arrays, tuple(self.dropped_by.names))
+
+
+@dataclass(frozen=True, eq=False)
+class SequenceTable:
+    """Sequence records as columns (`columns[name]`, one per SequenceRecord field; `dropped_by` holds codes into
+    `dropped_by_names`); iterates as `SequenceRecord`s."""
+
+    columns: dict[str, np.ndarray]
+    dropped_by_names: tuple[str, ...]
+
+    @classmethod
+    def from_records(cls, records: Iterable[SequenceRecord]) -> SequenceTable:
+        columns = SequenceColumns()
+        for r in records:
+            columns.append(r)
+        return columns.table()
+
+    def __len__(self) -> int:
+        return int(self.columns["seq_id"].size)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.__dict__["columns"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __iter__(self) -> Iterator[SequenceRecord]:
+        names = [name for name, _ in SEQUENCE_COLUMNS]
+        dropped = self.dropped_by_names
+        for a in range(0, len(self), CHUNK):
+            values = [self.columns[name][a:a + CHUNK].tolist() for name in names]
+            values[names.index("dropped_by")] = [dropped[c] for c in values[names.index("dropped_by")]]
+            yield from map(SequenceRecord, *values)
+
+    def __getitem__(self, index: int) -> SequenceRecord:
+        i = range(len(self))[index]
+        return next(iter(self.take(np.array([i]))))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SequenceTable | tuple | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def take(self, index: np.ndarray) -> SequenceTable:
+        """The records at `index` (a mask or indices), in that order."""
+        return SequenceTable({name: values[index] for name, values in self.columns.items()}, self.dropped_by_names)
+
+    @property
+    def trained(self) -> np.ndarray:
+        """A mask of the records a step trained on."""
+        return self.columns["step_trained"] >= 0
+
+    def dropped_by_mask(self, predicate: Callable[[str], bool]) -> np.ndarray:
+        """A mask of the records whose `dropped_by` satisfies `predicate(name)`."""
+        allowed = np.array([bool(predicate(name)) for name in self.dropped_by_names])
+        return allowed[self.columns["dropped_by"]]
+
+    @property
+    def dropped_by_a_policy(self) -> np.ndarray:
+        """A mask of the records a policy threw away (not those still in flight when the run ended)."""
+        return self.dropped_by_mask(lambda name: name not in ("", RUN_END))

@@ -33,7 +33,8 @@ def model_flops(log: EventLog, facts: RunFacts) -> dict[str, float]:
     np.maximum.at(prompts, np.ravel(index), arrays.prompt)
     generation = (policy.forward(prompts, lm_head=False)
                   + policy.forward(arrays.generated, context=arrays.prompt))
-    tokens = np.array([r.prompt_tokens + r.response_tokens for r in trained(log)], dtype=np.float64)
+    done = trained(log)
+    tokens = (done.prompt_tokens + done.response_tokens).astype(np.float64)
     actor_forward = policy.forward(tokens)
     critic_forward = policy.forward(tokens, lm_head=False) if facts.critic else 0.0
     passes = actor_forward * (facts.recompute_old_log_prob + facts.ref_model) + critic_forward

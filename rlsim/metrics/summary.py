@@ -12,7 +12,7 @@ from rlsim.metrics.efficiency import decode_hbm_utilisation, mfu, model_flops
 from rlsim.metrics.engines import engine_summary
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.labels import gpu_seconds_by_label, pool_label_seconds, utilisation
-from rlsim.metrics.sequences import response_length_stats, staleness_histogram, trained
+from rlsim.metrics.sequences import response_length_stats, staleness, staleness_histogram, trained
 from rlsim.metrics.steps import long_tail, measured_steps, stage_means, throughput
 
 
@@ -25,17 +25,17 @@ def summary(log: EventLog, warmup_steps: int) -> dict:
     steps = measured_steps(log, warmup_steps) or list(log.steps)
     times = np.array([s.seconds for s in steps]) if steps else np.zeros(1)
     done = trained(log)
-    staleness = np.array([r.staleness for r in done]) if done else np.zeros(1)
+    lags = staleness(done) if len(done) else np.zeros(1)
     return {
         "step_time_s": {"mean": float(times.mean()), "p50": float(np.median(times)), "max": float(times.max())},
         "stages_s": stage_means(steps),
         "throughput": throughput(steps, log.gpus),
         "gpu_seconds_by_label": gpu_seconds_by_label(log),
-        "staleness": {"mean": float(staleness.mean()), "max": int(staleness.max())},
+        "staleness": {"mean": float(lags.mean()), "max": int(lags.max())},
         # Rollouts still in flight when the last step ends are the run's horizon, not data a policy threw away.
-        "sequences": {"trained": len(done), "dropped": sum(1 for r in log.sequences if r.dropped_by not in ("", RUN_END)),
-                      "in_flight_at_end": sum(1 for r in log.sequences if r.dropped_by == RUN_END),
-                      "truncated_fraction": float(np.mean([r.truncated for r in done])) if done else 0.0},
+        "sequences": {"trained": len(done), "dropped": int(log.sequences.dropped_by_a_policy.sum()),
+                      "in_flight_at_end": int(log.sequences.dropped_by_mask(lambda name: name == RUN_END).sum()),
+                      "truncated_fraction": float(np.mean(done.truncated)) if len(done) else 0.0},
         "simulator": {"events": log.events, "wall_s": log.wall_s},
     }
 

@@ -187,10 +187,10 @@ def step_figure(data: RunData) -> go.Figure:
 
 def length_figure(data: RunData) -> go.Figure:
     records = data.log.sequences
-    kept = np.array([r.response_tokens for r in trained(data.log)], dtype=np.float64)
+    kept = trained(data.log).response_tokens.astype(np.float64)
     # In flight at the run's end is the horizon, not a policy's drop: such sequences are not drawn.
-    dropped = np.array([r.response_tokens for r in records if r.step_trained < 0 and r.dropped_by != RUN_END],
-                       dtype=np.float64)
+    thrown = ~records.trained & records.dropped_by_mask(lambda name: name != RUN_END)
+    dropped = records.response_tokens[thrown].astype(np.float64)
     everything = np.concatenate([kept, dropped])
     edges = np.histogram_bin_edges(everything, bins=60) if everything.size else np.array([0.0, 1.0])
     centres, width = (edges[:-1] + edges[1:]) / 2, edges[1] - edges[0]

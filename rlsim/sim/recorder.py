@@ -22,6 +22,7 @@ from rlsim.events.tables import (
     SPAN_COLUMNS,
     Names,
     SampleColumns,
+    SequenceColumns,
     SpanColumns,
     SpanTable,
     group_edges,
@@ -49,7 +50,7 @@ class Recorder:
         self.phase = Phase()
         self._spans = SpanColumns()
         self._contexts: list[Span] = []
-        self._sequences: list[SequenceRecord] = []
+        self._sequences = SequenceColumns()
         self._steps: list[StepRecord] = []
         self.engine_samples = SampleColumns()  # engines append theirs as the run goes on
         self.on_step: Callable[[StepRecord], None] | None = None  # told of each RL step as it ends (live output)
@@ -87,7 +88,10 @@ class Recorder:
         spans = self._frozen_spans(wall_s)
         samples = self.engine_samples.table().in_time_order()
         self._spans, self.engine_samples = SpanColumns(self._spans.stages, self._spans.units), SampleColumns()
-        return EventLog(spans=spans, sequences=tuple(sorted(self._sequences, key=lambda r: r.seq_id)),
+        records = self._sequences.table()
+        self._sequences = SequenceColumns()
+        sequences = records.take(np.argsort(records.seq_id, kind="stable"))
+        return EventLog(spans=spans, sequences=sequences,
                         steps=tuple(sorted(self._steps, key=lambda r: r.step)), gpus=self.gpus, wall_s=wall_s,
                         events=events, engine_samples=samples)
 

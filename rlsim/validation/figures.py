@@ -91,7 +91,8 @@ def _generation_tokens_per_s(scenario: Scenario, result: Result | None, __: str)
         for span in spans.take(spans.labelled("staleness_block"))
     )
     running = (end - start) - blocked / len(engine_gpus) if engine_gpus else 0.0
-    generated = sum(r.response_tokens for r in log.sequences if start < r.finished <= end)
+    sequences = log.sequences
+    generated = int(sequences.response_tokens[(start < sequences.finished) & (sequences.finished <= end)].sum())
     return generated / running if running > 0 else 0.0
 
 
