@@ -31,7 +31,7 @@ from rlsim.events.tables import (
 
 # GPU groups swept per pass of idle labelling (rlsim.sim.recorder.Recorder._idle_spans): its scratch arrays are a
 # pass's share of the run's spans, however many GPUs the cluster has.
-GROUPS_PER_PASS = 1024
+GROUPS_PER_PASS = 256
 # Relative tolerance of float time comparisons: spans that touch within it are treated as touching.
 TIME_EPS = 1e-12
 
