@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlsim.report.event_files as event_files
-import rlsim.sim.recorder as recorder_module
+import rlsim.sim.idle_labels as idle_labels
 from rlsim.costs.memo import Memo
 from rlsim.events import RUN_END, EngineSample, SequenceRecord, Span
 from rlsim.events.tables import SampleTable, SequenceTable, SpanTable
@@ -20,7 +20,8 @@ from rlsim.metrics import RunFacts, run_metrics
 from rlsim.report.figures import RunData
 from rlsim.report.run_folder import write_run_folder
 from rlsim.report.trace import trace_events, write_trace
-from rlsim.sim.recorder import TIME_EPS, Recorder
+from rlsim.sim.idle_labels import TIME_EPS
+from rlsim.sim.recorder import Recorder
 from rlsim.sim.run import simulate_log
 from tests.sim_scenarios import bound
 
@@ -105,7 +106,7 @@ def test_idle_pieces_of_every_gpu_are_the_definitions(busy, contexts, wall_s):
     busy = without_double_booking(busy)
     recorder = record(busy, contexts)
     log = recorder.freeze(wall_s, events=0)
-    with patch.object(recorder_module, "GROUPS_PER_PASS", 2):  # a few GPU groups a pass: passes merged at the end
+    with patch.object(idle_labels, "GROUPS_PER_PASS", 2):  # a few GPU groups a pass: passes merged at the end
         assert tuple(record(busy, contexts).freeze(wall_s, events=0).spans) == tuple(log.spans)
     kept_busy = [s for s in busy if s.end > s.start]
     kept_contexts = [c for c in contexts if c.end > c.start]

@@ -1,11 +1,11 @@
-"""Idle time labelled by one sweep per GPU (rlsim.sim.recorder._Labeller) gives the same pieces as the definition:
+"""Idle time labelled by one sweep per GPU (rlsim.sim.idle_labels._Labeller) gives the same pieces as the definition:
 each gap cut at every context boundary inside it, each piece the label of the latest-recorded context covering its
 midpoint — checked against that definition written out directly, on random contexts and gaps."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlsim.events import Span
-from rlsim.sim.recorder import _ContextSweep, _Labeller
+from rlsim.sim.idle_labels import _ContextSweep, _Labeller
 
 TIMES = st.integers(min_value=0, max_value=40).map(lambda t: t / 4)
 
