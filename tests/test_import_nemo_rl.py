@@ -2,15 +2,10 @@
 fields equal the recipe's values and that `rlsim check` accepts."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import rlsim
 from rlsim.cli import main
-from rlsim.importers import nemo_rl
-from rlsim.importers.mapping import markdown_table
-
-DOCS = Path(__file__).parents[1] / "docs" / "import.md"
 
 PARENT = """\
 grpo:
@@ -164,13 +159,3 @@ def test_a_parent_that_is_not_a_local_file_is_reported_and_defaults_used(tmp_pat
     code, out = _import(tmp_path, "defaults: ../nowhere.yaml\n")
     assert code == 0 and "nowhere.yaml" in capsys.readouterr().err
     assert rlsim.load_scenario(out).algorithm.prompts_per_step == 32  # grpo_math_1B.yaml's default
-
-
-def test_the_docs_table_is_the_code_mapping():
-    text = DOCS.read_text(encoding="utf-8")
-    table = re.search(r"<!-- table: nemo-rl .*?-->\n(.*?)\n<!-- end table -->", text, re.S)
-    assert table is not None and table.group(1) == markdown_table(nemo_rl.RULES, "NeMo-RL")
-
-
-def test_every_default_is_a_mapped_key():
-    assert set(nemo_rl.DEFAULTS) <= {rule.key for rule in nemo_rl.RULES}

@@ -2,17 +2,12 @@
 the source's values, that `rlsim check` accepts, with every unmapped key named and every field's source noted."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 import rlsim
 from rlsim.cli import main
-from rlsim.importers import verl
-from rlsim.importers.mapping import markdown_table
-
-DOCS = Path(__file__).parents[1] / "docs" / "import.md"
 
 GRPO_SCRIPT = """\
 #!/usr/bin/env bash
@@ -233,16 +228,6 @@ def test_an_unknown_gpu_lists_the_profiles(tmp_path, capsys):
 def test_a_missing_file_exits_2(tmp_path, capsys):
     assert main(["import", "verl", str(tmp_path / "nope.yaml"), "--gpu", "h100-sxm"]) == 2
     assert "no such file" in capsys.readouterr().err
-
-
-def test_the_docs_table_is_the_code_mapping():
-    text = DOCS.read_text(encoding="utf-8")
-    table = re.search(r"<!-- table: verl .*?-->\n(.*?)\n<!-- end table -->", text, re.S)
-    assert table is not None and table.group(1) == markdown_table(verl.RULES, "verl")
-
-
-def test_every_default_is_a_mapped_key():
-    assert set(verl.DEFAULTS) <= {rule.key for rule in verl.RULES}
 
 
 def test_the_megatron_trainer_config_makes_megatron_the_default_and_node_sizes_may_differ(tmp_path):

@@ -23,6 +23,18 @@ LABEL_CODE = {label: code for code, label in enumerate(LABELS)}
 CHUNK = 65_536
 
 
+def _same_records(table: Any, other: object) -> bool:
+    """A table equals another table of its kind, or a tuple or list, holding the same records in the same order."""
+    if isinstance(other, type(table) | tuple | list):
+        return len(table) == len(other) and all(a == b for a, b in zip(table, other, strict=True))
+    return NotImplemented
+
+
+def _frozen(column: array) -> np.ndarray:
+    """A column appended during the run, as a numpy array over the same memory (no copy)."""
+    return np.frombuffer(column, dtype=column.typecode)
+
+
 class Names:
     """Strings ↔ small integer codes, in order of first use."""
 
@@ -72,8 +84,7 @@ class SpanColumns:
         a[8](self.units.code(unit))
 
     def table(self) -> SpanTable:
-        arrays = {name: np.frombuffer(column, dtype=column.typecode) if len(column) else
-                  np.zeros(0, dtype=column.typecode) for name, column in self.columns.items()}
+        arrays = {name: _frozen(column) for name, column in self.columns.items()}
         return SpanTable(**arrays, stage_names=tuple(self.stages.names), unit_names=tuple(self.units.names))
 
 
@@ -124,11 +135,7 @@ class SpanTable:
                     LABELS[self.label[i]], self.stage_names[self.stage[i]], int(self.step[i]), int(self.version[i]),
                     self.unit_names[self.unit[i]])
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, SpanTable | tuple | list):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
+    __eq__ = _same_records
     __hash__ = None  # type: ignore[assignment]
 
     @property
@@ -139,7 +146,7 @@ class SpanTable:
         """A mask of the spans carrying any of `labels`."""
         return np.isin(self.label, [LABEL_CODE[label] for label in labels])
 
-    def unit_mask(self, predicate: Any) -> np.ndarray:
+    def unit_mask(self, predicate: Callable[[str], object]) -> np.ndarray:
         """A mask of the spans whose unit satisfies `predicate(unit) -> bool`."""
         allowed = np.array([bool(predicate(name)) for name in self.unit_names] or [False])
         return allowed[self.unit]
@@ -194,16 +201,24 @@ class SampleColumns:
         return len(self.time)
 
     def append(self, engine: str, time: float, *counters: int) -> None:
-        self.engine.append(self.engines.code(engine))
-        self.time.append(time)
-        self.counters.extend(counters)
+        self.writer(engine)(time, *counters)
+
+    def writer(self, engine: str) -> Callable[..., None]:
+        """A function appending one sample of `engine`: (time, *SAMPLE_COUNTERS). An engine records a sample at every
+        batch change, so its name is coded once here rather than at each sample."""
+        code, engines, times, counters = self.engines.code(engine), self.engine.append, self.time.append, \
+            self.counters.extend
+
+        def write(time: float, *values: int) -> None:
+            engines(code)
+            times(time)
+            counters(values)
+        return write
 
     def table(self) -> SampleTable:
-        count = len(self.time)
-        return SampleTable(np.frombuffer(self.engine, dtype=np.int32) if count else np.zeros(0, np.int32),
-                           np.frombuffer(self.time, dtype=np.float64) if count else np.zeros(0),
-                           (np.frombuffer(self.counters, dtype=np.int64) if count else np.zeros(0, np.int64))
-                           .reshape(count, len(SAMPLE_COUNTERS)), tuple(self.engines.names))
+        return SampleTable(_frozen(self.engine), _frozen(self.time),
+                           _frozen(self.counters).reshape(len(self.time), len(SAMPLE_COUNTERS)),
+                           tuple(self.engines.names))
 
 
 @dataclass(frozen=True, eq=False)
@@ -245,11 +260,7 @@ class SampleTable:
         i = range(len(self))[index]
         return EngineSample(self.engine_names[self.engine[i]], float(self.time[i]), *self.counters[i].tolist())
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, SampleTable | tuple | list):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
+    __eq__ = _same_records
     __hash__ = None  # type: ignore[assignment]
 
 
@@ -276,8 +287,7 @@ class SequenceColumns:
             append(self.dropped_by.code(value) if name == "dropped_by" else value)
 
     def table(self) -> SequenceTable:
-        arrays = {name: np.frombuffer(column, dtype=column.typecode) if len(column) else
-                  np.zeros(0, dtype=column.typecode) for name, column in self.columns.items()}
+        arrays = {name: _frozen(column) for name, column in self.columns.items()}
         arrays["truncated"] = arrays["truncated"].astype(bool)
         return SequenceTable(arrays, tuple(self.dropped_by.names))
 
@@ -318,11 +328,7 @@ class SequenceTable:
         i = range(len(self))[index]
         return next(iter(self.take(np.array([i]))))
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, SequenceTable | tuple | list):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
+    __eq__ = _same_records
     __hash__ = None  # type: ignore[assignment]
 
     def take(self, index: np.ndarray) -> SequenceTable:

@@ -32,7 +32,7 @@ class EngineTelemetry:
     label, stage) — a judge pool generating verdicts is reward work, not rollout."""
 
     __slots__ = ("env", "recorder", "unit", "first_gpu", "gpu_count", "prefill_label", "decode_label", "stage", "probe",
-                 "changed", "_kv", "_batch", "_running", "_waiting", "_samples", "_in_flight", "_in_flight_start",
+                 "changed", "_kv", "_batch", "_running", "_waiting", "_write_sample", "_in_flight", "_in_flight_start",
                  "_span_label", "_span_start", "_span_step", "_span_end", "_recorded_until")
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, first_gpu: int, gpu_count: int, unit: str,
@@ -50,7 +50,7 @@ class EngineTelemetry:
         self._batch = batch
         self._running = running
         self._waiting = waiting
-        self._samples = recorder.engine_samples
+        self._write_sample = recorder.engine_samples.writer(unit)
         self._in_flight: str | None = None  # the label of the iteration or decode stretch under way
         self._in_flight_start = 0.0
         self._span_label: str | None = None  # the busy span still open, merging consecutive work of one kind
@@ -70,15 +70,14 @@ class EngineTelemetry:
         kv, batch, now = self._kv, self._batch, self.env.now if at is None else at
         stretch = batch.stretch
         if stretch is None:  # at a boundary, or in an iteration whose progress the exact mode books at its end
-            self._samples.append(self.unit, now, len(self._running), len(self._waiting), kv.used,
-                                 batch.size, batch.iteration, batch.decode_iterations, batch.decode_read)
+            self._write_sample(now, len(self._running), len(self._waiting), kv.used, batch.size, batch.iteration,
+                               batch.decode_iterations, batch.decode_read)
             return
         done = batch.unbooked(now)
         size = stretch.size
-        self._samples.append(self.unit, now, len(self._running), len(self._waiting),
-                             kv.used + size * done, size, batch.iteration + done,
-                             batch.decode_iterations + done,
-                             batch.decode_read + decode_read(size, stretch.context, done))
+        self._write_sample(now, len(self._running), len(self._waiting), kv.used + size * done, size,
+                           batch.iteration + done, batch.decode_iterations + done,
+                           batch.decode_read + decode_read(size, stretch.context, done))
 
     def begin(self, label: str, at: float | None = None) -> None:
         """An iteration or decode stretch of `label` work starts now (or at `at`: see `sample`)."""
