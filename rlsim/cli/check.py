@@ -45,6 +45,7 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
     from rlsim.config.schedule_kind import schedule_kind
     from rlsim.costs.memory import GIB
     from rlsim.pricing.layouts import engine_layout, engine_overheads
+    from rlsim.pricing.precision import QUANTIZED, engine_precision
 
     s, spec = bound.scenario, bound.model
     arch = spec.architecture
@@ -60,7 +61,7 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
         moe = f", MoE {arch.moe.num_experts} experts top-{arch.moe.num_experts_per_tok}"
     lines.append(f"model      {spec.name}: {spec.total_params / 1e9:.2f} B parameters ({spec.active_params / 1e9:.2f} B "
                  f"active){moe}; {spec.forward_flops_per_token(0) / 1e9:.1f} GFLOP/token forward; KV cache "
-                 f"{spec.kv_bytes_per_token / 1024:.1f} KiB/token (bf16)")
+                 f"{spec.kv_bytes_per_token / 1024:.1f} KiB/token ({s.placement.rollout.kv_cache_dtype.replace('auto', 'bf16')})")
     a = s.algorithm
     extras = ", ".join(name for name, on in (("reference model", a.ref_model), ("critic", a.critic)) if on) or "no ref, no critic"
     lines.append(f"algorithm  {a.name}: {a.prompts_per_step} prompts × {a.samples_per_prompt} samples = "
@@ -72,6 +73,11 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
                  f"tp{r.tp}{f' ep{r.ep}' if r.ep > 1 else ''}; training {t.gpus} GPUs on {t.pool} = "
                  f"tp{t.tp} pp{t.pp} cp{t.cp} dp{t.dp}{f' ep{t.ep}' if t.ep > 1 else ''}, {t.backend} "
                  f"ZeRO-{t.zero_stage}, recompute {t.activation_recompute}")
+    if s.model.dtype in QUANTIZED:
+        precision = engine_precision(bound.gpu(r.pool), s.model.dtype)
+        lines.append(f"           rollout weights {s.model.dtype}: {precision.mode} quantized "
+                     + ("(the GEMMs on its tensor cores)" if precision.quantized_rates is not None else
+                        f"({bound.gpu(r.pool).name} has no {s.model.dtype} tensor cores: dequantized into 16-bit GEMMs)"))
     sched = s.schedule
     staleness = f" (max staleness {sched.max_staleness:g})" if schedule_kind(sched.mode).takes_max_staleness else ""
     lines.append(f"schedule   {sched.mode}{staleness}; load balancer {sched.load_balancer}; partial rollout "

@@ -10,6 +10,7 @@ from rlsim.config.run_length import RunLength
 from rlsim.config.schema import Pool, Scenario
 from rlsim.hardware import GPUProfile, HardwareCatalog, Interconnect
 from rlsim.models import ModelCatalog, ModelSpec
+from rlsim.models.spec import KV_CACHE_DTYPE_BYTES
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ def bind(scenario: Scenario) -> Bound:
     pools = {pool.name: pool_hardware(pool, hardware) for pool in scenario.cluster.pools}
     architecture = scenario.model.architecture
     assert architecture is not None, "load_scenario fills the architecture of catalog models"
-    spec = ModelSpec.from_architecture(scenario.model.name, architecture)
+    spec = ModelSpec.from_architecture(scenario.model.name, architecture,
+                                       kv_dtype_bytes=KV_CACHE_DTYPE_BYTES[scenario.placement.rollout.kv_cache_dtype])
     reward = scenario.workload.reward
     scorer = ModelCatalog.load().spec(reward.model) if reward.kind in ("reward_model", "llm_judge") else None
     run = scenario.run

@@ -108,8 +108,12 @@ class ModelConfig(Frozen):
         "or of its folder, or a label when `architecture` is given")
     architecture: Architecture | None = Field(
         None, description="the model's shape (Hugging Face config.json fields), for a model not in the catalog")
-    dtype: Literal["bf16", "fp16", "fp8"] = Field(
-        "bf16", description="rollout weight precision; training is bf16 mixed precision"
+    dtype: Literal["bf16", "fp16", "fp8", "fp4"] = Field(
+        "bf16", description="the rollout engines' weights: fp8 quantizes the decoder layers' weights and their input "
+        "activations (verl actor_rollout_ref.rollout.quantization with use_block_quant_rollout: 128x128 weight blocks; "
+        "vLLM quantization=fp8), fp4 as NVFP4 (Blackwell); on a GPU without tensor cores for the type the weights stay "
+        "narrow in memory and are dequantized into 16-bit GEMMs (vLLM's Marlin kernels). Training stays bf16 mixed "
+        "precision"
     )
 
     @model_validator(mode="before")
@@ -200,6 +204,10 @@ class RolloutPlacement(Frozen):
         "with enable_chunked_prefill; vllm.LLM on an H100-class GPU: 16384, AsyncLLM: 2048; verl "
         "actor_rollout_ref.rollout.max_num_batched_tokens, default 8192)")
     engine: Literal["vllm", "sglang"] = Field("vllm", description="the inference engine (verl actor_rollout_ref.rollout.name)")
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(
+        "auto", description="the KV cache's element type (vLLM kv_cache_dtype; verl passes it through engine_kwargs): "
+        "auto keeps the model's 16-bit type, fp8 halves every token's bytes, so the cache holds twice the tokens and "
+        "decode attention reads half as much")
     cuda_graphs: Flag = Field(
         True, description="decode steps replay captured CUDA graphs instead of launching kernels one by one (false is verl "
         "actor_rollout_ref.rollout.enforce_eager: true)")

@@ -71,12 +71,12 @@ def decode_profile(engine: EngineKernels, batch: int) -> DecodeProfile:
     c >= 0 summed, then the CPU bounds applied (still convex piecewise linear)."""
     work = work_of(batch, ())
     kernels, collectives = engine.kernels(work)
-    rates = engine.rates
     terms: list[list[tuple[float, float]]] = []  # per kernel, the affine pieces (intercept, slope) it maxes over
     constant = sum(c.count * c.seconds for c in collectives)
     launches = sum(k.count for k in kernels) + sum(c.count for c in collectives)
     constant += launches * engine.overheads.kernel_gap_seconds
     for kernel in kernels:
+        rates = engine.rates_of(kernel)
         if kernel.kind == "attention":
             memory = (
                 kernel.count * rates.attention_memory_seconds(kernel.nbytes),

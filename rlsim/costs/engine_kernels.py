@@ -25,6 +25,9 @@ LOGIT_BYTES = 4  # the sampler works on fp32 logits
 # The sampler's passes over the logits of each row after the output head wrote them: softmax reads them and writes the
 # probabilities, sampling reads the probabilities.
 SAMPLER_LOGIT_PASSES = 3
+# Scale factors of quantized activations: one fp32 scale per token and 128-element group of its row (the 1x128 groups
+# of vLLM's block-FP8 path, per_token_group_quant_fp8, which verl's FP8 rollout uses), counted as bytes per element.
+ACTIVATION_SCALE_BYTES_PER_ELEMENT = 4 / 128
 
 
 
@@ -44,6 +47,7 @@ class Kernel(NamedTuple):
     nbytes: float = 0.0
     bytes_per_context: float = 0.0
     shape: tuple[float, float, float] | None = None
+    quantized: bool = False  # a weight GEMM whose weights and inputs are quantized (EngineKernels.quantized_rates)
 
 
 class KernelCollective(NamedTuple):
@@ -137,18 +141,25 @@ VLLM_EAGER_KERNELS = {"gqa": 7, "gqa_qk_norm": 23, "mla": 32, "dense": 4, "moe":
 class EngineKernels:
     """The kernels of an iteration of `spec` on one of an engine's `tp` GPUs (experts over `ep` groups), weights of
     `weight_bytes` bytes each, and their times at `rates`; `all_reduce_seconds` and `all_to_all_seconds` price the
-    engine's own collectives, `overheads` its CPU side."""
+    engine's own collectives, `overheads` its CPU side.
+
+    `quantized_rates`: the decoder layers' weights are quantized together with their input activations (W8A8 FP8,
+    W4A4 NVFP4): their GEMMs run at these rates (the narrow type's tensor cores), each after a kernel that quantizes
+    its input rows, and the output head keeps 16-bit weights (vLLM quantizes the decoder layers' linear layers only).
+    None: every weight is `weight_bytes` wide and every GEMM runs at `rates`.
+    """
 
     __slots__ = ("spec", "rates", "tp", "ep", "all_reduce_seconds", "all_to_all_seconds", "overheads", "weight_bytes",
-                 "kv_per_layer", "attention_layers", "attention_launches", "_gemm_shapes", "_attention_widths",
-                 "_expert_weight_elements")
+                 "quantized_rates", "head_weight_bytes", "kv_per_layer", "attention_layers", "attention_launches",
+                 "_gemm_shapes", "_attention_widths", "_expert_weight_elements")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, tp: int, ep: int,
                  all_reduce_seconds: CollectiveSeconds | None, all_to_all_seconds: CollectiveSeconds | None,
-                 overheads: EngineOverheads, weight_bytes: float):
+                 overheads: EngineOverheads, weight_bytes: float, quantized_rates: GPURates | None = None):
         self.spec, self.rates, self.tp, self.ep = spec, rates, tp, ep
         self.all_reduce_seconds, self.all_to_all_seconds = all_reduce_seconds, all_to_all_seconds
-        self.overheads, self.weight_bytes = overheads, weight_bytes
+        self.overheads, self.weight_bytes, self.quantized_rates = overheads, weight_bytes, quantized_rates
+        self.head_weight_bytes = float(ACTIVATION_BYTES) if quantized_rates is not None else weight_bytes
         self.kv_per_layer = kv_bytes_per_token_per_gpu(spec, tp) / spec.architecture.num_hidden_layers
         # Layers of each kind that has any (dense, then MoE): one attention kernel each per iteration.
         self.attention_layers = tuple(spec.layer_count(kind) for kind in LAYER_KINDS if spec.layer_count(kind))
@@ -161,12 +172,18 @@ class EngineKernels:
             i * o for name, i, o, _, _ in self.layer_gemms("moe", 1, 0) if name.startswith(_ROUTED_EXPERTS)
         ) if "moe" in self._gemm_shapes else 0.0
 
+    def rates_of(self, kernel: Kernel) -> GPURates:
+        """The rates `kernel` runs at: a quantized weight GEMM's narrow tensor cores, else the engine's 16-bit ones."""
+        if kernel.quantized and self.quantized_rates is not None:
+            return self.quantized_rates
+        return self.rates
+
     def kernel_seconds(self, kernel: Kernel, decode_context: float) -> float:
         """Roofline time of `kernel.count` launches of a kernel at decode context `decode_context`."""
         flops = kernel.flops + kernel.flops_per_context * decode_context
         nbytes = kernel.nbytes + kernel.bytes_per_context * decode_context
         if kernel.kind == "gemm" and kernel.shape is not None:
-            seconds = self.rates.gemm_seconds(*kernel.shape, nbytes=nbytes)
+            seconds = self.rates_of(kernel).gemm_seconds(*kernel.shape, nbytes=nbytes)
         elif kernel.kind == "gemm":
             seconds = self.rates.kernel_seconds(flops, nbytes)
         elif kernel.kind == "attention":
@@ -216,12 +233,22 @@ class EngineKernels:
             if not layers:
                 continue
             first = len(kernels)
+            quantized = self.quantized_rates is not None
+            input_quant: list[Kernel] = []
             for name, in_features, out_features, rows, weights in self.layer_gemms(kind, tokens, latent_rows):
                 flops = 2.0 * rows * in_features * out_features
                 nbytes = weights * self.weight_bytes + act * rows * (in_features + out_features)
                 if name.startswith(_ROUTED_EXPERTS):
                     nbytes += self._expert_fixed_bytes(in_features * out_features, weights)
-                kernels.append(Kernel(name, layers, "gemm", flops, 0.0, nbytes, shape=(rows, out_features, in_features)))
+                if quantized:
+                    # The GEMM reads its quantized input (and scales) in place of the 16-bit rows; a kernel before it
+                    # reads the rows and writes them quantized (vLLM's dynamic per-token(-group) activation quant).
+                    quantized_input = rows * in_features * (self.weight_bytes + ACTIVATION_SCALE_BYTES_PER_ELEMENT)
+                    nbytes += quantized_input - act * rows * in_features
+                    input_quant.append(Kernel(f"{name}.input_quant", layers, "memory",
+                                              nbytes=act * rows * in_features + quantized_input))
+                kernels.append(Kernel(name, layers, "gemm", flops, 0.0, nbytes, shape=(rows, out_features, in_features),
+                                      quantized=quantized))
             kernels.extend(self._elementwise_kernels(kind, tokens, kv_per_layer, layers))
             if self.overheads.launches_op_by_op:
                 # The layer's priced kernels, and its attention kernel (priced apart), stand for that many of the
@@ -230,6 +257,8 @@ class EngineKernels:
                 unpriced = self._eager_kernels_per_layer(kind) - priced
                 if unpriced > 0:
                     kernels.append(Kernel("eager_small_ops", unpriced * layers, "memory"))
+            # Kernels the 16-bit layer does not launch, beyond the eager counts above.
+            kernels.extend(input_quant)
             collectives.extend(self._layer_collectives(kind, tokens, layers))
         return kernels, collectives
 
@@ -242,7 +271,7 @@ class EngineKernels:
         hidden, vocab = arch.hidden_size, arch.vocab_size
         head_weights = hidden * vocab / self.tp
         flops = 2.0 * rows * head_weights
-        nbytes = head_weights * self.weight_bytes + act * rows * (hidden + vocab / self.tp)
+        nbytes = head_weights * self.head_weight_bytes + act * rows * (hidden + vocab / self.tp)
         return [Kernel("lm_head", 1, "gemm", flops, 0.0, nbytes, shape=(rows, vocab / self.tp, hidden)),
                 Kernel("sampler", 1, "memory", nbytes=SAMPLER_LOGIT_PASSES * LOGIT_BYTES * rows * vocab)]
 

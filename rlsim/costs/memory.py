@@ -56,7 +56,6 @@ ADAM_STATE_BYTES = 12  # fp32 master weights + first and second moments (arXiv 1
 ADAM_MOMENT_BYTES = 8  # the two moments alone: the optimizer's `state` tensors, which offloads copy one by one
 # Megatron's main-gradient buffer is fp32 for bf16 training unless --grad-reduce-in-bf16 (megatron/training/arguments.py).
 MEGATRON_GRAD_BYTES = 4
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 # Bytes per logit held at once while log-probabilities are computed, by `TrainingLayout.logprob_kernel`: the bf16
 # logits the output head writes, plus what the kernel materialises (see training.LOGPROB_BYTES for the kernels). A fused
 # kernel streams them (flash-attn's cross_entropy_loss); Megatron-Core's vocab-parallel cross-entropy keeps one fp32
@@ -313,12 +312,13 @@ def resident_training_bytes(spec: ModelSpec, layout: TrainingLayout, *, critic: 
 # ---------------------------------------------------------------------------------------------------- rollout role
 
 
-def engine_memory(spec: ModelSpec, layout: EngineLayout, capacity_bytes: float, *, weight_dtype_bytes: float,
+def engine_memory(spec: ModelSpec, layout: EngineLayout, capacity_bytes: float, *, weight_bytes: float,
                   resident_training_bytes: float, longest_sequence: int) -> RoleMemory:
-    """One engine GPU: weights, workspace, training state left beside it, and at least one longest sequence's KV
-    inside its gpu_memory_utilization share of `capacity_bytes`; the rest is the KV-cache budget."""
+    """One engine GPU: weights (`weight_bytes` for the whole model), workspace, training state left beside it, and at
+    least one longest sequence's KV inside its gpu_memory_utilization share of `capacity_bytes`; the rest is the
+    KV-cache budget."""
     components = {
-        "weights": spec.total_params * weight_dtype_bytes / layout.tp,
+        "weights": weight_bytes / layout.tp,
         "workspace": rollout_workspace_bytes(spec, layout),
     }
     notes: list[str] = []

@@ -133,6 +133,8 @@ class EngineCosts:
     all_to_all_seconds: CollectiveSeconds | None = None
     overheads: EngineOverheads = EngineOverheads()
     weight_dtype_bytes: float | None = None  # None: the spec's dtype_bytes
+    # The decoder layers' weights and inputs quantized (W8A8, W4A4): their GEMMs' rates (EngineKernels).
+    quantized_rates: GPURates | None = None
     _kernels: EngineKernels = field(init=False, repr=False, compare=False)
     # batch -> its decode profile; (tokens, latent rows) -> `LayersPriced`; logit rows -> `LogitsPriced`.
     _profile_memo: Memo[int, DecodeProfile] = field(init=False, repr=False, compare=False)
@@ -160,7 +162,7 @@ class EngineCosts:
             raise ValueError(f"an engine over tp={self.tp} GPUs needs all_reduce_seconds for its TP group")
         weight_bytes = self.weight_dtype_bytes if self.weight_dtype_bytes is not None else self.spec.dtype_bytes
         kernels = EngineKernels(self.spec, self.rates, self.tp, self.ep, self.all_reduce_seconds,
-                                self.all_to_all_seconds, self.overheads, weight_bytes)
+                                self.all_to_all_seconds, self.overheads, weight_bytes, self.quantized_rates)
         parts = {"_kernels": kernels, "_profile_memo": Memo(lambda batch: decode_profile(kernels, batch)),
                  "_layers_memo": Memo(self._price_layers), "_logits_memo": Memo(self._price_logits)}
         for name, part in parts.items():
@@ -176,11 +178,13 @@ class EngineCosts:
         all_to_all_seconds: CollectiveSeconds | None,
         overheads: EngineOverheads,
         weight_dtype_bytes: float | None = None,
+        quantized_rates: GPURates | None = None,
     ) -> EngineCosts:
         """The engines of `layout`, with `overheads` (rlsim.pricing.engine_overheads: the scenario's framework for
         the layout's engine kind and CUDA graphs)."""
         return cls(spec, rates, tp=layout.tp, ep=layout.ep, all_reduce_seconds=all_reduce_seconds,
-                   all_to_all_seconds=all_to_all_seconds, overheads=overheads, weight_dtype_bytes=weight_dtype_bytes)
+                   all_to_all_seconds=all_to_all_seconds, overheads=overheads, weight_dtype_bytes=weight_dtype_bytes,
+                   quantized_rates=quantized_rates)
 
     # ---- public API ---------------------------------------------------------------------------------------------
 
@@ -283,7 +287,9 @@ class EngineCosts:
             if self.spec.layer_count(kind)
         )
         head = self.spec.architecture.hidden_size * self.spec.architecture.vocab_size / self.tp
-        return (layers + head) * kernels.weight_bytes
+        if kernels.head_weight_bytes == kernels.weight_bytes:
+            return (layers + head) * kernels.weight_bytes
+        return layers * kernels.weight_bytes + head * kernels.head_weight_bytes
 
     # ---- the iteration's parts, priced once per value -----------------------------------------------------------
 

@@ -28,6 +28,10 @@ LayerKind = Literal["dense", "moe"]
 LAYER_KINDS: tuple[LayerKind, ...] = ("dense", "moe")
 
 
+# Bytes per KV-cache element by vLLM's kv_cache_dtype: auto keeps the model's type (None: the spec's dtype_bytes);
+# fp8 (E4M3, one scale per layer) is one byte.
+KV_CACHE_DTYPE_BYTES: dict[str, float | None] = {"auto": None, "fp8": 1.0}
+
 class Weight(NamedTuple):
     """One parameter tensor of a layer, named as in Hugging Face checkpoints (experts merged into one entry).
 

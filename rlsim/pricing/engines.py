@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 from rlsim.config.bound import Bound
 from rlsim.costs.collectives import Op, collective_time
-from rlsim.costs.compute import GPURates
 from rlsim.costs.engine_kernels import CollectiveSeconds
 from rlsim.costs.layout import EngineLayout
 from rlsim.costs.memory import RoleMemory, engine_kv_tokens
@@ -14,6 +13,7 @@ from rlsim.costs.rollout import EngineCosts
 from rlsim.models import ModelSpec
 from rlsim.pricing.layouts import engine_layout, engine_overheads
 from rlsim.pricing.memory import rollout_memory
+from rlsim.pricing.precision import engine_precision
 from rlsim.topology import CommGroup
 from rlsim.workload.judge import judge_scenario
 
@@ -34,13 +34,15 @@ def free_collective(op: Op, group: CommGroup | None) -> CollectiveSeconds:
 
 
 def engine_costs(bound: Bound, spec: ModelSpec, layout: EngineLayout, group: CommGroup | None,
-                 collective: CollectivePricer = collective_seconds) -> EngineCosts:
-    """The cost model of `layout`'s engines of `spec`; `group` is one engine's TP group (None on one GPU)."""
-    rates = GPURates.from_profile(bound.gpu(layout.pool), bound.scenario.model.dtype)
+                 collective: CollectivePricer = collective_seconds, *, weight_dtype: str | None = None) -> EngineCosts:
+    """The cost model of `layout`'s engines of `spec`; `group` is one engine's TP group (None on one GPU).
+    `weight_dtype`: the engines' weight type; default the policy's (`model.dtype`)."""
+    precision = engine_precision(bound.gpu(layout.pool), weight_dtype or bound.scenario.model.dtype)
     all_reduce = collective("all_reduce", group) if layout.tp > 1 else None
     all_to_all = collective("all_to_all", group) if layout.ep > 1 else None
-    return EngineCosts.for_layout(spec, rates, layout, all_reduce, all_to_all,
-                                  engine_overheads(bound.framework(layout.pool), layout))
+    return EngineCosts.for_layout(spec, precision.rates, layout, all_reduce, all_to_all,
+                                  engine_overheads(bound.framework(layout.pool), layout),
+                                  weight_dtype_bytes=precision.weight_bytes, quantized_rates=precision.quantized_rates)
 
 
 def policy_engine_memory(bound: Bound) -> RoleMemory:

@@ -8,7 +8,6 @@ from typing import Any
 
 from rlsim.config.schema import OffloadWhileGenerating, Scenario, TrainingPlacement
 from rlsim.costs.memory import (
-    DTYPE_BYTES,
     GIB,
     RoleMemory,
     engine_memory,
@@ -18,6 +17,7 @@ from rlsim.costs.memory import (
 from rlsim.hardware import GPUProfile
 from rlsim.models import Architecture, ModelSpec
 from rlsim.pricing.layouts import engine_layout, training_layout
+from rlsim.pricing.precision import engine_weight_bytes
 
 # The smallest micro-batch budget a hint proposes: halving stops here.
 MIN_HINT_MICRO_BATCH_TOKENS = 512
@@ -115,7 +115,7 @@ def training_state_beside_engines(scenario: Scenario, spec: ModelSpec) -> float:
 
 def _rollout_memory_of(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
     return engine_memory(spec, engine_layout(scenario.placement.rollout), gpu.memory_bytes,
-                         weight_dtype_bytes=DTYPE_BYTES[scenario.model.dtype],
+                         weight_bytes=engine_weight_bytes(spec, scenario.model.dtype),
                          resident_training_bytes=training_state_beside_engines(scenario, spec),
                          longest_sequence=scenario.algorithm.model_len)
 

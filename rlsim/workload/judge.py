@@ -5,6 +5,9 @@ from __future__ import annotations
 from rlsim.config.schema import RolloutPlacement, Scenario
 from rlsim.workload.lengths import length_schedule
 
+# The judge serves its own checkpoint, in 16-bit weights whatever the policy's rollout precision.
+JUDGE_WEIGHT_DTYPE = "bf16"
+
 
 def judge_scenario(scenario: Scenario) -> Scenario:
     """The scenario as the judge's engines see it: their own GPUs (no training state beside them) generating on
@@ -19,6 +22,7 @@ def judge_scenario(scenario: Scenario) -> Scenario:
         "max_sequence_tokens": None,
         "max_response_tokens": judge_max_verdict(scenario)})
     return scenario.model_copy(update={
+        "model": scenario.model.model_copy(update={"dtype": JUDGE_WEIGHT_DTYPE}),
         "algorithm": algorithm,
         "placement": placement.model_copy(update={"mode": "disaggregated", "rollout": layout})})
 

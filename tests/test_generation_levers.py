@@ -1,0 +1,115 @@
+"""Levers teams pull to speed up generation: each pinned, in direction and rough size, to a public measurement.
+
+The figures rlsim gives are in the assertions' messages; where they differ from the measurement, the comment says why.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rlsim.api import load_scenario, simulate, with_
+from rlsim.config.bound import bind
+from rlsim.costs.compute import GPURates
+from rlsim.costs.engine_kernels import ACTIVATION_SCALE_BYTES_PER_ELEMENT
+from rlsim.pricing.engines import engine_costs, free_collective, policy_kv_tokens
+from rlsim.pricing.layouts import engine_layout
+from rlsim.pricing.memory import rollout_memory
+from rlsim.pricing.precision import engine_precision
+from tests.test_rollout_costs import A100, H100, engine
+
+# verl's FP8-rollout study as a scenario; one step is the steady state of a synchronous colocated run.
+FP8_STUDY = Path(__file__).parent.parent / "scenarios" / "qwen3-8b-dapo-fp8-rollout-8xh100.yaml"
+
+
+def fp8_study(**changes: object):
+    return with_(load_scenario(FP8_STUDY), {"run.steps": 1, **changes})
+
+
+# ---- FP8 rollout weights ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows, measured", [(1, 2.51 / 4.34), (16, 39.1 / 70.2), (64, 161 / 308)])
+def test_an_fp8_layer_gemm_takes_about_half_the_bf16_time_while_memory_bound(rows, measured):
+    """vLLM's FP8 (W8A8) GEMM against its BF16 one on Llama-3.1-8B's QKV shape (N=6144, K=4096) on an H100
+    (vllm-project/vllm#17126: 2.51 vs 4.34 TFLOP/s at M=1, 39.1 vs 70.2 at 16, 161 vs 308 at 64): the FP8 kernel
+    takes 0.52-0.58 of the BF16 time. rlsim gives ~0.64: its fixed 6 µs per GEMM (compute.GEMM_FILL_S) does not
+    shrink with the weights."""
+    bf16, fp8 = GPURates.from_profile(H100, "bf16"), GPURates.from_profile(H100, "fp8")
+    n, k = 6144, 4096
+    quantized_traffic = n * k * 1 + rows * k * (1 + ACTIVATION_SCALE_BYTES_PER_ELEMENT) + rows * n * 2
+    ratio = fp8.gemm_seconds(rows, n, k, nbytes=quantized_traffic) / bf16.gemm_seconds(rows, n, k)
+    assert measured - 0.05 < ratio < measured + 0.15, f"FP8/BF16 GEMM time {ratio:.3f}, measured {measured:.3f}"
+
+
+def test_fp8_weights_reach_the_engine_cost_model():
+    """The bug this lever fixes: `model.dtype: fp8` changed the GEMM rate but not the bytes a decode step reads."""
+    bf16_engine, fp8_engine = bind(fp8_study()), bind(fp8_study(**{"model.dtype": "fp8"}))
+    costs = [engine_costs(b, b.model, engine_layout(b.scenario.placement.rollout), None, free_collective)
+             for b in (bf16_engine, fp8_engine)]
+    spec = bf16_engine.model
+    head = spec.architecture.hidden_size * spec.architecture.vocab_size / 2  # tp 2
+    layers_bf16 = costs[0].weight_bytes_read(64) - 2 * head
+    assert costs[1].weight_bytes_read(64) == pytest.approx(layers_bf16 / 2 + 2 * head)  # the head stays 16-bit
+    seconds = [c.decode_iteration_seconds(64, 64 * 2000) for c in costs]
+    assert seconds[1] < 0.95 * seconds[0]
+    assert "mlp.gate_up_proj.input_quant" in costs[1].breakdown(64, 64 * 2000)
+    # The engine's weights take half the memory (the embedding and head stay 16-bit), leaving more KV cache.
+    memory = [rollout_memory(b.scenario, b.model, b.gpu(None)) for b in (bf16_engine, fp8_engine)]
+    assert memory[1].components["weights"] < 0.6 * memory[0].components["weights"]
+    assert policy_kv_tokens(fp8_engine) > policy_kv_tokens(bf16_engine)
+
+
+def test_fp8_rollout_speedup_of_verls_qwen3_8b_run():
+    """verl docs/advance/fp8.md: FP8 (blockwise W8A8) rollout of Qwen3-8B-Base, DAPO, 20K max response, 8 H100s:
+    ~12 % faster generation (vLLM 0.10, CUDA 12.6), up to ~18 % (CUDA 12.9). The response lengths of that run are
+    not published; with a lognormal of median 4,000 tokens and verl's default rollout TP 2, rlsim gives ~1.09-1.14x
+    (1.26-1.32x at TP 1, where the weights are a larger share of each step)."""
+    gen = {dtype: float(simulate(fp8_study(**{"model.dtype": dtype})).steps["gen"].mean()) for dtype in ("bf16", "fp8")}
+    speedup = gen["bf16"] / gen["fp8"]
+    assert 1.05 < speedup < 1.3, f"FP8 rollout {speedup:.3f}x faster; verl measured ~1.12-1.18x"
+
+
+def test_fp8_weights_on_a_gpu_without_fp8_tensor_cores_are_weight_only():
+    """vLLM runs FP8 checkpoints on Ampere as W8A16 (its FP8 Marlin kernel): narrow weights, 16-bit arithmetic. A
+    compute-bound prefill is no faster; a memory-bound decode step is."""
+    precision = engine_precision(A100, "fp8")
+    assert precision.quantized_rates is None and precision.weight_bytes == 1 and precision.mode == "weight-only"
+    assert engine_precision(H100, "fp8").quantized_rates is not None
+    assert engine_precision(H100, "fp4").quantized_rates is None  # Hopper has no FP4 tensor cores
+    bf16 = engine("Qwen2.5-7B", gpu=A100)
+    fp8 = replace(bf16, weight_dtype_bytes=1.0)
+    assert fp8.prefill_seconds(8192) == pytest.approx(bf16.prefill_seconds(8192), rel=0.05)
+    assert fp8.decode_iteration_seconds(16, 16 * 1000) < 0.7 * bf16.decode_iteration_seconds(16, 16 * 1000)
+
+
+# ---- FP8 KV cache ----------------------------------------------------------------------------------------------
+
+def test_fp8_kv_cache_decode_cost_per_context_token_against_vllms_measurement():
+    """vLLM blog, 2026-04-22 "FP8 KV cache" (v0.19.1, one H100, FlashAttention 3, Llama-3.1-8B, batch 1): the decode
+    step costs 6.44 ms + 4.37e-5 ms per context token in BF16, and the per-token slope falls to 54 % of it with an
+    FP8 cache (6.58 ms + 2.37e-5 ms). rlsim: 6.5 ms + 4.6e-5 ms/token, slope ratio 0.50 (it reads exactly half the
+    bytes; the measured kernel also pays the dequantization)."""
+    bf16, fp8 = engine("Llama-3.1-8B"), engine("Llama-3.1-8B", kv_dtype_bytes=1)
+
+    def slope(costs):
+        return (costs.decode_iteration_seconds(1, 100_000) - costs.decode_iteration_seconds(1, 20_000)) / 80_000
+
+    assert bf16.decode_iteration_seconds(1, 256) == pytest.approx(6.44e-3, rel=0.1)
+    assert slope(bf16) == pytest.approx(4.37e-8, rel=0.15)
+    assert slope(fp8) / slope(bf16) == pytest.approx(0.54, abs=0.06)
+
+
+def test_fp8_kv_cache_holds_twice_the_tokens():
+    """Halving each cached token's bytes doubles the tokens the same memory holds (vLLM's "halves the memory per
+    cached token")."""
+    tokens = [policy_kv_tokens(bind(fp8_study(**{"placement.rollout.kv_cache_dtype": kv}))) for kv in ("auto", "fp8")]
+    assert tokens[1] == pytest.approx(2 * tokens[0], abs=2)
+
+
+def test_fp8_kv_cache_speeds_up_long_generation():
+    """Long responses fill the KV cache: twice the tokens let more sequences decode at once and each step reads half
+    the KV. FP8-RL (arXiv 2601.18150) reports up to 44 % more rollout throughput from FP8 weights and KV together."""
+    gen = {kv: float(simulate(fp8_study(**{"placement.rollout.kv_cache_dtype": kv})).steps["gen"].mean())
+           for kv in ("auto", "fp8")}
+    assert 1.1 < gen["auto"] / gen["fp8"] < 2.0, gen
