@@ -13,6 +13,7 @@ from rlsim.api import load_scenario, simulate, with_
 from rlsim.config.bound import bind
 from rlsim.costs.compute import GPURates
 from rlsim.costs.engine_kernels import ACTIVATION_SCALE_BYTES_PER_ELEMENT
+from rlsim.costs.speculative import Speculation
 from rlsim.pricing.engines import engine_costs, free_collective, policy_kv_tokens
 from rlsim.pricing.layouts import engine_layout
 from rlsim.pricing.memory import rollout_memory
@@ -113,3 +114,51 @@ def test_fp8_kv_cache_speeds_up_long_generation():
     gen = {kv: float(simulate(fp8_study(**{"placement.rollout.kv_cache_dtype": kv})).steps["gen"].mean())
            for kv in ("auto", "fp8")}
     assert 1.1 < gen["auto"] / gen["fp8"] < 2.0, gen
+
+
+# ---- speculative decoding ----------------------------------------------------------------------------------------
+
+def speculating(costs, drafted: int, acceptance_rate: float, draft=None):
+    return replace(costs, speculation=Speculation(drafted, acceptance_rate, draft))
+
+
+def test_tokens_per_verify_step_follow_leviathan_et_al():
+    """E = (1 − α^(k+1)) / (1 − α) (arXiv 2211.17192, eq. 1): α = 0.8, k = 4 gives 3.36 tokens a step."""
+    assert Speculation(4, 0.8, None).tokens_per_step == pytest.approx(3.3616)
+    assert Speculation(3, 0.0, None).tokens_per_step == 1.0
+
+
+def test_a_memory_bound_verify_step_gains_nearly_the_accepted_tokens():
+    """Leviathan et al.'s improvement factor E / (k·c + 1) with free drafts (c = 0, n-gram lookups): a one-sequence
+    decode step reads the same weights and cache to verify 4 tokens as to decode 1, so the speed-up is ~E."""
+    plain = engine("Llama-3.1-8B")
+    fast = speculating(plain, 3, 0.7)
+    gain = plain.decode_iteration_seconds(1, 1000) / fast.decode_iteration_seconds(1, 1000)
+    assert gain == pytest.approx(fast.speculation.tokens_per_step, rel=0.05)
+
+
+def test_speculation_slows_a_large_compute_bound_batch():
+    """vLLM's blog (2024-10-17, "How Speculative Decoding Boosts vLLM Performance by up to 2.8x"): up to 1.5x with a
+    draft model and 2.8x with n-gram drafts at low load, but 1.4-1.8x slower at high load, where the verify pass's
+    k + 1 tokens a sequence make the step compute-bound. rlsim, Llama-3.1-8B with Llama-3.2-1B drafting 3 tokens at
+    α = 0.5 on an H100: ~1.08x at batch 1, ~0.48x at batch 256 of short sequences."""
+    plain = engine("Llama-3.1-8B")
+    drafted = speculating(plain, 3, 0.5, engine("Llama-3.2-1B"))
+    low = plain.decode_iteration_seconds(1, 1000) / drafted.decode_iteration_seconds(1, 1000)
+    high = plain.decode_iteration_seconds(256, 256 * 300) / drafted.decode_iteration_seconds(256, 256 * 300)
+    assert low > 1.0 and 1 / 1.8 / 1.3 < high < 1 / 1.2, (low, high)
+
+
+def test_speculative_rollout_in_a_scenario():
+    """n-gram drafts (history-based, as RhymeRL's HistoSpec) speed up a long-response rollout; a draft model takes
+    memory for its weights and its share of the KV cache; fast and exact simulation agree."""
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.6}
+    plain, speculative = fp8_study(), fp8_study(**{"placement.rollout.speculative": ngram})
+    gen = [float(simulate(s).steps["gen"].mean()) for s in (plain, speculative)]
+    assert gen[1] < 0.8 * gen[0]
+    exact = simulate(speculative, mode="exact")
+    assert exact.log.steps[-1].stages["gen"] == pytest.approx(simulate(speculative).log.steps[-1].stages["gen"], rel=1e-6)
+    draft = fp8_study(**{"placement.rollout.speculative": {**ngram, "method": "draft_model", "draft_model": "Qwen3-0.6B"}})
+    memory = rollout_memory(draft, bind(draft).model, H100)
+    assert {"draft model weights", "draft model KV cache"} <= set(memory.components)
+    assert policy_kv_tokens(bind(draft)) < policy_kv_tokens(bind(plain))

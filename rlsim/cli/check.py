@@ -73,6 +73,11 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
                  f"tp{r.tp}{f' ep{r.ep}' if r.ep > 1 else ''}; training {t.gpus} GPUs on {t.pool} = "
                  f"tp{t.tp} pp{t.pp} cp{t.cp} dp{t.dp}{f' ep{t.ep}' if t.ep > 1 else ''}, {t.backend} "
                  f"ZeRO-{t.zero_stage}, recompute {t.activation_recompute}")
+    if r.speculative is not None:
+        sp = r.speculative
+        drafter = f" ({sp.draft_model})" if sp.draft_model else ""
+        lines.append(f"           speculative decoding: {sp.method}{drafter}, {sp.num_speculative_tokens} drafted tokens, "
+                     f"acceptance {sp.acceptance_rate:g}")
     if s.model.dtype in QUANTIZED:
         precision = engine_precision(bound.gpu(r.pool), s.model.dtype)
         lines.append(f"           rollout weights {s.model.dtype}: {precision.mode} quantized "

@@ -69,6 +69,7 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
         _check_capacity(resolved, check)
         if spec is not None:
             _check_parallelism(resolved, spec, hardware, check)
+            _check_draft_model(resolved, check)
     _check_algorithm(resolved, check)
     _check_schedule(scenario, resolved, check)
     _check_reward(resolved, check)
@@ -338,6 +339,23 @@ def _check_parallelism(scenario: Scenario, spec: ModelSpec, hardware: HardwareCa
         check.fail(("algorithm", "mini_batches"), f"a mini-batch of {sequences_per_mini_batch} sequences leaves some of "
                    f"the {training.dp} data-parallel ranks without work", value=scenario.algorithm.mini_batches,
                    valid=f"≤ {max(1, scenario.algorithm.samples_per_step // training.dp)}")
+
+
+def _check_draft_model(scenario: Scenario, check: _Checker) -> None:
+    """A speculative draft model must exist and split over the engine's TP GPUs."""
+    speculative, tp = scenario.placement.rollout.speculative, scenario.placement.rollout.tp
+    if speculative is None or speculative.draft_model is None:
+        return
+    path: PathKey = ("placement", "rollout", "speculative", "draft_model")
+    try:
+        draft = ModelCatalog.load().spec(speculative.draft_model).architecture
+    except UnknownName as err:
+        check.unknown(path, err)
+        return
+    if draft.num_attention_heads % tp or (draft.num_key_value_heads % tp and tp % draft.num_key_value_heads):
+        check.fail(path, f"the draft model runs on the engine's tp={tp} GPUs, and its {draft.num_attention_heads} "
+                   f"attention heads ({draft.num_key_value_heads} KV heads) do not split over them",
+                   value=speculative.draft_model, valid="a draft model whose heads divide the engine's tp")
 
 
 def _check_algorithm(scenario: Scenario, check: _Checker) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from rlsim.config.framework import Framework
 from rlsim.config.workload import Workload
@@ -182,6 +182,35 @@ class Algorithm(Frozen):
         return both if self.max_sequence_tokens is None else min(both, self.max_sequence_tokens)
 
 
+class SpeculativeDecoding(Frozen):
+    """Speculative decoding in the rollout engines (vLLM's speculative_config, SGLang's speculative_algorithm)."""
+
+    method: Literal["ngram", "draft_model", "eagle", "mtp"] = Field(
+        description="where drafts come from: ngram (lookups in the prompt and the text so far, or in earlier "
+        "responses as RhymeRL's HistoSpec: no GPU time), draft_model (a small model of the same vocabulary, "
+        "`draft_model`), eagle or mtp (a one-layer head on the target's hidden states: EAGLE, DeepSeek/MiMo MTP)")
+    num_speculative_tokens: int = Field(
+        ge=1, le=16, strict=True, description="tokens drafted per sequence per step (vLLM num_speculative_tokens)")
+    acceptance_rate: float = Field(
+        ge=0.0, lt=1.0, allow_inf_nan=False,
+        description="probability that a drafted token is accepted once the ones before it were (α of Leviathan et al. "
+        "2023; vLLM reports it as spec_decode acceptance rate): a step then yields (1 − α^(k+1)) / (1 − α) tokens. In RL "
+        "it falls as the policy drifts from the drafter unless the drafter is trained alongside")
+    draft_model: str | None = Field(
+        None, validate_default=True,
+        description="method draft_model: the draft model's catalog name or Hugging Face id (e.g. Qwen3-0.6B)")
+
+    @field_validator("draft_model")
+    @classmethod
+    def _draft_model_when_needed(cls, value: str | None, info: ValidationInfo) -> str | None:
+        method = info.data.get("method")
+        if method == "draft_model" and value is None:
+            raise ValueError("method draft_model needs the draft model's name here")
+        if method not in (None, "draft_model") and value is not None:
+            raise ValueError(f"method {method} drafts without a draft model; leave draft_model out")
+        return value
+
+
 class RolloutPlacement(Frozen):
     """Generation engines (vLLM/SGLang): `gpus` GPUs cut into engines of `tp` GPUs each."""
 
@@ -208,6 +237,8 @@ class RolloutPlacement(Frozen):
         "auto", description="the KV cache's element type (vLLM kv_cache_dtype; verl passes it through engine_kwargs): "
         "auto keeps the model's 16-bit type, fp8 halves every token's bytes, so the cache holds twice the tokens and "
         "decode attention reads half as much")
+    speculative: SpeculativeDecoding | None = Field(
+        None, description="speculative decoding: drafts verified in one pass of the policy; null: off")
     cuda_graphs: Flag = Field(
         True, description="decode steps replay captured CUDA graphs instead of launching kernels one by one (false is verl "
         "actor_rollout_ref.rollout.enforce_eager: true)")

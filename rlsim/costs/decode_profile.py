@@ -66,10 +66,11 @@ class DecodeProfile:
         return low
 
 
-def decode_profile(engine: EngineKernels, batch: int) -> DecodeProfile:
-    """The iteration time of a decode batch of `batch` sequences on `engine`: every kernel's upper envelope over
-    c >= 0 summed, then the CPU bounds applied (still convex piecewise linear)."""
-    work = work_of(batch, ())
+def decode_profile(engine: EngineKernels, batch: int, queries: int = 1) -> DecodeProfile:
+    """The iteration time of a decode batch of `batch` sequences on `engine`, each running `queries` tokens (1, or a
+    speculative verify step's): every kernel's upper envelope over c >= 0 summed, then the CPU bounds applied (still
+    convex piecewise linear)."""
+    work = work_of(batch, (), queries)
     kernels, collectives = engine.kernels(work)
     terms: list[list[tuple[float, float]]] = []  # per kernel, the affine pieces (intercept, slope) it maxes over
     constant = sum(c.count * c.seconds for c in collectives)
@@ -124,7 +125,7 @@ def decode_profile(engine: EngineKernels, batch: int) -> DecodeProfile:
         intercepts.append(a_sum)
         slopes.append(b_sum)
 
-    busy_until, then = engine.cpu_bounds(batch, launches, batch)
+    busy_until, then = engine.cpu_bounds(work.tokens, launches, batch)
     return _apply_cpu_bounds(batch, starts, intercepts, slopes, busy_until, then)
 
 
@@ -151,3 +152,19 @@ def _apply_cpu_bounds(
         out_b.insert(0, 0.0)
     return DecodeProfile(batch, tuple(out_starts), tuple(out_a), tuple(out_b))
 
+
+
+def combined_profile(parts: list[tuple[float, DecodeProfile]], batch: int) -> DecodeProfile:
+    """Σ weight·profile over `parts` (profiles of the same batch): still continuous, nondecreasing, convex and piecewise
+    linear for nonnegative weights, with the pieces' starts the union of theirs."""
+    starts = sorted({start for _, profile in parts for start in profile.starts})
+    intercepts, slopes = [], []
+    for start in starts:
+        a_sum = b_sum = 0.0
+        for weight, profile in parts:
+            i = max(0, bisect_right(profile.starts, start) - 1)
+            a_sum += weight * profile.intercepts[i]
+            b_sum += weight * profile.slopes[i]
+        intercepts.append(a_sum)
+        slopes.append(b_sum)
+    return DecodeProfile(batch, tuple(starts), tuple(intercepts), tuple(slopes))

@@ -65,14 +65,20 @@ class Work(NamedTuple):
     prefill_pairs: float  # (query, key) pairs of the prefill attention, causal within each chunk
     prefill_logits: int  # chunks that end their prompt
     prefill_sequences: int  # sequences with a prefill chunk in the iteration
+    # Tokens each decoding sequence runs through the model: 1, or a speculative verify step's drafted tokens + 1.
+    decode_queries: int = 1
+
+    @property
+    def decode_rows(self) -> int:
+        return self.decode * self.decode_queries
 
     @property
     def tokens(self) -> int:
-        return self.decode + self.prefill
+        return self.decode_rows + self.prefill
 
     @property
     def logit_rows(self) -> int:
-        return self.decode + self.prefill_logits
+        return self.decode_rows + self.prefill_logits
 
 
 # How each weight matrix of a layer is split over the engine's GPUs, and which ones one fused kernel computes
@@ -209,7 +215,7 @@ class EngineKernels:
 
     def latent_rows(self, work: Work) -> int:
         """Rows of MLA's kv_b_proj: prefill expands the cached latents of its sequences too (0 without MLA)."""
-        return work.decode + work.prefill + work.prefill_cached if self.spec.architecture.mla is not None else 0
+        return work.decode_rows + work.prefill + work.prefill_cached if self.spec.architecture.mla is not None else 0
 
     def attention_kernels(self, work: Work) -> list[Kernel]:
         return [self._attention_kernel(work, self.kv_per_layer, layers) for layers in self.attention_layers]
@@ -359,11 +365,13 @@ class EngineKernels:
     def _attention_kernel(self, work: Work, kv_per_layer: float, layers: int) -> Kernel:
         """Fused attention of one layer on one GPU: KV reads of every key attended, FLOPs per (query, key) pair."""
         expanded, absorbed, query_width = self._attention_widths
-        decode_keys = work.decode  # plus the context c: each sequence also attends to the token it decodes
-        flops = absorbed * decode_keys + expanded * work.prefill_pairs
+        # Plus the context c: each sequence also attends to the tokens it decodes; a verify step's queries each see
+        # the whole cache, which the kernel reads once for all of them.
+        decode_keys = work.decode_rows
+        flops = absorbed * decode_keys * work.decode_queries + expanded * work.prefill_pairs
         keys_read = decode_keys + work.prefill + work.prefill_cached
         nbytes = kv_per_layer * keys_read + ACTIVATION_BYTES * work.tokens * query_width
-        return Kernel("attention", layers, "attention", flops, absorbed, nbytes, kv_per_layer)
+        return Kernel("attention", layers, "attention", flops, absorbed * work.decode_queries, nbytes, kv_per_layer)
 
     def _elementwise_kernels(self, kind: str, tokens: int, kv_per_layer: float, layers: int) -> list[Kernel]:
         """Memory-bound kernels of one layer: the two fused residual-add + RMSNorms, RoPE with the KV-cache write,
@@ -417,7 +425,7 @@ class EngineKernels:
 
 
 
-def work_of(decode_batch: int, prefill: Iterable[PrefillChunk]) -> Work:
+def work_of(decode_batch: int, prefill: Iterable[PrefillChunk], decode_queries: int = 1) -> Work:
     new = cached = pairs = logits = sequences = 0
     for chunk in prefill:
         tokens = chunk.tokens
@@ -429,4 +437,4 @@ def work_of(decode_batch: int, prefill: Iterable[PrefillChunk]) -> Work:
             pairs += tokens * chunk.cached_tokens + tokens * (tokens + 1) // 2
             logits += chunk.logits
             sequences += 1
-    return Work(decode_batch, new, cached, float(pairs), logits, sequences)
+    return Work(decode_batch, new, cached, float(pairs), logits, sequences, decode_queries)

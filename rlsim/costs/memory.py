@@ -313,20 +313,29 @@ def resident_training_bytes(spec: ModelSpec, layout: TrainingLayout, *, critic: 
 
 
 def engine_memory(spec: ModelSpec, layout: EngineLayout, capacity_bytes: float, *, weight_bytes: float,
-                  resident_training_bytes: float, longest_sequence: int) -> RoleMemory:
+                  resident_training_bytes: float, longest_sequence: int,
+                  drafter: tuple[ModelSpec, float] | None = None) -> RoleMemory:
     """One engine GPU: weights (`weight_bytes` for the whole model), workspace, training state left beside it, and at
     least one longest sequence's KV inside its gpu_memory_utilization share of `capacity_bytes`; the rest is the
-    KV-cache budget."""
+    KV-cache budget. `drafter`: a speculative draft model and its weight bytes, whose KV cache holds every token the
+    target's does (vLLM sizes both caches for the same tokens)."""
     components = {
         "weights": weight_bytes / layout.tp,
         "workspace": rollout_workspace_bytes(spec, layout),
     }
+    if drafter is not None:
+        components["draft model weights"] = drafter[1] / layout.tp
     notes: list[str] = []
     if resident_training_bytes:
         components["training state (resident)"] = resident_training_bytes
         notes.append("colocated: training state that is not offloaded stays on the GPU while it generates")
     budget = layout.gpu_memory_utilization * capacity_bytes
     kv_cache = budget - sum(components.values())
+    if drafter is not None:
+        # The drafter's cache takes its share of every cached token's bytes.
+        own, draft = kv_bytes_per_token_per_gpu(spec, layout.tp), kv_bytes_per_token_per_gpu(drafter[0], layout.tp)
+        components["draft model KV cache"] = max(kv_cache, 0.0) * draft / (own + draft)
+        kv_cache -= components["draft model KV cache"]
     longest = kv_bytes_per_token_per_gpu(spec, layout.tp) * longest_sequence
     components["KV cache, one longest sequence"] = longest
     if kv_cache >= longest:

@@ -41,11 +41,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rlsim.costs.compute import GPURates
-from rlsim.costs.decode_profile import DecodeProfile, decode_profile
-from rlsim.costs.engine_kernels import CollectiveSeconds, EngineKernels, work_of
+from rlsim.costs.decode_profile import DecodeProfile, combined_profile, decode_profile
+from rlsim.costs.engine_kernels import CollectiveSeconds, EngineKernels, Work, work_of
 from rlsim.costs.layout import EngineLayout, InferenceEngine
 from rlsim.costs.memo import Memo
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
+from rlsim.costs.speculative import Speculation
 from rlsim.models import ModelSpec
 from rlsim.models.spec import LAYER_KINDS
 from rlsim.overheads import (
@@ -135,6 +136,7 @@ class EngineCosts:
     weight_dtype_bytes: float | None = None  # None: the spec's dtype_bytes
     # The decoder layers' weights and inputs quantized (W8A8, W4A4): their GEMMs' rates (EngineKernels).
     quantized_rates: GPURates | None = None
+    speculation: Speculation | None = None  # speculative decoding (rlsim.costs.speculative)
     _kernels: EngineKernels = field(init=False, repr=False, compare=False)
     # batch -> its decode profile; (tokens, latent rows) -> `LayersPriced`; logit rows -> `LogitsPriced`.
     _profile_memo: Memo[int, DecodeProfile] = field(init=False, repr=False, compare=False)
@@ -163,7 +165,7 @@ class EngineCosts:
         weight_bytes = self.weight_dtype_bytes if self.weight_dtype_bytes is not None else self.spec.dtype_bytes
         kernels = EngineKernels(self.spec, self.rates, self.tp, self.ep, self.all_reduce_seconds,
                                 self.all_to_all_seconds, self.overheads, weight_bytes, self.quantized_rates)
-        parts = {"_kernels": kernels, "_profile_memo": Memo(lambda batch: decode_profile(kernels, batch)),
+        parts = {"_kernels": kernels, "_profile_memo": Memo(self._decode_profile),
                  "_layers_memo": Memo(self._price_layers), "_logits_memo": Memo(self._price_logits)}
         for name, part in parts.items():
             object.__setattr__(self, name, part)
@@ -179,12 +181,13 @@ class EngineCosts:
         overheads: EngineOverheads,
         weight_dtype_bytes: float | None = None,
         quantized_rates: GPURates | None = None,
+        speculation: Speculation | None = None,
     ) -> EngineCosts:
         """The engines of `layout`, with `overheads` (rlsim.pricing.engine_overheads: the scenario's framework for
         the layout's engine kind and CUDA graphs)."""
         return cls(spec, rates, tp=layout.tp, ep=layout.ep, all_reduce_seconds=all_reduce_seconds,
                    all_to_all_seconds=all_to_all_seconds, overheads=overheads, weight_dtype_bytes=weight_dtype_bytes,
-                   quantized_rates=quantized_rates)
+                   quantized_rates=quantized_rates, speculation=speculation)
 
     # ---- public API ---------------------------------------------------------------------------------------------
 
@@ -219,6 +222,18 @@ class EngineCosts:
         work = work_of(decode_batch, prefill)
         if work.tokens == 0:
             return 0.0
+        speculation = self.speculation
+        if speculation is not None and work.prefill_sequences == 0:
+            # A mean speculative step per token (rlsim.costs.speculative): verify, drafts, over the tokens gained.
+            verify = self._iteration_seconds(work_of(decode_batch, (), speculation.verified), decode_context)
+            draft = 0.0
+            if speculation.draft is not None:
+                draft = speculation.drafted * speculation.draft.iteration_seconds(decode_batch, decode_context)
+            return (verify + draft) / speculation.tokens_per_step
+        return self._iteration_seconds(work, decode_context)
+
+    def _iteration_seconds(self, work: Work, decode_context: float) -> float:
+        """One forward pass over `work` at decode context `decode_context`."""
         # Only attention depends on the context and the prefill's cached prefix; the rest is a function of the
         # tokens and of the rows sampled, counts that repeat across iterations, so each part is priced once per
         # value (prefill-heavy runs price tens of thousands of iterations). Summed in
@@ -292,6 +307,16 @@ class EngineCosts:
         return layers * kernels.weight_bytes + head * kernels.head_weight_bytes
 
     # ---- the iteration's parts, priced once per value -----------------------------------------------------------
+
+    def _decode_profile(self, batch: int) -> DecodeProfile:
+        speculation = self.speculation
+        if speculation is None:
+            return decode_profile(self._kernels, batch)
+        share = 1 / speculation.tokens_per_step
+        parts = [(share, decode_profile(self._kernels, batch, speculation.verified))]
+        if speculation.draft is not None:
+            parts.append((share * speculation.drafted, speculation.draft.decode_profile(batch)))
+        return combined_profile(parts, batch)
 
     def _price_layers(self, key: tuple[int, int]) -> LayersPriced:
         kernels = self._kernels

@@ -3,6 +3,7 @@ cost model (with the framework overheads of their pool's hosts) and the KV cache
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from rlsim.config.bound import Bound
 from rlsim.costs.collectives import Op, collective_time
@@ -10,7 +11,9 @@ from rlsim.costs.engine_kernels import CollectiveSeconds
 from rlsim.costs.layout import EngineLayout
 from rlsim.costs.memory import RoleMemory, engine_kv_tokens
 from rlsim.costs.rollout import EngineCosts
+from rlsim.costs.speculative import Speculation
 from rlsim.models import ModelSpec
+from rlsim.pricing.drafter import drafter_spec
 from rlsim.pricing.layouts import engine_layout, engine_overheads
 from rlsim.pricing.memory import rollout_memory
 from rlsim.pricing.precision import engine_precision
@@ -40,9 +43,19 @@ def engine_costs(bound: Bound, spec: ModelSpec, layout: EngineLayout, group: Com
     precision = engine_precision(bound.gpu(layout.pool), weight_dtype or bound.scenario.model.dtype)
     all_reduce = collective("all_reduce", group) if layout.tp > 1 else None
     all_to_all = collective("all_to_all", group) if layout.ep > 1 else None
-    return EngineCosts.for_layout(spec, precision.rates, layout, all_reduce, all_to_all,
-                                  engine_overheads(bound.framework(layout.pool), layout),
-                                  weight_dtype_bytes=precision.weight_bytes, quantized_rates=precision.quantized_rates)
+    overheads = engine_overheads(bound.framework(layout.pool), layout)
+    speculation = None
+    speculative = bound.scenario.placement.rollout.speculative
+    if speculative is not None and spec is bound.model:
+        # The drafter runs on the engine's GPUs with the same split and precision (vLLM's draft TP = the target's).
+        drafter = drafter_spec(bound.scenario, spec)
+        draft = None if drafter is None else EngineCosts.for_layout(
+            drafter, precision.rates, replace(layout, ep=1), all_reduce, None, overheads,
+            weight_dtype_bytes=precision.weight_bytes, quantized_rates=precision.quantized_rates)
+        speculation = Speculation(speculative.num_speculative_tokens, speculative.acceptance_rate, draft)
+    return EngineCosts.for_layout(spec, precision.rates, layout, all_reduce, all_to_all, overheads,
+                                  weight_dtype_bytes=precision.weight_bytes, quantized_rates=precision.quantized_rates,
+                                  speculation=speculation)
 
 
 def policy_engine_memory(bound: Bound) -> RoleMemory:

@@ -16,6 +16,7 @@ from rlsim.costs.memory import (
 )
 from rlsim.hardware import GPUProfile
 from rlsim.models import Architecture, ModelSpec
+from rlsim.pricing.drafter import drafter_spec
 from rlsim.pricing.layouts import engine_layout, training_layout
 from rlsim.pricing.precision import engine_weight_bytes
 
@@ -114,10 +115,12 @@ def training_state_beside_engines(scenario: Scenario, spec: ModelSpec) -> float:
 
 
 def _rollout_memory_of(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
+    draft = drafter_spec(scenario, spec)
     return engine_memory(spec, engine_layout(scenario.placement.rollout), gpu.memory_bytes,
                          weight_bytes=engine_weight_bytes(spec, scenario.model.dtype),
                          resident_training_bytes=training_state_beside_engines(scenario, spec),
-                         longest_sequence=scenario.algorithm.model_len)
+                         longest_sequence=scenario.algorithm.model_len,
+                         drafter=None if draft is None else (draft, engine_weight_bytes(draft, scenario.model.dtype)))
 
 
 def rollout_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
