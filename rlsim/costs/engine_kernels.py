@@ -156,13 +156,17 @@ class EngineKernels:
     """
 
     __slots__ = ("spec", "rates", "tp", "ep", "all_reduce_seconds", "all_to_all_seconds", "overheads", "weight_bytes",
-                 "quantized_rates", "head_weight_bytes", "kv_per_layer", "attention_layers", "attention_launches",
-                 "_gemm_shapes", "_attention_widths", "_expert_weight_elements")
+                 "quantized_rates", "head_weight_bytes", "expert_load_imbalance", "kv_per_layer", "attention_layers",
+                 "attention_launches", "_gemm_shapes", "_attention_widths", "_expert_weight_elements")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, tp: int, ep: int,
                  all_reduce_seconds: CollectiveSeconds | None, all_to_all_seconds: CollectiveSeconds | None,
-                 overheads: EngineOverheads, weight_bytes: float, quantized_rates: GPURates | None = None):
+                 overheads: EngineOverheads, weight_bytes: float, quantized_rates: GPURates | None = None,
+                 expert_load_imbalance: float = 1.0):
         self.spec, self.rates, self.tp, self.ep = spec, rates, tp, ep
+        # With experts over ep > 1 groups, the busiest group serves this many times the mean (token, expert)
+        # assignments, and every GPU of the engine waits for it at the combine.
+        self.expert_load_imbalance = expert_load_imbalance if ep > 1 else 1.0
         self.all_reduce_seconds, self.all_to_all_seconds = all_reduce_seconds, all_to_all_seconds
         self.overheads, self.weight_bytes, self.quantized_rates = overheads, weight_bytes, quantized_rates
         self.head_weight_bytes = float(ACTIVATION_BYTES) if quantized_rates is not None else weight_bytes
@@ -332,7 +336,8 @@ class EngineKernels:
                     out_features /= slices
                 touched = arch.moe.experts_touched(tokens)
                 weights = in_features * out_features * touched / ep
-                rows = tokens * shape.active / ep  # (token, expert) assignments this GPU's experts serve
+                # (token, expert) assignments the busiest GPU's experts serve.
+                rows = tokens * shape.active / ep * self.expert_load_imbalance
             group = _FUSED.get(shape.name, shape.name)
             entry = fused.setdefault(group, [in_features, 0.0, rows, 0.0])
             entry[1] += out_features
@@ -397,10 +402,12 @@ class EngineKernels:
         moe = arch.moe
         assert moe is not None
         # SwiGLU reads gate and up and writes their product, for every (token, expert) assignment.
-        width = (moe.num_experts_per_tok * moe.moe_intermediate_size + moe.n_shared_experts * moe.moe_intermediate_size)
+        imbalance = self.expert_load_imbalance
+        width = (moe.num_experts_per_tok * moe.moe_intermediate_size * imbalance
+                 + moe.n_shared_experts * moe.moe_intermediate_size)
         kernels.append(Kernel("activation", layers, "memory", nbytes=3 * act * tokens * width / tp))
         # Top-k over fp32 router logits, then gathering tokens for their experts and summing the k outputs back.
-        routing = tokens * (LOGIT_BYTES * moe.num_experts + 2 * act * moe.num_experts_per_tok * hidden / self.ep)
+        routing = tokens * (LOGIT_BYTES * moe.num_experts + 2 * act * moe.num_experts_per_tok * hidden / self.ep * imbalance)
         kernels.append(Kernel("moe_routing", layers, "memory", nbytes=routing))
         return kernels
 
@@ -413,8 +420,9 @@ class EngineKernels:
         all_reduce = self.all_reduce_seconds(hidden_bytes)
         if kind == "moe" and self.ep > 1:
             assert self.all_to_all_seconds is not None and self.spec.architecture.moe is not None
-            # Each GPU dispatches its 1/tp share of the tokens to the k experts each is routed to, and gets them back.
-            share = hidden_bytes / self.tp * self.spec.architecture.moe.num_experts_per_tok
+            # Each GPU dispatches its 1/tp share of the tokens to the k experts each is routed to, and gets them back;
+            # the busiest GPU receives and returns its imbalance's multiple of the mean.
+            share = hidden_bytes / self.tp * self.spec.architecture.moe.num_experts_per_tok * self.expert_load_imbalance
             return [
                 KernelCollective("all_reduce", layers, all_reduce),
                 KernelCollective("all_to_all", 2 * layers, self.all_to_all_seconds(share)),

@@ -137,6 +137,7 @@ class EngineCosts:
     # The decoder layers' weights and inputs quantized (W8A8, W4A4): their GEMMs' rates (EngineKernels).
     quantized_rates: GPURates | None = None
     speculation: Speculation | None = None  # speculative decoding (rlsim.costs.speculative)
+    expert_load_imbalance: float = 1.0  # the busiest expert-parallel group's assignments over the mean (EngineKernels)
     _kernels: EngineKernels = field(init=False, repr=False, compare=False)
     # batch -> its decode profile; (tokens, latent rows) -> `LayersPriced`; logit rows -> `LogitsPriced`.
     _profile_memo: Memo[int, DecodeProfile] = field(init=False, repr=False, compare=False)
@@ -164,7 +165,8 @@ class EngineCosts:
             raise ValueError(f"an engine over tp={self.tp} GPUs needs all_reduce_seconds for its TP group")
         weight_bytes = self.weight_dtype_bytes if self.weight_dtype_bytes is not None else self.spec.dtype_bytes
         kernels = EngineKernels(self.spec, self.rates, self.tp, self.ep, self.all_reduce_seconds,
-                                self.all_to_all_seconds, self.overheads, weight_bytes, self.quantized_rates)
+                                self.all_to_all_seconds, self.overheads, weight_bytes, self.quantized_rates,
+                                self.expert_load_imbalance)
         parts = {"_kernels": kernels, "_profile_memo": Memo(self._decode_profile),
                  "_layers_memo": Memo(self._price_layers), "_logits_memo": Memo(self._price_logits)}
         for name, part in parts.items():
@@ -182,12 +184,14 @@ class EngineCosts:
         weight_dtype_bytes: float | None = None,
         quantized_rates: GPURates | None = None,
         speculation: Speculation | None = None,
+        expert_load_imbalance: float = 1.0,
     ) -> EngineCosts:
         """The engines of `layout`, with `overheads` (rlsim.pricing.engine_overheads: the scenario's framework for
         the layout's engine kind and CUDA graphs)."""
         return cls(spec, rates, tp=layout.tp, ep=layout.ep, all_reduce_seconds=all_reduce_seconds,
                    all_to_all_seconds=all_to_all_seconds, overheads=overheads, weight_dtype_bytes=weight_dtype_bytes,
-                   quantized_rates=quantized_rates, speculation=speculation)
+                   quantized_rates=quantized_rates, speculation=speculation,
+                   expert_load_imbalance=expert_load_imbalance)
 
     # ---- public API ---------------------------------------------------------------------------------------------
 

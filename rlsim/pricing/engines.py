@@ -44,8 +44,11 @@ def engine_costs(bound: Bound, spec: ModelSpec, layout: EngineLayout, group: Com
     all_reduce = collective("all_reduce", group) if layout.tp > 1 else None
     all_to_all = collective("all_to_all", group) if layout.ep > 1 else None
     overheads = engine_overheads(bound.framework(layout.pool), layout)
-    speculation = None
-    speculative = bound.scenario.placement.rollout.speculative
+    speculation, imbalance = None, 1.0
+    rollout = bound.scenario.placement.rollout
+    speculative = rollout.speculative
+    if spec is bound.model:
+        imbalance = rollout.expert_load_imbalance
     if speculative is not None and spec is bound.model:
         # The drafter runs on the engine's GPUs with the same split and precision (vLLM's draft TP = the target's).
         drafter = drafter_spec(bound.scenario, spec)
@@ -55,7 +58,7 @@ def engine_costs(bound: Bound, spec: ModelSpec, layout: EngineLayout, group: Com
         speculation = Speculation(speculative.num_speculative_tokens, speculative.acceptance_rate, draft)
     return EngineCosts.for_layout(spec, precision.rates, layout, all_reduce, all_to_all, overheads,
                                   weight_dtype_bytes=precision.weight_bytes, quantized_rates=precision.quantized_rates,
-                                  speculation=speculation)
+                                  speculation=speculation, expert_load_imbalance=imbalance)
 
 
 def policy_engine_memory(bound: Bound) -> RoleMemory:
