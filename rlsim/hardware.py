@@ -284,6 +284,7 @@ class Measured(Frozen):
     host-to-device ones)."""
 
     gemm_bf16_tflops: SourcedNumber | None = None  # best large BF16 GEMM
+    gemm_fp8_tflops: SourcedNumber | None = None  # best large FP8 GEMM (None: FP8 reaches BF16's fraction of peak)
     hbm_stream_tbps: SourcedNumber | None = None
     allreduce_busbw_gbyte_per_s: SourcedNumber | None = None  # NCCL/RCCL bus bandwidth inside the node, large messages
     small_allreduce_latency_us: SourcedNumber | None = None  # 1-8 KB all-reduce inside the node
@@ -296,6 +297,10 @@ class Measured(Frozen):
     @property
     def gemm_bf16_flops(self) -> float | None:
         return _si(self.gemm_bf16_tflops, 1e12)
+
+    @property
+    def gemm_fp8_flops(self) -> float | None:
+        return _si(self.gemm_fp8_tflops, 1e12)
 
     @property
     def hbm_stream_bytes_per_s(self) -> float | None:

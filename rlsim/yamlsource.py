@@ -23,6 +23,11 @@ MAX_YAML_DEPTH = 64
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# Scalars the scenario format accepts in place of a mapping, and the key each stands for (`model: Qwen3-8B` is
+# `model: {name: Qwen3-8B}`, config.schema.ModelConfig), so an override can set a field beside it.
+SCALAR_SHORTHANDS: dict[PathKey, str] = {("model",): "name"}
+
+
 @dataclass(frozen=True)
 class YamlDocument:
     """Parsed YAML plus a map from field path to the 1-based line where that field is written."""
@@ -64,6 +69,9 @@ class YamlDocument:
                     else:
                         raise ScenarioError(Problem(f"cannot set {text_path}: {dotted(path[:i + 1])} is not a "
                                                     "mapping or list entry in the scenario", file=f"--set {text_path}"))
+                if path[:i + 1] in SCALAR_SHORTHANDS and not isinstance(node[part], (dict, list)):
+                    # `model: Qwen3-8B` then `--set model.dtype=fp8`: the shorthand becomes its full form first.
+                    node[part] = {SCALAR_SHORTHANDS[path[:i + 1]]: node[part]}
                 node = node[part]
             if isinstance(node, dict) and isinstance(path[-1], str):
                 node[path[-1]] = value

@@ -176,10 +176,16 @@ def test_calibrated_profiles_simulate_in_the_expected_direction():
 
     assert generation("h100-sxm-published") > 1.005 * generation("h100-sxm")
     assert generation("mi300x-published") < 0.995 * generation("mi300x")
-    fp8_plain = GPURates.from_profile(HardwareCatalog.load().gpu("h100-sxm"), "fp8")
-    fp8_calibrated = GPURates.from_profile(HardwareCatalog.load().gpu("h100-sxm-published"), "fp8")
-    # Large FP8 GEMMs: 70% of peak published, against the 80% the plain profile carries over from BF16.
-    assert fp8_calibrated.gemm_seconds(16384, 16384, 16384) > 1.1 * fp8_plain.gemm_seconds(16384, 16384, 16384)
+    hardware = HardwareCatalog.load()
+    fp8_plain = GPURates.from_profile(hardware.gpu("h100-sxm"), "fp8")
+    fp8_calibrated = GPURates.from_profile(hardware.gpu("h100-sxm-published"), "fp8")
+    # Large FP8 GEMMs reach 70% of peak, 80% in BF16: the calibrated curve fits Azure's FP8 GEMMs, and the plain
+    # profile measures its largest one (it no longer carries BF16's fraction over to FP8).
+    assert fp8_calibrated.gemm_seconds(16384, 16384, 16384) == pytest.approx(
+        fp8_plain.gemm_seconds(16384, 16384, 16384), rel=0.05)
+    assert fp8_plain.gemm_flops / fp8_plain.peak_flops == pytest.approx(0.70, abs=0.01)
+    assert GPURates.from_profile(hardware.gpu("h100-sxm")).gemm_flops / fp8_plain.peak_flops * 2 == pytest.approx(
+        0.80, abs=0.01)
 
 
 # ------------------------------------------------------------------------------------------- shipped calibrations

@@ -136,3 +136,11 @@ def test_a_number_with_an_exponent_is_a_number():
     range it is infinite, which the field then refuses."""
     assert parse_overrides(["a=1e-9", "b=2E3", "c=-1.5e+2", "d=1e400", "e=release-1e3"]) == {
         "a": 1e-9, "b": 2000.0, "c": -150.0, "d": float("inf"), "e": "release-1e3"}
+
+
+def test_set_reaches_a_field_beside_a_shorthand_model_name(capsys):
+    """`model: Qwen2.5-1.5B` is `model: {name: Qwen2.5-1.5B}`, so `--set model.dtype=fp8` sets the rollout precision
+    beside the name instead of failing on a scalar."""
+    assert main(["check", QUICKSTART, "--set", "model.dtype=fp8"]) == 0
+    out = capsys.readouterr().out
+    assert "Qwen2.5-1.5B" in out and "rollout weights fp8" in out

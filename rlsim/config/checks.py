@@ -70,6 +70,7 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
         if spec is not None:
             _check_parallelism(resolved, spec, hardware, check)
             _check_draft_model(resolved, check)
+            _check_training_precision(resolved, hardware, check)
     _check_algorithm(resolved, check)
     _check_schedule(scenario, resolved, check)
     _check_reward(resolved, check)
@@ -339,6 +340,20 @@ def _check_parallelism(scenario: Scenario, spec: ModelSpec, hardware: HardwareCa
         check.fail(("algorithm", "mini_batches"), f"a mini-batch of {sequences_per_mini_batch} sequences leaves some of "
                    f"the {training.dp} data-parallel ranks without work", value=scenario.algorithm.mini_batches,
                    valid=f"≤ {max(1, scenario.algorithm.samples_per_step // training.dp)}")
+
+
+def _check_training_precision(scenario: Scenario, hardware: HardwareCatalog, check: _Checker) -> None:
+    """FP8 training needs an FP8 training stack and FP8 tensor cores."""
+    training = scenario.placement.training
+    if training.precision != "fp8":
+        return
+    path: PathKey = ("placement", "training", "precision")
+    gpu = hardware.gpu(scenario.cluster.pool(training.pool or "").gpu)
+    if training.backend not in ("megatron", "fsdp2"):
+        check.fail(path, f"FP8 training runs on Megatron with Transformer Engine or on FSDP2 with torchao's float8, "
+                   f"not on backend {training.backend}", value="fp8", valid="bf16, or backend megatron or fsdp2")
+    elif gpu.peak_tflops.fp8 is None:
+        check.fail(path, f"{gpu.name} has no FP8 tensor cores", value="fp8", valid="bf16")
 
 
 def _check_draft_model(scenario: Scenario, check: _Checker) -> None:

@@ -365,6 +365,11 @@ class TrainingPlacement(Frozen):
         default_factory=OffloadHostMemory,
         description="colocated: the host memory offloaded weights and optimizer state are copied into (and back from)",
     )
+    precision: Literal["bf16", "fp8"] = Field(
+        "bf16", description="the decoder layers' GEMMs in training, forward and backward: fp8 runs them on FP8 tensor "
+        "cores with per-tensor scaling of their inputs and gradients (Megatron with Transformer Engine, --fp8-format "
+        "hybrid; NeMo-RL policy.megatron_cfg.fp8_cfg; fsdp2 with torchao float8), attention, the output head and the "
+        "optimizer staying 16/32-bit. Needs a GPU with FP8 tensor cores")
     reference_weights: Literal["resident", "host", "swap"] = Field(
         "resident", description="where the reference policy's weights live, when the algorithm has a reference pass: "
         "resident (a frozen copy sharded like the policy's weights, on the training GPUs); host (in host memory, copied "

@@ -116,19 +116,28 @@ class GPURates:
     # Fixed times of a fused-MoE decode kernel beyond streaming the experts' weights: per call, per expert touched.
     moe_call_seconds: float = DEFAULT_FUSED_MOE_CALL_S
     moe_expert_seconds: float = DEFAULT_FUSED_MOE_EXPERT_S
+    # The same GPU's asymptotic FP8 GEMM rate (None: no FP8 tensor cores), for GEMMs run in FP8 beside 16-bit work
+    # (FP8 training: `in_fp8`).
+    fp8_gemm_flops: float | None = None
 
     @classmethod
     def from_profile(cls, gpu: GPUProfile, dtype: str = "bf16") -> GPURates:
         peak = gpu.peak_flops(dtype)
         measured_gemm = gpu.measured.gemm_bf16_flops
-        # The measured BF16 fraction of peak is taken to hold for the other dtypes of the same GPU.
+        # The measured BF16 fraction of peak is taken to hold for the other dtypes of the same GPU, FP8 too unless the
+        # profile measures FP8 (on an H100 it reaches 70 % of its peak where BF16 reaches 80 %).
         gemm_efficiency = measured_gemm / gpu.peak_flops("bf16") if measured_gemm else DEFAULT_GEMM_EFFICIENCY
+        fp8_peak, measured_fp8 = gpu.peak_tflops.fp8, gpu.measured.gemm_fp8_flops
+        fp8_gemm = None if fp8_peak is None else measured_fp8 or fp8_peak.value * 1e12 * gemm_efficiency
+        if dtype.strip().lower() == "fp8" and fp8_gemm is not None:
+            gemm_efficiency = fp8_gemm / peak
         stream = gpu.measured.hbm_stream_bytes_per_s or gpu.hbm_bytes_per_s * DEFAULT_HBM_EFFICIENCY
         sm_count = gpu.sm_count.value if gpu.sm_count is not None else None
         moe_call, moe_expert = gpu.measured.fused_moe_call_seconds, gpu.measured.fused_moe_expert_seconds
         rates = cls(gpu.name, peak, peak * gemm_efficiency, stream, gpu.memory_bytes, sm_count,
                     moe_call_seconds=DEFAULT_FUSED_MOE_CALL_S if moe_call is None else moe_call,
-                    moe_expert_seconds=DEFAULT_FUSED_MOE_EXPERT_S if moe_expert is None else moe_expert)
+                    moe_expert_seconds=DEFAULT_FUSED_MOE_EXPERT_S if moe_expert is None else moe_expert,
+                    fp8_gemm_flops=fp8_gemm)
         if gpu.calibration is not None:
             rates = rates._calibrated(gpu.calibration, dtype.strip().lower())
         if rates.decode_attention_bytes_per_s is None:
@@ -143,6 +152,9 @@ class GPURates:
         own = calibration.gemm_curve(dtype)
         if own is not None:
             changes["gemm_flops"] = own.tflops.value * 1e12
+        fp8 = calibration.gemm_curve("fp8")
+        if fp8 is not None:
+            changes["fp8_gemm_flops"] = fp8.tflops.value * 1e12
         if calibration.hbm is not None:
             bandwidth = calibration.hbm.gbyte_per_s.value * 1e9
             changes |= {"hbm_bytes_per_s": bandwidth, "memory_half_bytes": calibration.hbm.fixed_us.value * 1e-6 * bandwidth}
@@ -160,8 +172,15 @@ class GPURates:
         if not 0 < fraction <= 1:
             raise ValueError(f"a sustained fraction is in (0, 1], got {fraction}")
         attention = None if self.fused_attention_flops is None else self.fused_attention_flops * fraction
+        fp8 = None if self.fp8_gemm_flops is None else self.fp8_gemm_flops * fraction
         return replace(self, gemm_flops=self.gemm_flops * fraction, hbm_bytes_per_s=self.hbm_bytes_per_s * fraction,
-                       fused_attention_flops=attention)
+                       fused_attention_flops=attention, fp8_gemm_flops=fp8)
+
+    def in_fp8(self) -> GPURates:
+        """These rates with GEMMs at the GPU's FP8 rate (everything else unchanged)."""
+        if self.fp8_gemm_flops is None:
+            raise ValueError(f"{self.name} has no FP8 tensor cores")
+        return replace(self, gemm_flops=self.fp8_gemm_flops)
 
     def compute_seconds(self, flops: float) -> float:
         """Time of a GEMM-like kernel doing `flops`, compute-bound, shape unknown (no tile or wave quantization)."""

@@ -16,6 +16,7 @@ InferenceEngine = Literal["vllm", "sglang"]
 WeightSyncMethod = Literal["nccl_broadcast", "checkpoint_engine", "per_tensor", "rdma_p2p"]
 PPBroadcast = Literal["tp_shards", "full_tensors"]
 
+TrainingPrecision = Literal["bf16", "fp8"]
 
 @dataclass(frozen=True, slots=True)
 class MovedState:
@@ -64,6 +65,8 @@ class TrainingLayout:
     offload_weights_per_call: bool = False
     offload_host_memory: HostCopies = field(default_factory=HostCopies)
     reference_weights: ReferenceWeights = "resident"
+    # The decoder layers' GEMMs in FP8 (Transformer Engine / torchao float8), everything else 16-bit.
+    precision: TrainingPrecision = "bf16"
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,9 @@ MEGATRON_GRAD_BYTES = 4
 # copy and works in place; NeMo-RL's DistributedLogprob holds the fp32 copy and two fp32 results at once (the shifted
 # logits or the log-softmax, and the exponentials or the softmax it keeps for the backward pass).
 LOGIT_BYTES = {"fused": BF16, "fp32_vocab_parallel": BF16 + FP32, "fp32_unfused": BF16 + 3 * FP32}
+# Transformer Engine's FP8 copy of a weight and its transpose, one byte each (LMSYS "Unified FP8" blog, 2025-11-19: TE
+# "keeps an extra transposed copy of quantized weights", so FP8 training saves little memory).
+FP8_WEIGHT_COPY_BYTES = 2
 # FSDP gathers the unit it computes and prefetches the next one (FSDP's default backward/forward prefetch of one unit).
 FSDP_GATHERED_LAYERS = 2
 
@@ -268,6 +271,10 @@ def training_memory_of(
     gathered = fsdp_gathered_bytes(spec, layout)
     if gathered:
         shared["gathered weights and gradients (FSDP)"] = gathered
+    if layout.precision == "fp8" and layout.backend == "megatron":
+        # Transformer Engine keeps each weight's FP8 copy and its transpose beside the 16-bit one (torchao's float8
+        # with FSDP2 casts while gathering instead, keeping none).
+        shared["FP8 weight copies"] = FP8_WEIGHT_COPY_BYTES * sum(parameters_per_gpu(spec, layout))
     if critic:
         # The critic has the actor's shape and its own Adam state, and trains in the same step on the same GPUs.
         shared["critic"] = sum(state.values())

@@ -39,6 +39,13 @@ ELEMENTWISE_BYTES = {
     "eager": {"rmsnorm": 36, "rope": 18, "swiglu": 10, "residual": 6},
     "fused": {"rmsnorm": 4, "rope": 4, "swiglu": 6, "residual": 6},
 }
+# FP8 training (TrainingLayout.precision): Transformer Engine's GEMMs take FP8 inputs, cast by memory-bound kernels,
+# bytes per element: the forward pass casts its input activations (read 2, write 1); the backward pass casts and
+# transposes the output gradient (read 2, write 1 + 1) and the weight gradient reads the saved FP8 input transposed
+# (read 1, write 1). FP8 copies of the weights are made once per optimizer step and kept over its micro-batches: left
+# out. The GEMMs read 1-byte inputs and write 16-bit outputs.
+FP8_CAST_BYTES = {"input": 3, "output_gradient": 4, "input_transpose": 2}
+FP8_OPERAND_BYTES = 1
 # MoE token permutation: each of a token's top-k copies is read and written once on dispatch and once on combine (bf16).
 MOE_PERMUTE_BYTES = 8
 # The backward pass of an elementwise op reads the output gradient and the op's saved inputs and writes the input
@@ -96,12 +103,14 @@ class LayerPricing:
     """Per-layer prices of `spec` on GPUs with `rates`, laid out as `layout`; `head` as in `TrainingCosts`."""
 
     __slots__ = ("spec", "rates", "layout", "collectives", "head", "_implementation", "_widths", "_gemm_plan",
-                 "_elementwise_bytes", "_attention_flops_per_pair", "_attention_efficiency", "_token_memo")
+                 "_elementwise_bytes", "_attention_flops_per_pair", "_attention_efficiency", "_token_memo", "_fp8")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, layout: TrainingLayout, collectives: GroupCollectives,
                  head: Literal["lm", "value"]):
         self.spec, self.rates, self.layout, self.collectives, self.head = spec, rates, layout, collectives, head
         self._implementation = kernel_implementation(layout.backend)
+        # The decoder layers' GEMMs in FP8 (None: in the rates' own 16-bit type).
+        self._fp8 = rates.in_fp8() if layout.precision == "fp8" else None
         self._widths = self._attention_widths()
         kinds = [kind for kind in LAYER_KINDS if spec.layer_count(kind)]
         self._gemm_plan = {kind: self._plan_gemms(spec.layer_gemm_shapes(kind)) for kind in kinds}
@@ -155,8 +164,16 @@ class LayerPricing:
             touched = moe.experts_touched(tokens / self.layout.tp) / self.layout.ep
             for k, n in experts:
                 flops = 2.0 * assignments * k * n
-                nbytes = ACTIVATION_BYTES * (assignments * k + touched * k * n + assignments * n)
-                seconds += (2 if backward else 1) * rates.kernel_seconds(flops, nbytes)
+                if self._fp8 is None:
+                    nbytes = ACTIVATION_BYTES * (assignments * k + touched * k * n + assignments * n)
+                    seconds += (2 if backward else 1) * rates.kernel_seconds(flops, nbytes)
+                else:
+                    operands = FP8_OPERAND_BYTES * (assignments * k + touched * k * n)
+                    nbytes = operands + ACTIVATION_BYTES * assignments * n
+                    seconds += (2 if backward else 1) * self._fp8.kernel_seconds(flops, nbytes)
+                    seconds += self._fp8_casts(assignments, k, n, backward=backward)
+        if self._fp8 is not None:
+            return seconds + self._price_fp8_gemms(gemms, tokens, backward=backward)
         for rows_divisor, k, n in gemms:
             m = tokens / rows_divisor
             if backward:
@@ -164,6 +181,32 @@ class LayerPricing:
             else:
                 seconds += rates.gemm_seconds(m, n, k)
         return seconds
+
+    def _price_fp8_gemms(self, gemms: tuple[tuple[float, float, float], ...], tokens: float, *,
+                         backward: bool) -> float:
+        """The dense GEMMs in FP8: 1-byte operands, 16-bit outputs, and the casts that feed them (FP8_CAST_BYTES)."""
+        fp8 = self._fp8
+        assert fp8 is not None
+
+        def gemm(m: float, n: float, k: float) -> float:
+            return fp8.gemm_seconds(m, n, k, nbytes=FP8_OPERAND_BYTES * (m * k + k * n) + ACTIVATION_BYTES * m * n)
+
+        seconds = 0.0
+        for rows_divisor, k, n in gemms:
+            m = tokens / rows_divisor
+            if backward:
+                seconds += gemm(m, k, n) + gemm(k, n, m)
+            else:
+                seconds += gemm(m, n, k)
+            seconds += self._fp8_casts(m, k, n, backward=backward)
+        return seconds
+
+    def _fp8_casts(self, rows: float, k: float, n: float, *, backward: bool) -> float:
+        """Memory-bound casts feeding an FP8 GEMM of `rows` rows, K = k, N = n (FP8_CAST_BYTES)."""
+        if backward:
+            return (self.rates.memory_seconds(FP8_CAST_BYTES["output_gradient"] * rows * n)
+                    + self.rates.memory_seconds(FP8_CAST_BYTES["input_transpose"] * rows * k))
+        return self.rates.memory_seconds(FP8_CAST_BYTES["input"] * rows * k)
 
     def _plan_gemms(self, shapes: tuple) -> tuple[tuple[tuple[float, float], ...], tuple[tuple[float, float, float], ...]]:
         """The GEMMs one GPU runs in a layer of these shapes, split by this layout once: routed experts as (K, N), and
