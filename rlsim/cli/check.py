@@ -72,7 +72,9 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
     lines.append(f"placement  {s.placement.mode}: rollout {r.gpus} GPUs on {r.pool} = {r.engines} {r.engine} engines × "
                  f"tp{r.tp}{f' ep{r.ep}' if r.ep > 1 else ''}; training {t.gpus} GPUs on {t.pool} = "
                  f"tp{t.tp} pp{t.pp} cp{t.cp} dp{t.dp}{f' ep{t.ep}' if t.ep > 1 else ''}, {t.backend} "
-                 f"ZeRO-{t.zero_stage}, recompute {t.activation_recompute}")
+                 f"ZeRO-{t.zero_stage}, recompute {t.activation_recompute}"
+                 + (f", LoRA rank {t.lora_rank} (adapters train and sync)" if t.lora_rank else "")
+                 + (", FP8 GEMMs" if t.precision == "fp8" else ""))
     if r.speculative is not None:
         sp = r.speculative
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""

@@ -365,6 +365,11 @@ class TrainingPlacement(Frozen):
         default_factory=OffloadHostMemory,
         description="colocated: the host memory offloaded weights and optimizer state are copied into (and back from)",
     )
+    lora_rank: int = Field(
+        0, ge=0, le=1024, strict=True,
+        description="LoRA: train adapters of this rank on every linear layer (but the MoE router) instead of the "
+        "weights, and send only the adapters to the engines, which keep the base weights (verl "
+        "actor_rollout_ref.model.lora_rank with target_modules all-linear; NeMo-RL's lora_cfg dim). 0: full training")
     precision: Literal["bf16", "fp8"] = Field(
         "bf16", description="the decoder layers' GEMMs in training, forward and backward: fp8 runs them on FP8 tensor "
         "cores with per-tensor scaling of their inputs and gradients (Megatron with Transformer Engine, --fp8-format "

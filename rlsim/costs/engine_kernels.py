@@ -156,14 +156,17 @@ class EngineKernels:
     """
 
     __slots__ = ("spec", "rates", "tp", "ep", "all_reduce_seconds", "all_to_all_seconds", "overheads", "weight_bytes",
-                 "quantized_rates", "head_weight_bytes", "expert_load_imbalance", "kv_per_layer", "attention_layers",
-                 "attention_launches", "_gemm_shapes", "_attention_widths", "_expert_weight_elements")
+                 "quantized_rates", "head_weight_bytes", "expert_load_imbalance", "lora_rank", "kv_per_layer",
+                 "attention_layers", "attention_launches", "_gemm_shapes", "_attention_widths",
+                 "_expert_weight_elements")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, tp: int, ep: int,
                  all_reduce_seconds: CollectiveSeconds | None, all_to_all_seconds: CollectiveSeconds | None,
                  overheads: EngineOverheads, weight_bytes: float, quantized_rates: GPURates | None = None,
-                 expert_load_imbalance: float = 1.0):
+                 expert_load_imbalance: float = 1.0, lora_rank: int = 0):
         self.spec, self.rates, self.tp, self.ep = spec, rates, tp, ep
+        # > 0: the engine serves an unmerged LoRA adapter of this rank on its dense linear layers (rlsim.costs.lora).
+        self.lora_rank = lora_rank
         # With experts over ep > 1 groups, the busiest group serves this many times the mean (token, expert)
         # assignments, and every GPU of the engine waits for it at the combine.
         self.expert_load_imbalance = expert_load_imbalance if ep > 1 else 1.0
@@ -259,6 +262,8 @@ class EngineKernels:
                                               nbytes=act * rows * in_features + quantized_input))
                 kernels.append(Kernel(name, layers, "gemm", flops, 0.0, nbytes, shape=(rows, out_features, in_features),
                                       quantized=quantized))
+                if self.lora_rank and not name.startswith(_ROUTED_EXPERTS):
+                    kernels.extend(self._adapter_kernels(name, layers, rows, in_features, out_features))
             kernels.extend(self._elementwise_kernels(kind, tokens, kv_per_layer, layers))
             if self.overheads.launches_op_by_op:
                 # The layer's priced kernels, and its attention kernel (priced apart), stand for that many of the
@@ -271,6 +276,18 @@ class EngineKernels:
             kernels.extend(input_quant)
             collectives.extend(self._layer_collectives(kind, tokens, layers))
         return kernels, collectives
+
+    def _adapter_kernels(self, name: str, layers: int, rows: float, in_features: float,
+                         out_features: float) -> list[Kernel]:
+        """vLLM's LoRA kernels beside a layer GEMM: shrink (x·A, rank columns) and expand (·B, added to the output),
+        16-bit, each reading its adapter matrix and its rows."""
+        rank, act = self.lora_rank, ACTIVATION_BYTES
+        shrink = act * (rows * in_features + in_features * rank + rows * rank)
+        expand = act * (rows * rank + rank * out_features + 2 * rows * out_features)  # reads and adds to the output
+        return [Kernel(f"{name}.lora_shrink", layers, "gemm", 2.0 * rows * in_features * rank, 0.0, shrink,
+                       shape=(rows, rank, in_features)),
+                Kernel(f"{name}.lora_expand", layers, "gemm", 2.0 * rows * rank * out_features, 0.0, expand,
+                       shape=(rows, out_features, rank))]
 
     def logit_kernels(self, rows: int) -> list[Kernel]:
         """The output head (vocabulary split over tp) for the `rows` rows that are sampled, then the sampler on their

@@ -67,6 +67,7 @@ class TrainingLayout:
     reference_weights: ReferenceWeights = "resident"
     # The decoder layers' GEMMs in FP8 (Transformer Engine / torchao float8), everything else 16-bit.
     precision: TrainingPrecision = "bf16"
+    lora_rank: int = 0  # > 0: only LoRA adapters of this rank train (rlsim.costs.lora)
 
 
 @dataclass(frozen=True, slots=True)

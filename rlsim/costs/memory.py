@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from rlsim.costs.layout import EngineLayout, TrainingLayout
+from rlsim.costs.lora import adapter_params
 from rlsim.errors import InfeasibleError
 from rlsim.models import ModelSpec
 from rlsim.models.spec import LAYER_KINDS, LayerKind
@@ -126,19 +127,37 @@ def parameters_per_gpu(spec: ModelSpec, layout: TrainingLayout) -> tuple[float, 
     return (spec.total_params - expert) / (layout.tp * layout.pp), expert / (layout.ep * layout.pp)
 
 
+def adapter_params_per_gpu(spec: ModelSpec, layout: TrainingLayout) -> tuple[float, float]:
+    """(dense, routed-expert) LoRA adapter parameters one GPU holds before ZeRO sharding, as `parameters_per_gpu`."""
+    dense = expert = 0.0
+    for kind in LAYER_KINDS:
+        if spec.layer_count(kind):
+            d, e = adapter_params(spec, kind, layout.lora_rank)
+            dense += spec.layer_count(kind) * d
+            expert += spec.layer_count(kind) * e
+    return dense / (layout.tp * layout.pp), expert / (layout.ep * layout.pp)
+
+
 def zero_shards(layout: TrainingLayout) -> tuple[int, int]:
     """How many ranks ZeRO shards over: (dense parameters: dp·cp, routed experts: tp·cp·dp/ep)."""
     return layout.dp * layout.cp, max(1, layout.tp * layout.cp * layout.dp // layout.ep)
 
 
 def training_model_state(spec: ModelSpec, layout: TrainingLayout) -> dict[str, float]:
-    """Weights, gradients and optimizer state on one training GPU, offloaded parts left out."""
+    """Weights, gradients and optimizer state on one training GPU, offloaded parts left out. With LoRA the weights
+    are frozen (16-bit, sharded as ZeRO-3 shards them, no gradients or optimizer state) and the adapters train."""
     dense, expert = parameters_per_gpu(spec, layout)
     dense_shards, expert_shards = zero_shards(layout)
     grad_bytes = MEGATRON_GRAD_BYTES if layout.backend == "megatron" else BF16
-    state = model_state_bytes(dense, layout.zero_stage, dense_shards, grad_bytes)
-    for name, value in model_state_bytes(expert, layout.zero_stage, expert_shards, grad_bytes).items():
-        state[name] += value
+    trained = [(dense, dense_shards), (expert, expert_shards)]
+    state = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0}
+    if layout.lora_rank:
+        for params, shards in trained:
+            state["weights"] += BF16 * params / (shards if layout.zero_stage >= 3 else 1)
+        trained = list(zip(adapter_params_per_gpu(spec, layout), (dense_shards, expert_shards), strict=True))
+    for params, shards in trained:
+        for name, value in model_state_bytes(params, layout.zero_stage, shards, grad_bytes).items():
+            state[name] += value
     if layout.offload_params:
         state["weights"] = 0.0
     if layout.offload_optimizer:
@@ -254,7 +273,10 @@ def training_activation_memory(spec: ModelSpec, layout: TrainingLayout) -> Activ
 
 
 def reference_weight_bytes(spec: ModelSpec, layout: TrainingLayout) -> float:
-    """The reference policy's bf16 weights on one training GPU, sharded as the policy's are."""
+    """The reference policy's bf16 weights on one training GPU, sharded as the policy's are. With LoRA the reference is
+    the frozen base weights with the adapters switched off (verl's ref pass under LoRA): no copy of its own."""
+    if layout.lora_rank:
+        return 0.0
     return training_model_state(spec, replace(layout, offload_params=False))["weights"]
 
 

@@ -138,6 +138,7 @@ class EngineCosts:
     quantized_rates: GPURates | None = None
     speculation: Speculation | None = None  # speculative decoding (rlsim.costs.speculative)
     expert_load_imbalance: float = 1.0  # the busiest expert-parallel group's assignments over the mean (EngineKernels)
+    lora_rank: int = 0  # an unmerged LoRA adapter served beside the weights (EngineKernels)
     _kernels: EngineKernels = field(init=False, repr=False, compare=False)
     # batch -> its decode profile; (tokens, latent rows) -> `LayersPriced`; logit rows -> `LogitsPriced`.
     _profile_memo: Memo[int, DecodeProfile] = field(init=False, repr=False, compare=False)
@@ -166,7 +167,7 @@ class EngineCosts:
         weight_bytes = self.weight_dtype_bytes if self.weight_dtype_bytes is not None else self.spec.dtype_bytes
         kernels = EngineKernels(self.spec, self.rates, self.tp, self.ep, self.all_reduce_seconds,
                                 self.all_to_all_seconds, self.overheads, weight_bytes, self.quantized_rates,
-                                self.expert_load_imbalance)
+                                self.expert_load_imbalance, self.lora_rank)
         parts = {"_kernels": kernels, "_profile_memo": Memo(self._decode_profile),
                  "_layers_memo": Memo(self._price_layers), "_logits_memo": Memo(self._price_logits)}
         for name, part in parts.items():
@@ -185,13 +186,14 @@ class EngineCosts:
         quantized_rates: GPURates | None = None,
         speculation: Speculation | None = None,
         expert_load_imbalance: float = 1.0,
+        lora_rank: int = 0,
     ) -> EngineCosts:
         """The engines of `layout`, with `overheads` (rlsim.pricing.engine_overheads: the scenario's framework for
         the layout's engine kind and CUDA graphs)."""
         return cls(spec, rates, tp=layout.tp, ep=layout.ep, all_reduce_seconds=all_reduce_seconds,
                    all_to_all_seconds=all_to_all_seconds, overheads=overheads, weight_dtype_bytes=weight_dtype_bytes,
                    quantized_rates=quantized_rates, speculation=speculation,
-                   expert_load_imbalance=expert_load_imbalance)
+                   expert_load_imbalance=expert_load_imbalance, lora_rank=lora_rank)
 
     # ---- public API ---------------------------------------------------------------------------------------------
 

@@ -162,25 +162,54 @@ class LayerPricing:
             # Sequence parallelism: the MoE block sees this GPU's share of the tokens.
             assignments = tokens / self.layout.tp * moe.num_experts_per_tok
             touched = moe.experts_touched(tokens / self.layout.tp) / self.layout.ep
+            # Backward: the input gradient and, unless the weights are frozen under LoRA, the weight gradient.
+            passes = 1 if not backward or self.layout.lora_rank else 2
             for k, n in experts:
                 flops = 2.0 * assignments * k * n
+                if self.layout.lora_rank:
+                    seconds += self._expert_adapter_seconds(assignments, k, n, backward=backward)
                 if self._fp8 is None:
                     nbytes = ACTIVATION_BYTES * (assignments * k + touched * k * n + assignments * n)
-                    seconds += (2 if backward else 1) * rates.kernel_seconds(flops, nbytes)
+                    seconds += passes * rates.kernel_seconds(flops, nbytes)
                 else:
                     operands = FP8_OPERAND_BYTES * (assignments * k + touched * k * n)
                     nbytes = operands + ACTIVATION_BYTES * assignments * n
-                    seconds += (2 if backward else 1) * self._fp8.kernel_seconds(flops, nbytes)
+                    seconds += passes * self._fp8.kernel_seconds(flops, nbytes)
                     seconds += self._fp8_casts(assignments, k, n, backward=backward)
+        if self.layout.lora_rank:
+            seconds += self._adapter_seconds(gemms, tokens, backward=backward)
         if self._fp8 is not None:
             return seconds + self._price_fp8_gemms(gemms, tokens, backward=backward)
         for rows_divisor, k, n in gemms:
             m = tokens / rows_divisor
-            if backward:
+            if backward and self.layout.lora_rank:
+                seconds += rates.gemm_seconds(m, k, n)  # frozen weights: the input gradient only
+            elif backward:
                 seconds += rates.gemm_seconds(m, k, n) + rates.gemm_seconds(k, n, m)
             else:
                 seconds += rates.gemm_seconds(m, n, k)
         return seconds
+
+    def _adapter_seconds(self, gemms: tuple[tuple[float, float, float], ...], tokens: float, *,
+                         backward: bool) -> float:
+        """LoRA adapters beside every GEMM (rlsim.costs.lora): forward x·A then ·B; backward the input gradients
+        through B and A and the weight gradients of both. 16-bit, whatever the base GEMMs run in."""
+        rates, rank, seconds = self.rates, self.layout.lora_rank, 0.0
+        for rows_divisor, k, n in gemms:
+            m = tokens / rows_divisor
+            if backward:
+                seconds += (rates.gemm_seconds(m, rank, n) + rates.gemm_seconds(rank, n, m)
+                            + rates.gemm_seconds(m, k, rank) + rates.gemm_seconds(k, rank, m))
+            else:
+                seconds += rates.gemm_seconds(m, rank, k) + rates.gemm_seconds(m, n, rank)
+        return seconds
+
+    def _expert_adapter_seconds(self, assignments: float, k: float, n: float, *, backward: bool) -> float:
+        """LoRA adapters of the routed experts, grouped like the experts' GEMMs: 2·r·(k + n) FLOPs per assignment
+        forward, twice that backward."""
+        flops = 2.0 * assignments * self.layout.lora_rank * (k + n) * (2 if backward else 1)
+        nbytes = ACTIVATION_BYTES * assignments * (k + n) * (2 if backward else 1)
+        return self.rates.kernel_seconds(flops, nbytes)
 
     def _price_fp8_gemms(self, gemms: tuple[tuple[float, float, float], ...], tokens: float, *,
                          backward: bool) -> float:
@@ -195,7 +224,7 @@ class LayerPricing:
         for rows_divisor, k, n in gemms:
             m = tokens / rows_divisor
             if backward:
-                seconds += gemm(m, k, n) + gemm(k, n, m)
+                seconds += gemm(m, k, n) + (0.0 if self.layout.lora_rank else gemm(k, n, m))
             else:
                 seconds += gemm(m, n, k)
             seconds += self._fp8_casts(m, k, n, backward=backward)

@@ -10,6 +10,7 @@ from typing import Literal
 from rlsim.costs.collectives import Op
 from rlsim.costs.compute import GPURates
 from rlsim.costs.layout import TrainingLayout
+from rlsim.costs.lora import adapter_params
 from rlsim.costs.memo import Memo
 from rlsim.costs.training_groups import GroupCollectives
 from rlsim.costs.training_time import TrainingTime
@@ -49,8 +50,8 @@ class ShardPricing:
     """The model chunks of `spec` under `layout` and the data-parallel traffic and optimizer step of each."""
 
     __slots__ = ("rates", "layout", "collectives", "chunks", "chunk_layers", "kind_counts", "adjacent_kinds",
-                 "unit_params", "root_params", "dense_shards", "expert_dp_degree", "backward_overlap",
-                 "optimizer_step")
+                 "unit_params", "root_params", "unit_trained", "root_trained", "dense_shards", "expert_dp_degree",
+                 "backward_overlap", "optimizer_step")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, layout: TrainingLayout, collectives: GroupCollectives,
                  head: Literal["lm", "value"]):
@@ -76,6 +77,13 @@ class ShardPricing:
                 routed = sum(v for name, v in params.items() if name.startswith("mlp.experts"))
                 self.unit_params[kind] = ((sum(params.values()) - routed) / layout.tp, routed / layout.ep)
         self.root_params = tuple(_root_params(spec, layout, head, chunk, chunks) for chunk in range(chunks))
+        # What trains, and so has gradients to reduce and state to step: every parameter, or under LoRA the adapters
+        # of each layer alone (the embedding, norms and head frozen).
+        self.unit_trained, self.root_trained = self.unit_params, self.root_params
+        if layout.lora_rank:
+            self.unit_trained = {kind: (dense / layout.tp, expert / layout.ep) for kind in self.unit_params
+                                 for dense, expert in [adapter_params(spec, kind, layout.lora_rank)]}
+            self.root_trained = tuple(0.0 for _ in range(chunks))
         # Functions of the layout alone, asked for every micro-batch (the overlap) and every update (the step).
         self.backward_overlap: Memo[tuple[int, bool], BackwardOverlap] = Memo(self._price_backward_overlap)
         self.optimizer_step: Memo[int, TrainingTime] = Memo(self._price_optimizer_step)
@@ -102,13 +110,15 @@ class ShardPricing:
             seconds += c.expert_dp(op, GRAD_REDUCE_BYTES * expert)
         return seconds
 
-    def params_of(self, chunks: Sequence[int]) -> tuple[float, float]:
-        """(dense, routed-expert) parameters of model chunks on one GPU, before ZeRO sharding."""
+    def params_of(self, chunks: Sequence[int], *, trained: bool = False) -> tuple[float, float]:
+        """(dense, routed-expert) parameters of model chunks on one GPU, before ZeRO sharding; `trained`: those that
+        train (all of them but under LoRA)."""
+        root, units = (self.root_trained, self.unit_trained) if trained else (self.root_params, self.unit_params)
         dense = expert = 0.0
         for chunk in chunks:
-            dense += self.root_params[chunk]
+            dense += root[chunk]
             for kind in self.chunk_layers[chunk]:
-                d, e = self.unit_params[kind]
+                d, e = units[kind]
                 dense += d
                 expert += e
         return dense, expert
@@ -120,11 +130,11 @@ class ShardPricing:
         # One gather and one reduce per layer kind: every layer of a kind moves the same bytes.
         gather_of = {kind: self.gather(*self.unit_params[kind]) if self.layout.zero_stage >= 3 else 0.0
                      for kind in self.kind_counts[chunk]}
-        reduce_of = {kind: self.reduce(*self.unit_params[kind]) if reduce_gradients else 0.0
+        reduce_of = {kind: self.reduce(*self.unit_trained[kind]) if reduce_gradients else 0.0
                      for kind in self.kind_counts[chunk]}
         gathers = [gather_of[kind] for kind in order]
         reduces = [reduce_of[kind] for kind in order]
-        root_reduce = self.reduce(self.root_params[chunk], 0.0) if reduce_gradients else 0.0
+        root_reduce = self.reduce(self.root_trained[chunk], 0.0) if reduce_gradients else 0.0
         # While layer i computes, the next layer's gather and the previous layer's reduce-scatter run.
         comms = tuple(((gathers[i + 1] if i + 1 < len(order) else 0.0) + (reduces[i - 1] if i > 0 else 0.0), kind)
                       for i, kind in enumerate(order))
@@ -132,7 +142,7 @@ class ShardPricing:
         if self.layout.offload_params and reduce_gradients:
             # The gradient shards go to host memory, where the offloaded weights live.
             assert self.collectives.host is not None
-            dense, expert = self.params_of([chunk])
+            dense, expert = self.params_of([chunk], trained=True)
             after += self.collectives.host(GRAD_REDUCE_BYTES * (dense / self.dense_shards
                                                                 + expert / self.expert_dp_degree))
         return BackwardOverlap(gathers[0], comms, after)
@@ -140,7 +150,7 @@ class ShardPricing:
     def _price_optimizer_step(self, stage: int) -> TrainingTime:
         """Gradient clipping and Adam over the parameters this GPU updates, then ZeRO-1/2's weight all-gather."""
         layout, c = self.layout, self.collectives
-        dense, expert = self.params_of(range(stage, self.chunks, layout.pp))
+        dense, expert = self.params_of(range(stage, self.chunks, layout.pp), trained=True)
         if layout.zero_stage >= 1:
             local = dense / self.dense_shards + expert / self.expert_dp_degree
         else:

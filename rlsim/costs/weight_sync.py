@@ -44,6 +44,7 @@ from typing import Literal
 
 from rlsim.costs.collectives import COPY_LINK_EFFICIENCY, HOST_LINK_EFFICIENCY, Op, collective_time
 from rlsim.costs.layout import EngineLayout, PPBroadcast, TrainingLayout, WeightExport
+from rlsim.costs.lora import adapter_bytes, adapter_matrices
 from rlsim.costs.memory import ADAM_MOMENT_BYTES, ADAM_STATE_BYTES, reference_weight_bytes, training_model_state
 from rlsim.hardware import GPUProfile
 from rlsim.models import ModelSpec
@@ -311,6 +312,8 @@ def disaggregated_sync(
         raise ValueError("disaggregated sync needs training and rollout GPUs")
     if set(training_gpus) & set(rollout_gpus):
         raise ValueError("disaggregated training and rollout GPUs must not overlap; use colocated_switch")
+    if training.lora_rank:
+        return adapter_sync(spec, training, training_gpus, rollout, rollout_gpus, sync, topology)
     method = sync.method
     bucket = sync.bucket_bytes
     total = spec.weight_bytes
@@ -364,6 +367,22 @@ def disaggregated_sync(
     return WeightSyncCost(method, gather, transfer, load, tensors, buckets)
 
 
+def adapter_sync(spec: ModelSpec, training: TrainingLayout, training_gpus: Sequence[GPU], rollout: EngineLayout,
+                 rollout_gpus: Sequence[GPU], sync: WeightExport, topology: ClusterTopology) -> WeightSyncCost:
+    """LoRA (rlsim.costs.lora): the training ranks gather the adapters, one broadcasts them to the engines' GPUs (none
+    when they are the same GPUs), and each engine loads them into its adapter slots (vLLM add_lora), tensor by tensor;
+    the base weights stay. Adapter bytes are a few hundred MB at most, so the export runs as one bucket."""
+    nbytes = adapter_bytes(spec, training.lora_rank)
+    tensors = adapter_matrices(spec)
+    gather = collective_time("all_gather", nbytes, topology.group(list(training_gpus))).seconds
+    colocated = set(rollout_gpus) <= set(training_gpus)
+    transfer = 0.0 if colocated else collective_time(
+        "broadcast", nbytes, topology.group([training_gpus[0], *rollout_gpus])).seconds
+    gpu = topology.hardware(rollout_gpus[0].pool).gpu
+    load = 2 * nbytes / rollout.tp / _hbm_bytes_per_s(gpu) + tensors * LOAD_PER_TENSOR_S
+    return WeightSyncCost(sync.method, gather, transfer, load, tensors, 0 if colocated else 1)
+
+
 def _load_seconds(spec: ModelSpec, rollout: EngineLayout, gpu: GPUProfile) -> float:
     """Each engine GPU copies its shard out of the received tensors into its weights (read + write), tensor by tensor."""
     return 2 * engine_shard_bytes(spec, rollout) / _hbm_bytes_per_s(gpu) + tensor_count(spec) * LOAD_PER_TENSOR_S
@@ -406,12 +425,18 @@ def colocated_switch(
     """
     if storage_bytes_per_s is not None and storage_bytes_per_s <= 0:
         raise ValueError("storage_bytes_per_s must be positive")
-    groups = _Groups.of(training, gpus)
-    per_tensor_export = sync.method in ("per_tensor", "checkpoint_engine")
-    gather = _gather_seconds(spec, groups, topology, per_tensor=per_tensor_export, bucket_bytes=sync.bucket_bytes,
-                             pp_broadcast=sync.pp_broadcast)
-    hardware = topology.hardware(gpus[0].pool)
-    reshard = gather + _load_seconds(spec, rollout, hardware.gpu) + load_call_seconds(spec)  # one call, every tensor
+    if training.lora_rank:
+        # Only the adapters move; the engine keeps its base weights, so it sleeps backing them up (verl keeps sleep
+        # level 1 under LoRA).
+        reshard = adapter_sync(spec, training, gpus, rollout, gpus, sync, topology).total_s
+        rollout = replace(rollout, sleep_level=1)
+    else:
+        groups = _Groups.of(training, gpus)
+        per_tensor_export = sync.method in ("per_tensor", "checkpoint_engine")
+        gather = _gather_seconds(spec, groups, topology, per_tensor=per_tensor_export, bucket_bytes=sync.bucket_bytes,
+                                 pp_broadcast=sync.pp_broadcast)
+        hardware = topology.hardware(gpus[0].pool)
+        reshard = gather + _load_seconds(spec, rollout, hardware.gpu) + load_call_seconds(spec)  # one call, every tensor
     host = _host_bytes_per_s(topology, gpus[0])
     copy_out, copy_in = pageable_bytes_per_s
     offload = offload_bytes_per_gpu / host + pageable_offload_bytes_per_gpu / copy_out

@@ -44,11 +44,11 @@ def engine_costs(bound: Bound, spec: ModelSpec, layout: EngineLayout, group: Com
     all_reduce = collective("all_reduce", group) if layout.tp > 1 else None
     all_to_all = collective("all_to_all", group) if layout.ep > 1 else None
     overheads = engine_overheads(bound.framework(layout.pool), layout)
-    speculation, imbalance = None, 1.0
+    speculation, imbalance, lora_rank = None, 1.0, 0
     rollout = bound.scenario.placement.rollout
     speculative = rollout.speculative
     if spec is bound.model:
-        imbalance = rollout.expert_load_imbalance
+        imbalance, lora_rank = rollout.expert_load_imbalance, bound.scenario.placement.training.lora_rank
     if speculative is not None and spec is bound.model:
         # The drafter runs on the engine's GPUs with the same split and precision (vLLM's draft TP = the target's).
         drafter = drafter_spec(bound.scenario, spec)
@@ -58,7 +58,7 @@ def engine_costs(bound: Bound, spec: ModelSpec, layout: EngineLayout, group: Com
         speculation = Speculation(speculative.num_speculative_tokens, speculative.acceptance_rate, draft)
     return EngineCosts.for_layout(spec, precision.rates, layout, all_reduce, all_to_all, overheads,
                                   weight_dtype_bytes=precision.weight_bytes, quantized_rates=precision.quantized_rates,
-                                  speculation=speculation, expert_load_imbalance=imbalance)
+                                  speculation=speculation, expert_load_imbalance=imbalance, lora_rank=lora_rank)
 
 
 def policy_engine_memory(bound: Bound) -> RoleMemory:

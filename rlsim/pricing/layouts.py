@@ -32,7 +32,7 @@ def training_layout(placement: TrainingPlacement) -> TrainingLayout:
         moved_while_generating=MovedState(weights=moved.weights, optimizer=moved.optimizer),
         offload_weights_per_call=placement.offload_weights_per_call,
         offload_host_memory=HostCopies(weights=host.weights, optimizer=host.optimizer),
-        reference_weights=placement.reference_weights, precision=placement.precision,
+        reference_weights=placement.reference_weights, precision=placement.precision, lora_rank=placement.lora_rank,
     )
 
 
