@@ -159,3 +159,27 @@ def test_a_parent_that_is_not_a_local_file_is_reported_and_defaults_used(tmp_pat
     code, out = _import(tmp_path, "defaults: ../nowhere.yaml\n")
     assert code == 0 and "nowhere.yaml" in capsys.readouterr().err
     assert rlsim.load_scenario(out).algorithm.prompts_per_step == 32  # grpo_math_1B.yaml's default
+
+
+def test_an_fp8_recipe_maps_fp8_generation_and_training(tmp_path):
+    """NeMo-RL's grpo_math_8B_megatron_fp8.yaml: vllm_cfg.precision fp8 and megatron_cfg.fp8_cfg.enabled."""
+    recipe = """\
+defaults: ../grpo_base.yaml
+policy:
+  model_name: meta-llama/Llama-3.1-8B-Instruct
+  max_total_sequence_length: 4096
+  dtensor_cfg: {enabled: false}
+  generation: {vllm_cfg: {precision: fp8, use_deep_gemm: true, gpu_memory_utilization: 0.5}}
+  megatron_cfg:
+    enabled: true
+    pipeline_model_parallel_size: 2
+    fp8_cfg: {enabled: true, fp8: e4m3, fp8_recipe: blockwise, fp8_param: false}
+cluster: {num_nodes: 1}
+"""
+    code, out = _import(tmp_path, recipe)
+    assert code == 0
+    s = rlsim.load_scenario(out)
+    assert (s.model.name, s.model.dtype) == ("Llama-3.1-8B-Instruct", "fp8")
+    assert s.placement.training.precision == "fp8"
+    text = out.read_text()
+    assert "policy.generation.vllm_cfg.precision" in text and "fp8_cfg.enabled" in text

@@ -249,3 +249,23 @@ def test_a_model_path_in_the_hugging_face_cache_is_the_model_it_holds(tmp_path):
     code, out = _import(tmp_path, ("run.sh", GRPO_SCRIPT.replace('"$MODEL"', cached)))
     assert code == 0
     assert rlsim.load_scenario(out).model.name == "Qwen2-7B-Instruct"
+
+
+def test_fp8_rollout_an_fp8_kv_cache_and_lora_are_mapped(tmp_path):
+    """verl's FP8 rollout (docs/advance/fp8.md), an FP8 KV cache passed to vLLM, and LoRA."""
+    extra = ("actor_rollout_ref.rollout.quantization=True actor_rollout_ref.rollout.use_block_quant_rollout=True "
+             "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype=fp8_e4m3 actor_rollout_ref.model.lora_rank=32")
+    script = GRPO_SCRIPT.replace("trainer.nnodes=2 $@", f"trainer.nnodes=2 {extra} $@")
+    code, out = _import(tmp_path, ("run.sh", script))
+    assert code == 0
+    s = rlsim.load_scenario(out)
+    assert (s.model.name, s.model.dtype) == ("Qwen2.5-7B-Instruct", "fp8")
+    assert s.placement.rollout.kv_cache_dtype == "fp8" and s.placement.training.lora_rank == 32
+
+
+def test_an_unknown_quantization_exits_2_naming_the_key(tmp_path, capsys):
+    script = GRPO_SCRIPT.replace("trainer.nnodes=2 $@", "trainer.nnodes=2 actor_rollout_ref.rollout.quantization=int4 $@")
+    code, _ = _import(tmp_path, ("run.sh", script))
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "actor_rollout_ref.rollout.quantization" in err and "Traceback" not in err

@@ -3,6 +3,7 @@ profile, and the workload the frameworks' files do not describe."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rlsim.errors import Problem, ScenarioError, UnknownName
 from rlsim.hardware import HardwareCatalog
@@ -13,6 +14,14 @@ from rlsim.models.hf_config import architecture_from_config, config_file
 # Responses of RL math runs spread about as the main component of PolyTrace's verl DAPO fit (σ 0.9, as the V3
 # validation scenarios assume); a prompt spreads less. Medians are a quarter of the caps: placeholders to replace.
 PLACEHOLDER_SIGMA = {"prompt_tokens": 0.5, "response_tokens": 0.9}
+
+
+def set_model_field(draft: Draft, field: str, value: Any, origin: str) -> None:
+    """`model.<field>` beside the model's name: the `model: <name>` shorthand becomes `model: {name: ...}` first."""
+    if "model" in draft.fields:
+        name, name_from = draft.fields.pop("model")
+        draft.set("model.name", name, name_from)
+    draft.set(f"model.{field}", value, origin)
 
 
 def set_model(draft: Draft, reader: Reader, key: str, base_dir: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsim.errors import ScenarioError
-from rlsim.importers.common import gpu_memory_gib, set_model, set_placeholder_workload
+from rlsim.importers.common import gpu_memory_gib, set_model, set_model_field, set_placeholder_workload
 from rlsim.importers.mapping import Draft, KeyRule, Reader
 from rlsim.importers.settings import Settings, read_config
 
@@ -70,6 +70,8 @@ DEFAULTS: dict[str, tuple[Any, str]] = {key: (value, BASE) for key, value in {
     f"{VLLM}.gpu_memory_utilization": 0.6,
     f"{VLLM}.max_model_len": "${policy.max_total_sequence_length}",
     f"{VLLM}.enforce_eager": False,
+    f"{VLLM}.precision": "bfloat16",
+    f"{MEGATRON}.fp8_cfg.enabled": False,
     f"{GEN}.vllm_kwargs.max_num_seqs": None,
     f"{GEN}.vllm_kwargs.max_num_batched_tokens": None,
     f"{GEN}.colocated.enabled": True,
@@ -106,6 +108,7 @@ RULES: tuple[KeyRule, ...] = (
     KeyRule(f"{VLLM}.expert_parallel_size", "placement.rollout.ep", "as is"),
     KeyRule(f"{VLLM}.gpu_memory_utilization", "placement.rollout.gpu_memory_utilization", "as is"),
     KeyRule(f"{VLLM}.enforce_eager", "placement.rollout.cuda_graphs", "negated"),
+    KeyRule(f"{VLLM}.precision", "model.dtype", "fp8 → fp8 (DeepSeek-style 128x128 blocks); bfloat16 as the default"),
     KeyRule(f"{VLLM}.async_engine", "placement.rollout.max_num_seqs, max_num_batched_tokens",
             "vLLM's defaults for the engine class: AsyncLLM 128 and 2,048; vllm.LLM 1,024 and 16,384 on a GPU of "
             "70 GiB or more other than an A100, else 256 and 8,192 (V3)"),
@@ -125,6 +128,7 @@ RULES: tuple[KeyRule, ...] = (
     KeyRule(f"{MEGATRON}.optimizer.use_distributed_optimizer", "placement.training.zero_stage",
             "Megatron: true → 1, false → 0"),
     KeyRule(f"{MEGATRON}.optimizer.optimizer_cpu_offload", "placement.training.offload_optimizer", "Megatron"),
+    KeyRule(f"{MEGATRON}.fp8_cfg.enabled", "placement.training.precision", "true → fp8 (Transformer Engine)"),
     KeyRule(f"{MEGATRON}.activation_checkpointing", "placement.training.activation_recompute",
             "Megatron: true → recompute_granularity (full or selective), false → none"),
     KeyRule(f"{MEGATRON}.recompute_granularity", "placement.training.activation_recompute",
@@ -280,6 +284,12 @@ def _rollout(draft: Draft, reader: Reader, gpu: str) -> None:
     draft.set(f"{at}.gpu_memory_utilization", memory, memory_from)
     eager, eager_from = reader.flag(f"{VLLM}.enforce_eager")
     draft.set(f"{at}.cuda_graphs", not eager, eager_from)
+    precision, precision_from = reader.text(f"{VLLM}.precision")
+    if precision == "fp8":
+        set_model_field(draft, "dtype", "fp8", precision_from)
+    elif precision not in ("bfloat16", "bf16"):
+        raise ScenarioError(reader.problem(f"{VLLM}.precision", f"rlsim models bfloat16 and fp8 generation, not "
+                                           f"{precision!r}", valid="bfloat16, fp8"))
     asynchronous, engine_from = reader.flag(f"{VLLM}.async_engine")
     large = gpu_memory_gib(gpu) >= 70 and not gpu.startswith("a100")
     limits = ASYNC_LLM_LIMITS if asynchronous else LLM_LARGE_GPU_LIMITS if large else LLM_LIMITS
@@ -314,6 +324,9 @@ def _training(draft: Draft, reader: Reader) -> None:
         draft.set(f"{at}.offload_optimizer", cpu_optimizer, cpu_optimizer_from)
         draft.set(f"{at}.pp_pads_micro_batches", True, "NeMo-RL pads a rank's packed micro-batches to its longest "
                   "under pipeline parallelism (V3)")
+        fp8, fp8_from = reader.flag(f"{MEGATRON}.fp8_cfg.enabled")
+        if fp8:
+            draft.set(f"{at}.precision", "fp8", fp8_from)
         host = {"optimizer": "pageable"}
     else:
         draft.set(f"{at}.backend", "fsdp2", reader.get(f"{DTENSOR}.enabled").origin)

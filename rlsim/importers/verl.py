@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsim.errors import ScenarioError
-from rlsim.importers.common import set_model, set_placeholder_workload
+from rlsim.importers.common import set_model, set_model_field, set_placeholder_workload
 from rlsim.importers.mapping import Draft, KeyRule, Reader
 from rlsim.importers.script import read_script
 from rlsim.importers.settings import Settings, override, read_config
@@ -70,6 +70,11 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
     f"{ROLLOUT}.max_num_batched_tokens": (8192, PPO),
     f"{ROLLOUT}.max_model_len": (None, PPO),
     f"{ROLLOUT}.enforce_eager": (False, PPO),
+    f"{ROLLOUT}.quantization": (None, PPO),
+    f"{ROLLOUT}.use_block_quant_rollout": (None, PPO),
+    f"{ROLLOUT}.engine_kwargs.vllm.kv_cache_dtype": (None, PPO),
+    f"{ROLLOUT}.engine_kwargs.sglang.kv_cache_dtype": (None, PPO),
+    f"{MODEL}.lora_rank": (0, PPO),
     f"{ROLLOUT}.log_prob_max_token_len_per_gpu": (
         "${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}", PPO),
     f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu": (None, PPO),
@@ -125,6 +130,14 @@ RULES: tuple[KeyRule, ...] = (
     KeyRule(f"{ROLLOUT}.max_num_seqs", "placement.rollout.max_num_seqs", "as is"),
     KeyRule(f"{ROLLOUT}.max_num_batched_tokens", "placement.rollout.max_num_batched_tokens", "as is"),
     KeyRule(f"{ROLLOUT}.enforce_eager", "placement.rollout.cuda_graphs", "negated"),
+    KeyRule(f"{ROLLOUT}.quantization", "model.dtype", "true or fp8 → fp8 (verl's FP8 rollout, 128x128 weight blocks)"),
+    KeyRule(f"{ROLLOUT}.use_block_quant_rollout", "model.dtype", "read with quantization: rlsim prices the FP8 "
+            "scaling schemes alike (their scale bytes are under 0.1 % of the weights)"),
+    KeyRule(f"{ROLLOUT}.engine_kwargs.vllm.kv_cache_dtype", "placement.rollout.kv_cache_dtype",
+            "fp8, fp8_e4m3, fp8_e5m2 → fp8; auto as is"),
+    KeyRule(f"{ROLLOUT}.engine_kwargs.sglang.kv_cache_dtype", "placement.rollout.kv_cache_dtype",
+            "fp8, fp8_e4m3, fp8_e5m2 → fp8; auto as is"),
+    KeyRule(f"{MODEL}.lora_rank", "placement.training.lora_rank", "as is (0: full training)"),
     KeyRule(f"{ACTOR}.strategy", "placement.training.backend", "fsdp, fsdp2 or megatron; FSDP shards fully "
             "(zero_stage 3)"),
     KeyRule(f"{ACTOR}.ulysses_sequence_parallel_size", "placement.training.cp", "FSDP's Ulysses sequence parallelism"),
@@ -416,6 +429,20 @@ def _rollout(draft: Draft, reader: Reader) -> None:
     draft.set("placement.rollout.gpu_memory_utilization", memory, memory_from)
     eager, eager_from = reader.flag(f"{ROLLOUT}.enforce_eager")
     draft.set("placement.rollout.cuda_graphs", not eager, eager_from)
+    quantization = reader.get(f"{ROLLOUT}.quantization")
+    if quantization.value not in (None, False, "", "none", "null"):
+        if quantization.value not in (True, "fp8"):
+            raise ScenarioError(reader.problem(f"{ROLLOUT}.quantization", "rlsim models FP8 rollout quantization",
+                                               valid="true or fp8 (or unset)"))
+        reader.get(f"{ROLLOUT}.use_block_quant_rollout")  # the scheme: priced alike
+        set_model_field(draft, "dtype", "fp8", quantization.origin)
+    key = f"{ROLLOUT}.engine_kwargs.{engine}.kv_cache_dtype"
+    kv = reader.get(key)
+    if kv.value not in (None, "auto"):
+        if not (isinstance(kv.value, str) and kv.value.startswith("fp8")):
+            raise ScenarioError(reader.problem(key, "rlsim models 16-bit and FP8 KV caches",
+                                               valid="auto, fp8, fp8_e4m3, fp8_e5m2"))
+        draft.set("placement.rollout.kv_cache_dtype", "fp8", kv.origin)
 
 
 def _training(draft: Draft, reader: Reader) -> None:
@@ -464,6 +491,9 @@ def _training(draft: Draft, reader: Reader) -> None:
         draft.set(f"{at}.reference_weights", *reference)
     packing, packing_from = reader.flag(f"{MODEL}.use_remove_padding")
     draft.set(f"{at}.sequence_packing", packing, packing_from)
+    rank, rank_from = reader.integer(f"{MODEL}.lora_rank", minimum=0)
+    if rank:
+        draft.set(f"{at}.lora_rank", rank, rank_from)
     dynamic, dynamic_from = reader.flag(f"{ACTOR}.use_dynamic_bsz")
     longest = draft.value("algorithm.max_prompt_tokens") + draft.value("algorithm.max_response_tokens")
     for field, tokens_key, sequences_key in (
