@@ -34,7 +34,6 @@ from rlsim.pricing.memory import memory_report
 from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.topology import ClusterTopology
 from rlsim.workload.filters import expected_kept_fraction
-from rlsim.workload.judge import JUDGE_WEIGHT_DTYPE
 from rlsim.workload.lengths import LengthDistribution
 from rlsim.workload.marginals import workload_marginals
 
@@ -274,7 +273,7 @@ def _judge(bound: Bound, role: JudgeRole, lengths: _Lengths) -> StageEstimate:
     judge = bound.scenario.workload.reward
     assert judge.kind == "llm_judge"
     layout = role.layout
-    engine = engine_costs(bound, role.spec, layout, None, free_collective, weight_dtype=JUDGE_WEIGHT_DTYPE)
+    engine = engine_costs(bound, role.spec, layout, None, free_collective, policy=False)
     kv_tokens = judge_kv_tokens(bound, layout)
     verdict = max(1, round(length_schedule(judge.verdict_tokens).at(0).clipped_mean(1 << 30)))
     prompt = max(1, round(lengths.prompt + lengths.response + lengths.appended + judge.instruction_tokens))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from rlsim.config.bound import Bound
 from rlsim.costs.collectives import Op, collective_time
@@ -18,7 +19,7 @@ from rlsim.pricing.layouts import engine_layout, engine_overheads
 from rlsim.pricing.memory import rollout_memory
 from rlsim.pricing.precision import engine_precision
 from rlsim.topology import CommGroup
-from rlsim.workload.judge import judge_scenario
+from rlsim.workload.judge import JUDGE_WEIGHT_DTYPE, judge_scenario
 
 # How a caller times a collective of its engines' group: (op, group) -> seconds by message size.
 CollectivePricer = Callable[[Op, CommGroup | None], CollectiveSeconds]
@@ -37,28 +38,29 @@ def free_collective(op: Op, group: CommGroup | None) -> CollectiveSeconds:
 
 
 def engine_costs(bound: Bound, spec: ModelSpec, layout: EngineLayout, group: CommGroup | None,
-                 collective: CollectivePricer = collective_seconds, *, weight_dtype: str | None = None) -> EngineCosts:
-    """The cost model of `layout`'s engines of `spec`; `group` is one engine's TP group (None on one GPU).
-    `weight_dtype`: the engines' weight type; default the policy's (`model.dtype`)."""
-    precision = engine_precision(bound.gpu(layout.pool), weight_dtype or bound.scenario.model.dtype)
+                 collective: CollectivePricer = collective_seconds, *, policy: bool = True) -> EngineCosts:
+    """The cost model of `layout`'s engines of `spec`; `group` is one engine's TP group (None on one GPU). `policy`:
+    the policy's engines, with the scenario's generation levers (weight format, speculative decoding, expert
+    imbalance, LoRA adapter); else another model's (the LLM judge): its own 16-bit checkpoint, none of them."""
+    weight_dtype = bound.scenario.model.dtype if policy else JUDGE_WEIGHT_DTYPE
+    precision = engine_precision(bound.gpu(layout.pool), weight_dtype)
     all_reduce = collective("all_reduce", group) if layout.tp > 1 else None
     all_to_all = collective("all_to_all", group) if layout.ep > 1 else None
     overheads = engine_overheads(bound.framework(layout.pool), layout)
-    speculation, imbalance, lora_rank = None, 1.0, 0
-    rollout = bound.scenario.placement.rollout
-    speculative = rollout.speculative
-    if spec is bound.model:
-        imbalance, lora_rank = rollout.expert_load_imbalance, bound.scenario.placement.training.lora_rank
-    if speculative is not None and spec is bound.model:
-        # The drafter runs on the engine's GPUs with the same split and precision (vLLM's draft TP = the target's).
-        drafter = drafter_spec(bound.scenario, spec)
-        draft = None if drafter is None else EngineCosts.for_layout(
-            drafter, precision.rates, replace(layout, ep=1), all_reduce, None, overheads,
-            weight_dtype_bytes=precision.weight_bytes, quantized_rates=precision.quantized_rates)
-        speculation = Speculation(speculative.num_speculative_tokens, speculative.acceptance_rate, draft)
-    return EngineCosts.for_layout(spec, precision.rates, layout, all_reduce, all_to_all, overheads,
-                                  weight_dtype_bytes=precision.weight_bytes, quantized_rates=precision.quantized_rates,
-                                  speculation=speculation, expert_load_imbalance=imbalance, lora_rank=lora_rank)
+    formats: dict[str, Any] = {"weight_dtype_bytes": precision.weight_bytes, "quantized_rates": precision.quantized_rates}
+    levers: dict[str, Any] = {}
+    if policy:
+        rollout = bound.scenario.placement.rollout
+        levers = {"expert_load_imbalance": rollout.expert_load_imbalance,
+                  "lora_rank": bound.scenario.placement.training.lora_rank}
+        if rollout.speculative is not None:
+            # The drafter runs on the engine's GPUs with the same split and format (vLLM's draft TP is the target's).
+            drafter = drafter_spec(bound.scenario, spec)
+            draft = None if drafter is None else EngineCosts.for_layout(
+                drafter, precision.rates, replace(layout, ep=1), all_reduce, None, overheads, **formats)
+            levers["speculation"] = Speculation(rollout.speculative.num_speculative_tokens,
+                                                rollout.speculative.acceptance_rate, draft)
+    return EngineCosts.for_layout(spec, precision.rates, layout, all_reduce, all_to_all, overheads, **formats, **levers)
 
 
 def policy_engine_memory(bound: Bound) -> RoleMemory:

@@ -26,7 +26,6 @@ from rlsim.sim.sequence import Rollout
 from rlsim.sim.trainer import Trainer, TrainingGroup
 from rlsim.topology import GPU, ClusterTopology, CommGroup
 from rlsim.workload.batches import GroupSampler
-from rlsim.workload.judge import JUDGE_WEIGHT_DTYPE
 
 
 @dataclass
@@ -142,8 +141,7 @@ def _judges(env, bound: Bound, role: JudgeRole, topology: ClusterTopology, index
     `judge1`, …; their busy time is reward work (`reward_model`, stage `reward`)."""
     layout = role.layout
     kv_tokens = judge_kv_tokens(bound, layout)
-    costs = engine_costs(bound, role.spec, layout, topology.group(gpus[:layout.tp]), _memoised,
-                         weight_dtype=JUDGE_WEIGHT_DTYPE)
+    costs = engine_costs(bound, role.spec, layout, topology.group(gpus[:layout.tp]), _memoised, policy=False)
     engines = []
     for e in range(layout.engines):
         mine = gpus[e * layout.tp:(e + 1) * layout.tp]
