@@ -17,6 +17,7 @@ from rlsim.sim.groups import TIE_WINDOW_S
 from rlsim.sim.loop import controller_for
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.reward import RewardPool
+from rlsim.sim.role_groups import RoleGroups
 from rlsim.sim.rollout import RolloutEngine
 from tests.sim_scenarios import scenario_yaml
 from tests.test_sim_rollout import FixedCosts
@@ -85,8 +86,12 @@ def fixed_run(schedule: str, steps: int, staleness: float | None = None) -> list
 
     engines = [RolloutEngine(env, e, FixedCosts(), 10_000, 8, 1024, e, 1, recorder, lambda r: None, probe=probe)
                for e in range(2)]
+    trainer = FixedTrainer(env, log)
     sim: Simulation = dataclasses.replace(
-        real, env=env, recorder=recorder, engines=engines, trainer=FixedTrainer(env, log),
+        real, env=env, recorder=recorder, engines=engines, trainer=trainer, reference_trainer=trainer,
+        critic_trainer=trainer,
+        groups=RoleGroups(env, {"actor": (real.training.first_gpu, real.training.gpus)},
+                          {"actor": "actor", "reference": "actor"}),
         reward=RewardPool(env, RuleReward(kind="rule", cpu_seconds_per_sample=REWARD_S, workers=4),
                           np.random.default_rng(0)),
         reference_load_s=0.0, sync=SimpleNamespace(total_s=WEIGHT_SYNC_S))

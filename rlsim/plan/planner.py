@@ -125,7 +125,8 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
         scenario = scenario.model_copy(update={"run": scenario.run.model_copy(
             update={"steps": warmup + measured_steps, "warmup_steps": warmup})})
         bound = bind(scenario)
-        memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()})
+        memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()},
+                               bound.reward_model)
         short = [m for m in memory if not m.fits]
         if short:
             reason = f"{short[0].role} needs {short[0].total_bytes / GIB:.0f} of {short[0].capacity_bytes / GIB:.0f} GiB"
