@@ -117,15 +117,16 @@ def estimate_step(bound: Bound) -> StepEstimate:
     lengths = _lengths(scenario, bound.run.steps)
     # Tool responses are prefilled like prompt; a trajectory's context holds them too.
     responses = Responses(max(1, round(lengths.prompt + lengths.appended)), lengths.distribution, lengths.cap)
+    batch = _trained_batch(lengths, responses, algo.max_response_tokens)
     stages = {
         "gen": _generation(bound, topology, rollout_gpus, lengths, responses),
-        "reward": _reward(bound, placed.reward, lengths),
+        "reward": _reward_model(bound, topology, placed.reward, gpus.reward, batch)
+        if isinstance(placed.reward, RewardModelRole) else _reward(bound, placed.reward, lengths),
     }
     layout = placed.training
     rates = training_rates(bound.gpu(layout.pool), scenario.framework.kernel_efficiency(layout.backend))
     collectives = GroupCollectives.on_cluster(topology, training_gpus, layout)
     actor = TrainingCosts(spec, rates, layout, collectives)
-    batch = _trained_batch(lengths, responses, algo.max_response_tokens)
     ranks = RankedTraining(layout, batch)
     # A critic or reference placed apart prices with its own layout on its own GPUs.
     critic, critic_ranks = _role_costs(bound, topology, placed.critic, gpus.critic, batch, "value") or (
@@ -256,7 +257,8 @@ def _batches(engine: Engine, responses: Responses, lengths: _Lengths, scenario: 
     return seconds, note
 
 
-def _reward(bound: Bound, role: RewardModelRole | JudgeRole | None, lengths: _Lengths) -> StageEstimate:
+def _reward(bound: Bound, role: JudgeRole | None, lengths: _Lengths) -> StageEstimate:
+    """A rule, sandbox or LLM-judge reward (a reward model's pass: `_reward_model`)."""
     scenario = bound.scenario
     reward = scenario.workload.reward
     # A synchronous step scores the groups it trains (rlsim.sim.sync); off-policy, every sample as it arrives.
@@ -268,9 +270,8 @@ def _reward(bound: Bound, role: RewardModelRole | JudgeRole | None, lengths: _Le
         mean_latency = reward.median_latency_s * math.exp(reward.latency_sigma**2 / 2)
         return StageEstimate("reward", samples * mean_latency / reward.concurrency,
                              f"{reward.concurrency} concurrent sandboxes, mean {mean_latency:.2f} s each")
-    if isinstance(role, JudgeRole):
-        return _judge(bound, role, lengths)
-    return StageEstimate("reward", 0.0, "reward model on GPUs: priced by the simulator, not the estimate")
+    assert isinstance(role, JudgeRole), "a reward model is priced by _reward_model"
+    return _judge(bound, role, lengths)
 
 
 def _judge(bound: Bound, role: JudgeRole, lengths: _Lengths) -> StageEstimate:
@@ -292,6 +293,16 @@ def _judge(bound: Bound, role: JudgeRole, lengths: _Lengths) -> StageEstimate:
     seconds = prefill + waves * engine.decode_k_iterations_seconds(concurrency, concurrency * prompt, verdict)
     return StageEstimate("reward", seconds, f"LLM judge {judge.model} on {layout.engines} engine(s): {per_engine} "
                          f"verdicts of ~{verdict} tokens each (TP collectives not priced here)")
+
+
+def _reward_model(bound: Bound, topology: ClusterTopology, role: RewardModelRole, gpus: tuple[GPU, ...],
+                  batch: TrainedBatch) -> StageEstimate:
+    """The reward model's forward pass over the step's sequences on its GPUs, its slowest rank's."""
+    layout = role.layout
+    rates = training_rates(bound.gpu(layout.pool), bound.scenario.framework.kernel_efficiency(layout.backend))
+    costs = TrainingCosts(role.spec, rates, layout, GroupCollectives.on_cluster(topology, gpus, layout), head="value")
+    return StageEstimate("reward", RankedTraining(layout, batch).forward_seconds(costs),
+                         f"reward model {role.spec.name}: one forward pass on {layout.gpus} GPU(s)")
 
 
 def _role_costs(bound: Bound, topology: ClusterTopology, layout: TrainingLayout | None, gpus: tuple[GPU, ...],

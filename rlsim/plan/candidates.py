@@ -2,11 +2,16 @@
 
 Placements: colocated (every GPU generates and trains, in turn); disaggregated with the rollout share of the GPUs in
 eighths (1/8 … 7/8); hybrid with the training share in eighths up to half (those GPUs also generate, the rest only
-generate). Schedules: colocated runs sync (generation and training cannot overlap on shared GPUs); the others run sync,
-one-step-off, or async with staleness η ∈ {1, 2, 4}, its engines taking new weights either by AReaL's interruptible
-generation or in flight (NeMo-RL, PipelineRL). Parallel layouts: rollout engines of tp 1, 2, 4 or 8 GPUs (within a
-node); training keeps the base scenario's layout (backend, ZeRO stage, tp/pp/cp, micro-batch tokens, recompute,
-offload, where the reference policy lives) with data parallelism over its GPUs.
+generate). With a critic (PPO), HybridFlow's per-role placements too (Sheng et al., EuroSys 2025, arXiv:2409.19256,
+§8.3): colocated is its "colocate" (every model on all GPUs, taking turns); "split" puts the actor, the reference and
+the engines on one half of the GPUs and the critic and the reward model on the other; "standalone" gives the actor
+with the engines, the critic, the reference and the reward model a quarter each. A reward model shares the actor's
+GPUs in the other placements. Schedules: colocated, split and standalone run sync (generation and training cannot
+overlap on shared GPUs); the others run sync, one-step-off, or async with staleness η ∈ {1, 2, 4}, its engines taking
+new weights either by AReaL's interruptible generation or in flight (NeMo-RL, PipelineRL). Parallel layouts: rollout
+engines of tp 1, 2, 4 or 8 GPUs (within a node); training keeps the base scenario's layout (backend, ZeRO stage,
+tp/pp/cp, micro-batch tokens, recompute, offload, where the reference policy lives) with data parallelism over its
+GPUs, and so does a placed critic or reference on its group.
 """
 from __future__ import annotations
 
@@ -57,9 +62,20 @@ SCHEDULES = (Schedule("sync"), Schedule("one_step_off"),
              *(Schedule("async", eta, update) for eta in STALENESS for update in WEIGHT_UPDATES))
 
 
+# HybridFlow's per-role placements of PPO: (name, share of the GPUs each GPU group gets, roles of each group). The actor
+# and the engines share the first group; a role in no group runs on the actor's GPUs.
+ROLE_PLACEMENTS = (
+    ("split", 2, (("actor", "reference"), ("critic", "reward_model"))),
+    ("standalone", 4, (("actor",), ("critic",), ("reference",), ("reward_model",))),
+)
+ROLE_NAMES = {"actor": "actor+rollout", "critic": "critic", "reference": "ref", "reward_model": "reward model"}
+# The actor's layout fields a placed critic or reference does not take (rlsim.config.role_groups.ACTOR_ONLY).
+ACTOR_ONLY_KEYS = ("reference_weights",)
+
+
 @dataclass(frozen=True)
 class Candidate:
-    placement: str  # colocated, disaggregated or hybrid
+    placement: str  # colocated, disaggregated, hybrid, or (with a critic) split or standalone
     schedule: Schedule
     rollout_gpus: int
     training_gpus: int
@@ -73,8 +89,11 @@ class Candidate:
 
     @property
     def label(self) -> str:
+        roles = next((groups for name, _, groups in ROLE_PLACEMENTS if name == self.placement), None)
         if self.placement == "colocated":
             split = f"all {self.gpus}"
+        elif roles is not None:
+            split = " / ".join(f"{self.training_gpus} {'+'.join(ROLE_NAMES[role] for role in group)}" for group in roles)
         elif self.placement == "disaggregated":
             split = f"{self.rollout_gpus} rollout + {self.training_gpus} train"
         else:
@@ -84,8 +103,8 @@ class Candidate:
     @property
     def rollout_share(self) -> float:
         """Share of the GPUs that only generate (colocated: none are dedicated, all generate)."""
-        dedicated = {"colocated": 0, "disaggregated": self.rollout_gpus,
-                     "hybrid": self.rollout_gpus - self.training_gpus}[self.placement]
+        dedicated = {"disaggregated": self.rollout_gpus,
+                     "hybrid": self.rollout_gpus - self.training_gpus}.get(self.placement, 0)
         return dedicated / self.gpus
 
 
@@ -100,16 +119,45 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
     shared_memory = rollout_base.get("gpu_memory_utilization", 0.5)
     colocated_only = {k: v for k, v in (placement.get("training") or {}).items() if k in COLOCATED_TRAINING_KEYS}
 
-    def make(mode: str, schedule: Schedule, rollout: int, training: int, tp: int, memory: float) -> Candidate:
+    # A reward model on GPUs (workload.reward.kind reward_model) is placed by the candidate, at the base's tp.
+    reward_kind = (((base.get("workload") or {}).get("reward") or {}).get("kind"))
+    reward_tp = (placement.get("reward_model") or {}).get("tp", 1)
+    reward_on_actor = {"reward_model": {"share_with": "actor", "tp": reward_tp}} if reward_kind == "reward_model" else {}
+
+    def make(mode: str, schedule: Schedule, rollout: int, training: int, tp: int, memory: float,
+             name: str | None = None, roles: dict[str, Any] | None = None) -> Candidate:
         training_layout = {**training_base, **(colocated_only if mode == "colocated" else {}), "gpus": training}
         layout = {"mode": mode, "rollout": {**rollout_base, "gpus": rollout, "tp": tp, "gpu_memory_utilization": memory},
-                  "training": training_layout}
-        return Candidate(mode, schedule, rollout, training, tp, gpus,
+                  "training": training_layout, **(reward_on_actor if roles is None else roles)}
+        return Candidate(name or mode, schedule, rollout, training, tp, gpus,
                          {"cluster.pools": cluster, "placement": layout, **schedule.overrides()})
 
+    def role_groups(groups: tuple[tuple[str, ...], ...], share: int) -> dict[str, Any]:
+        """The placement of each group's first role on GPUs of its own and of the others sharing them."""
+        placed: dict[str, Any] = {}
+        own = {k: v for k, v in training_base.items() if k not in ACTOR_ONLY_KEYS}
+        for group in groups[1:]:
+            for i, role in enumerate(group):
+                if role == "reward_model":
+                    if reward_kind != "reward_model":
+                        continue
+                    placed[role] = {"tp": reward_tp, **({"share_with": group[0]} if i else {"gpus": share})}
+                elif role in ("critic", "reference") and role in roles_used:
+                    placed[role] = {**own, **({"share_with": group[0]} if i else {"gpus": share})}
+        if reward_kind == "reward_model" and "reward_model" not in placed:
+            placed["reward_model"] = reward_on_actor["reward_model"]
+        return placed
+
+    roles_used = _roles_used(base)
     found = []
     for tp in (t for t in ROLLOUT_TPS if t <= per_node):
         found.append(make("colocated", SCHEDULES[0], gpus, gpus, tp, shared_memory))
+        for name, parts, groups in ROLE_PLACEMENTS if "critic" in roles_used else ():
+            share = gpus // parts
+            if gpus % parts or share % tp or (share > per_node and share % per_node):
+                continue
+            found.append(make("colocated", SCHEDULES[0], share, share, tp, shared_memory, name,
+                              role_groups(groups, share)))
         for share in range(1, SPLITS):
             part = gpus * share // SPLITS
             if gpus * share % SPLITS or part % tp:
@@ -119,3 +167,12 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
                 if share <= SPLITS // 2:  # hybrid: this share trains (and generates), the rest only generates
                     found.append(make("hybrid", schedule, gpus, part, tp, shared_memory))
     return found
+
+
+def _roles_used(base: dict) -> set[str]:
+    """The critic and reference of the base's algorithm, as the schema defaults them (PPO trains a critic; every
+    algorithm but DAPO runs a reference pass)."""
+    algorithm = base.get("algorithm") or {}
+    name = algorithm.get("name")
+    used = {"critic": algorithm.get("critic", name == "ppo"), "reference": algorithm.get("ref_model", name != "dapo")}
+    return {role for role, on in used.items() if on}

@@ -18,7 +18,7 @@ from rlsim.costs.memory import (
     training_memory_of,
     training_model_state,
 )
-from rlsim.models import ModelSpec
+from rlsim.models import ModelCatalog, ModelSpec
 from rlsim.pricing.layouts import reward_model_layout, training_layout
 
 
@@ -47,8 +47,16 @@ def _resident(scenario: Scenario, spec: ModelSpec, reward_spec: ModelSpec | None
     if role == "reference":
         assert placement.reference is not None
         return {"reference weights": reference_weight_bytes(spec, training_layout(placement.reference))}
-    assert reward_spec is not None and placement.reward_model is not None, "bind() loads the reward model"
-    return {"reward model weights": reference_weight_bytes(reward_spec, reward_model_layout(placement.reward_model))}
+    assert placement.reward_model is not None
+    return {"reward model weights": reference_weight_bytes(reward_spec or _reward_spec(scenario),
+                                                           reward_model_layout(placement.reward_model))}
+
+
+def _reward_spec(scenario: Scenario) -> ModelSpec:
+    """The reward model the scenario names, as bind() loads it, for callers that priced without it."""
+    reward = scenario.workload.reward
+    assert reward.kind == "reward_model"
+    return ModelCatalog.load().spec(reward.model)
 
 
 def with_guests(memory: RoleMemory, guests: dict[str, float]) -> RoleMemory:
@@ -80,8 +88,7 @@ def group_memory_of(scenario: Scenario, spec: ModelSpec, reward_spec: ModelSpec 
         components = {key: value for key, value in trained.components.items() if key != "logits"}
         notes = tuple(note for note in trained.notes if "logits" not in note)
     else:
-        model = spec if group == "reference" else reward_spec
-        assert model is not None, "bind() loads the reward model"
+        model = spec if group == "reference" else reward_spec or _reward_spec(scenario)
         acts = forward_pass_activation_memory(model, layout)
         components = {"weights": reference_weight_bytes(model, layout), "activations": acts.activations}
         if group == "reference" and acts.logits:
