@@ -57,6 +57,12 @@ def test_a_placed_critic_needs_an_algorithm_with_one():
     assert "algorithm.critic is false" in found["placement.critic"]
 
 
+def test_an_off_policy_hybrid_placement_keeps_a_reward_model_off_the_generating_gpus():
+    text = scenario_yaml(algorithm="ppo", mode="hybrid", schedule="one_step_off", rollout_gpus=8, training_gpus=4,
+                         workload=REWARD_MODEL, placement="reward_model: {share_with: actor}")
+    assert "generate while one_step_off scores" in problems(text)["placement.reward_model.share_with"]
+
+
 def test_a_judge_keeps_gpus_of_its_own():
     judge = "reward: {kind: llm_judge, model: Qwen2.5-0.5B}"
     found = problems(ppo("reward_model: {share_with: actor}", workload=judge))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rlsim.config.schedule_kind import schedule_kind
 from rlsim.config.schema import OffloadHostMemory, Placement, RolePlacement, Scenario, TrainingPlacement
 from rlsim.yamlsource import PathKey
 
@@ -121,6 +122,12 @@ def check_role_groups(scenario: Scenario, fail: Fail) -> None:
              "(placement.reference), where its weights are resident", value=placement.training.reference_weights,
              valid="resident, or leave placement.reference out")
     reward = placement.reward_model
+    if (reward is not None and reward.share_with == "actor" and placement.mode == "hybrid"
+            and schedule_kind(scenario.schedule.mode).off_policy):
+        # Off-policy, groups are scored while the engines on the actor's GPUs generate: the two would share GPUs.
+        fail(at + ("reward_model", "share_with"), f"the engines on the actor's GPUs of a hybrid placement generate "
+             f"while {scenario.schedule.mode} scores each group", value="actor",
+             valid="critic or reference, or GPUs of its own (gpus), or schedule.mode sync")
     if reward is not None and reward.share_with is not None and scenario.workload.reward.kind != "reward_model":
         fail(at + ("reward_model", "share_with"), "only a reward model shares another role's GPUs; an LLM judge's "
              "engines need GPUs of their own", value=reward.share_with, valid="leave it out, and give gpus")
