@@ -180,6 +180,12 @@ def test_ppo_plans_hybridflows_per_role_placements():
                if c.placement in ("colocated", "disaggregated", "hybrid"))
     assert {c.placement for c in candidates(read_yaml(WORKLOAD).data, 16, "h100-sxm", 8)} == {
         "colocated", "disaggregated", "hybrid"}
+    # Without a reward model, the groups hold the roles there are: standalone's three do not split 16 GPUs evenly.
+    rule = read_yaml(HYBRIDFLOW_WORKLOAD).data
+    rule["workload"]["reward"] = {"kind": "rule"}
+    del rule["placement"]["reward_model"]
+    labels = {c.label for c in candidates(rule, 16, "a100-80gb-sxm", 8) if c.placement in ("split", "standalone")}
+    assert labels == {f"split 8 actor+rollout+ref / 8 critic, rollout tp{tp}, sync" for tp in (1, 2, 4, 8)}
 
 
 @pytest.mark.parametrize("gpus", [16, 64, pytest.param(96, marks=pytest.mark.xfail(strict=True, reason=HYBRIDFLOW_GAP)),

@@ -67,6 +67,8 @@ def test_a_judge_keeps_gpus_of_its_own():
     judge = "reward: {kind: llm_judge, model: Qwen2.5-0.5B}"
     found = problems(ppo("reward_model: {share_with: actor}", workload=judge))
     assert "only a reward model shares" in found["placement.reward_model.share_with"]
+    found = problems(ppo("reward_model: {gpus: 8}\ncritic: {share_with: reward_model}", workload=judge))
+    assert "its own engines" in found["placement.critic.share_with"]
 
 
 def stage_spans(text: str) -> tuple[list[Span], dict[str, float]]:

@@ -12,7 +12,7 @@ from rlsim.config.schema import OffloadHostMemory, Placement, RolePlacement, Sce
 from rlsim.yamlsource import PathKey
 
 Fail = Callable[..., None]  # the checker's fail(path, message, *, value=None, valid=None)
-PoolName = Callable[[PathKey, "str | None", str], str]  # (path, name as written, default) -> a pool that exists
+PoolName = Callable[[PathKey, str | None, str], str]  # (path, name as written, default) -> a pool that exists
 PLACED_ROLES = ("critic", "reference")
 # The actor's fields that say how its state leaves the GPUs while colocated engines generate: no other role's.
 ACTOR_ONLY = {"offload_while_generating": False, "offload_weights_per_call": False,
@@ -112,6 +112,10 @@ def check_role_groups(scenario: Scenario, fail: Fail) -> None:
         if not used:
             fail(at + (role,), f"places a {role}, but the algorithm runs none (algorithm.{flag} is false)",
                  valid=f"remove it, or set algorithm.{flag}: true")
+        if placed.share_with == "reward_model" and scenario.workload.reward.kind == "llm_judge":
+            fail(at + (role, "share_with"), "an LLM judge's GPUs run its own engines; only a reward model's take turns "
+                 "with another role", value="reward_model",
+                 valid="actor, critic or reference, or GPUs of its own (gpus)")
         for name, default in ACTOR_ONLY.items():
             if getattr(placed, name) != default:
                 fail(at + (role, name), "only the actor's training placement (placement.training) says how state "

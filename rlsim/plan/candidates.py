@@ -62,11 +62,11 @@ SCHEDULES = (Schedule("sync"), Schedule("one_step_off"),
              *(Schedule("async", eta, update) for eta in STALENESS for update in WEIGHT_UPDATES))
 
 
-# HybridFlow's per-role placements of PPO: (name, share of the GPUs each GPU group gets, roles of each group). The actor
-# and the engines share the first group; a role in no group runs on the actor's GPUs.
+# HybridFlow's per-role placements of PPO: (name, the roles of each GPU group), the GPUs shared equally by the groups
+# of the roles the workload has. The actor and the engines share the first group.
 ROLE_PLACEMENTS = (
-    ("split", 2, (("actor", "reference"), ("critic", "reward_model"))),
-    ("standalone", 4, (("actor",), ("critic",), ("reference",), ("reward_model",))),
+    ("split", (("actor", "reference"), ("critic", "reward_model"))),
+    ("standalone", (("actor",), ("critic",), ("reference",), ("reward_model",))),
 )
 ROLE_NAMES = {"actor": "actor+rollout", "critic": "critic", "reference": "ref", "reward_model": "reward model"}
 # The actor's layout fields a placed critic or reference does not take (rlsim.config.role_groups.ACTOR_ONLY).
@@ -82,6 +82,7 @@ class Candidate:
     rollout_tp: int
     gpus: int
     overrides: dict[str, Any]
+    role_groups: tuple[tuple[str, ...], ...] = ()  # split and standalone: the roles of each GPU group
 
     @property
     def family(self) -> str:
@@ -89,11 +90,11 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        roles = next((groups for name, _, groups in ROLE_PLACEMENTS if name == self.placement), None)
         if self.placement == "colocated":
             split = f"all {self.gpus}"
-        elif roles is not None:
-            split = " / ".join(f"{self.training_gpus} {'+'.join(ROLE_NAMES[role] for role in group)}" for group in roles)
+        elif self.role_groups:
+            split = " / ".join(f"{self.training_gpus} {'+'.join(ROLE_NAMES[role] for role in group)}"
+                               for group in self.role_groups)
         elif self.placement == "disaggregated":
             split = f"{self.rollout_gpus} rollout + {self.training_gpus} train"
         else:
@@ -125,39 +126,30 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
     reward_on_actor = {"reward_model": {"share_with": "actor", "tp": reward_tp}} if reward_kind == "reward_model" else {}
 
     def make(mode: str, schedule: Schedule, rollout: int, training: int, tp: int, memory: float,
-             name: str | None = None, roles: dict[str, Any] | None = None) -> Candidate:
+             name: str | None = None, groups: tuple[tuple[str, ...], ...] = ()) -> Candidate:
         training_layout = {**training_base, **(colocated_only if mode == "colocated" else {}), "gpus": training}
         layout = {"mode": mode, "rollout": {**rollout_base, "gpus": rollout, "tp": tp, "gpu_memory_utilization": memory},
-                  "training": training_layout, **(reward_on_actor if roles is None else roles)}
+                  "training": training_layout, **reward_on_actor, **placed_roles(groups, training)}
         return Candidate(name or mode, schedule, rollout, training, tp, gpus,
-                         {"cluster.pools": cluster, "placement": layout, **schedule.overrides()})
+                         {"cluster.pools": cluster, "placement": layout, **schedule.overrides()}, groups)
 
-    def role_groups(groups: tuple[tuple[str, ...], ...], share: int) -> dict[str, Any]:
-        """The placement of each group's first role on GPUs of its own and of the others sharing them."""
-        placed: dict[str, Any] = {}
+    def placed_roles(groups: tuple[tuple[str, ...], ...], share: int) -> dict[str, Any]:
+        """Each group but the actor's: its first role on `share` GPUs of its own, the others sharing them."""
         own = {k: v for k, v in training_base.items() if k not in ACTOR_ONLY_KEYS}
-        for group in groups[1:]:
-            for i, role in enumerate(group):
-                if role == "reward_model":
-                    if reward_kind != "reward_model":
-                        continue
-                    placed[role] = {"tp": reward_tp, **({"share_with": group[0]} if i else {"gpus": share})}
-                elif role in ("critic", "reference") and role in roles_used:
-                    placed[role] = {**own, **({"share_with": group[0]} if i else {"gpus": share})}
-        if reward_kind == "reward_model" and "reward_model" not in placed:
-            placed["reward_model"] = reward_on_actor["reward_model"]
-        return placed
+        return {role: {**({"tp": reward_tp} if role == "reward_model" else own),
+                       **({"share_with": group[0]} if i else {"gpus": share})}
+                for group in groups[1:] for i, role in enumerate(group)}
 
-    roles_used = _roles_used(base)
+    present = {"actor", *_roles_used(base), *(("reward_model",) if reward_kind == "reward_model" else ())}
     found = []
     for tp in (t for t in ROLLOUT_TPS if t <= per_node):
         found.append(make("colocated", SCHEDULES[0], gpus, gpus, tp, shared_memory))
-        for name, parts, groups in ROLE_PLACEMENTS if "critic" in roles_used else ():
-            share = gpus // parts
-            if gpus % parts or share % tp or (share > per_node and share % per_node):
+        for name, groups in ROLE_PLACEMENTS if "critic" in present else ():
+            used = tuple(g for g in (tuple(role for role in group if role in present) for group in groups) if g)
+            share = gpus // len(used)
+            if gpus % len(used) or share % tp or (share > per_node and share % per_node):
                 continue
-            found.append(make("colocated", SCHEDULES[0], share, share, tp, shared_memory, name,
-                              role_groups(groups, share)))
+            found.append(make("colocated", SCHEDULES[0], share, share, tp, shared_memory, name, used))
         for share in range(1, SPLITS):
             part = gpus * share // SPLITS
             if gpus * share % SPLITS or part % tp:

@@ -112,12 +112,6 @@ class Roles:
     def group_of(self, role: str) -> str:
         return "actor" if role == "actor" else dict(self.groups)[role]
 
-    def critic_layout(self) -> TrainingLayout:
-        return self.critic or self.training
-
-    def reference_layout(self) -> TrainingLayout:
-        return self.reference or self.training
-
 
 def roles(bound: Bound) -> Roles:
     scenario = bound.scenario

@@ -23,6 +23,9 @@ from rlsim.sim.roles import RoleGPUs
 from rlsim.sim.rollout import PauseMode, RolloutEngine
 from rlsim.sim.trainer import Trainer
 
+# The role whose GPU group runs each training stage (verl's worker groups: actor, ref, critic).
+STAGE_ROLES = {"old_log_prob": "actor", "ref": "reference", "values": "critic", "update_critic": "critic",
+               "update_actor": "actor"}
 # How the engines stop for a weight update, by schedule.partial_rollout.mode.
 _WEIGHT_UPDATE_PAUSE: dict[str, PauseMode] = {"off": "drain", "april": "drain", "interrupt": "interrupt",
                                                "in_flight": "hold"}
@@ -56,8 +59,6 @@ class Controller:
         self._engines_on_training_gpus: list[RolloutEngine] = []
         # The RL driver is one process: it hands one stage's batch to the workers at a time.
         self._driver = simpy.Resource(self.env, capacity=1)
-        self._role_of = {"old_log_prob": "actor", "ref": "reference", "values": "critic", "update_critic": "critic",
-                         "update_actor": "actor"}
         # Since when GPU groups apart from the actor's have waited for the next batch to train (`starved`).
         self._apart_idle_since = 0.0
 
@@ -116,25 +117,25 @@ class Controller:
         train_start = env.now
         self._label_apart(self._apart_idle_since, train_start, "starved", "gen")
         # The forward passes of roles on different GPU groups run at once; roles on one group take turns.
-        forward = [(name, role, body) for name, role, body, used in (
-            ("old_log_prob", "actor", self._old_log_prob(lengths), algo.recompute_old_log_prob),
-            ("ref", "reference", self._reference_pass(lengths), algo.ref_model),
-            ("values", "critic", self._forward(sim.critic_trainer, "values", sim.critic, lengths), algo.critic)) if used]
+        forward = [(name, body) for name, body, used in (
+            ("old_log_prob", self._old_log_prob(lengths), algo.recompute_old_log_prob),
+            ("ref", self._reference_pass(lengths), algo.ref_model),
+            ("values", self._forward(sim.critic_trainer, "values", sim.critic, lengths), algo.critic)) if used]
         yield from self._concurrently(forward, stages, ("old_log_prob", "ref", "values"))
         yield from self._advantages(stages, share=mini_batches / algo.mini_batches)
-        updates = [(name, role, body) for name, role, body, used in (
-            ("update_critic", "critic", self._update(sim.critic_trainer, "update_critic", sim.critic, lengths,
-                                                     mini_batches), algo.critic),
-            ("update_actor", "actor", self._update_actor(lengths, mini_batches), True)) if used]
+        updates = [(name, body) for name, body, used in (
+            ("update_critic", self._update(sim.critic_trainer, "update_critic", sim.critic, lengths, mini_batches),
+             algo.critic),
+            ("update_actor", self._update_actor(lengths, mini_batches), True)) if used]
         yield from self._concurrently(updates, stages, ("update_critic", "update_actor"))
         self._apart_idle_since = env.now
         roles.rollout_only_context(train_start, env.now, "staleness_block", "update_actor")
         for engine in shared:
             engine.resume(self.version)  # same weights; a publish that follows pauses them again to load new ones
 
-    def _concurrently(self, work: list[tuple[str, str, Generator]], stages: dict[str, float],
+    def _concurrently(self, work: list[tuple[str, Generator]], stages: dict[str, float],
                       names: tuple[str, ...]) -> Generator:
-        """Run each (stage, role, body) on its role's GPU group, holding the group's lock, all at once; add each
+        """Run each (stage, body) on its role's GPU group, holding the group's lock, all at once; add each
         stage's own seconds (from taking the lock to the end) to `stages`. A group idle after its last stage while
         another group works waits at the barrier the next stage needs."""
         env = self.env
@@ -146,8 +147,8 @@ class Controller:
         ends: dict[str, float] = {}
         last: list[str] = []
 
-        def run(stage: str, role: str, body: Generator) -> Generator:
-            group = self.sim.groups.of(role)
+        def run(stage: str, body: Generator) -> Generator:
+            group = self.sim.groups.of(STAGE_ROLES[stage])
             with group.lock.request() as turn:
                 yield turn
                 began = env.now
@@ -175,7 +176,7 @@ class Controller:
 
     def _forward(self, trainer: Trainer, stage: str, costs: TrainingCosts | None, lengths: list[int]) -> Generator:
         assert costs is not None
-        yield from self._hand_off(stage, len(lengths), self._role_of[stage])
+        yield from self._hand_off(stage, len(lengths), STAGE_ROLES[stage])
         yield from trainer.forward_pass(stage, costs, lengths)
 
     def _update_actor(self, lengths: list[int], mini_batches: int) -> Generator:
@@ -187,7 +188,7 @@ class Controller:
     def _update(self, trainer: Trainer, stage: str, costs: TrainingCosts | None, lengths: list[int],
                 mini_batches: int) -> Generator:
         assert costs is not None
-        yield from self._hand_off(stage, len(lengths), self._role_of[stage])
+        yield from self._hand_off(stage, len(lengths), STAGE_ROLES[stage])
         yield from trainer.update(stage, costs, lengths, mini_batches, self.algorithm.ppo_epochs)
 
     def _label_apart(self, start: float, end: float, label: str, stage: str) -> None:
