@@ -321,10 +321,12 @@ def _check_parallelism(scenario: Scenario, spec: ModelSpec, hardware: HardwareCa
             check.fail(path, f"ep must divide the {limit_name} = {limit}", value=ep, valid=_divisors(limit))
 
     sequences_per_mini_batch = scenario.algorithm.samples_per_step // scenario.algorithm.mini_batches
-    if training.dp and sequences_per_mini_batch < training.dp:
+    # The actor's updates, and a placed critic's (a reference only runs forward passes over the whole batch).
+    trained = max((layout.dp or 0 for path, layout in layouts if path[-1] != "reference"), default=0)
+    if trained and sequences_per_mini_batch < trained:
         check.fail(("algorithm", "mini_batches"), f"a mini-batch of {sequences_per_mini_batch} sequences leaves some of "
-                   f"the {training.dp} data-parallel ranks without work", value=scenario.algorithm.mini_batches,
-                   valid=f"≤ {max(1, scenario.algorithm.samples_per_step // training.dp)}")
+                   f"the {trained} data-parallel ranks without work", value=scenario.algorithm.mini_batches,
+                   valid=f"≤ {max(1, scenario.algorithm.samples_per_step // trained)}")
 
 
 def _check_training_layout(path: PathKey, layout: TrainingPlacement, spec: ModelSpec, check: _Checker) -> None:

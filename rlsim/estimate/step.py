@@ -320,10 +320,15 @@ CONCURRENT_PHASES = ((("old_log_prob", "actor"), ("ref", "reference"), ("values"
                      (("update_critic", "critic"), ("update_actor", "actor")))
 
 
+def _one_group(placed: Roles) -> bool:
+    """Whether every training stage runs on the actor's GPU group."""
+    return len({placed.group_of(role) for phase in CONCURRENT_PHASES for _, role in phase}) == 1
+
+
 def _training_seconds(stages: dict[str, StageEstimate], placed: Roles) -> float:
     """The training stages' wall time: one after another on one GPU group; with roles on several groups, each
     phase lasts as long as its busiest group, as the simulator's controller runs them."""
-    if len({placed.group_of(role) for phase in CONCURRENT_PHASES for _, role in phase}) == 1:
+    if _one_group(placed):
         return sum(stages[name].seconds for name in TRAINING_STAGES)
     total = stages["adv"].seconds
     for phase in CONCURRENT_PHASES:
@@ -340,4 +345,5 @@ def _combine(scenario: Scenario, stages: dict[str, StageEstimate], placed: Roles
     sync = stages["weight_sync"].seconds
     mode = scenario.schedule.mode
     seconds, how = schedule_kind(mode).steady_step(produce, train, sync)
-    return seconds, f"{mode}: {how}"
+    apart = "" if _one_group(placed) else " (the stages of roles on different GPU groups overlapping)"
+    return seconds, f"{mode}: {how}{apart}"
