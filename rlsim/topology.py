@@ -29,6 +29,7 @@ from functools import cached_property
 import networkx as nx
 
 from rlsim.config.bound import Bound, PoolHardware
+from rlsim.config.role_groups import own_gpus
 from rlsim.hardware import Interconnect
 
 
@@ -38,7 +39,9 @@ class RoleGPUs:
 
     rollout: tuple[GPU, ...]
     training: tuple[GPU, ...]
-    reward: tuple[GPU, ...] = ()  # a reward model's or judge's own GPUs; none without
+    reward: tuple[GPU, ...] = ()  # a reward model's or judge's GPUs; none without
+    critic: tuple[GPU, ...] = ()  # the critic's GPUs (the training GPUs unless it has its own); none without
+    reference: tuple[GPU, ...] = ()  # the reference policy's GPUs, likewise
 
 
 _SOURCE = ("source",)
@@ -179,17 +182,24 @@ class ClusterTopology:
         return tuple(gpus[offset:offset + count])
 
     def place_roles(self, rollout: tuple[str, int], training: tuple[str, int], reward: tuple[str, int] | None = None,
-                    *, training_after_rollout: bool) -> RoleGPUs:
+                    *, training_after_rollout: bool, critic: tuple[str, int] | None = None,
+                    reference: tuple[str, int] | None = None) -> RoleGPUs:
         """Where each role's (pool, GPU count) lands: the engines first in their pool; training after them when
         `training_after_rollout` (the two share a pool but not GPUs), else from the start of its pool (sharing the
-        engines' GPUs when the pool is theirs); a reward model or judge after every policy GPU in its pool."""
-        rollout_gpus = self.allocate(rollout[0], rollout[1])
+        engines' GPUs when the pool is theirs); a critic, then a reference policy, with GPUs of their own after every
+        policy GPU in their pool, and a reward model or judge after those. A role given no GPUs of its own gets none
+        here (rlsim.pricing.weight_sync.role_gpus gives it those of the role it shares)."""
+        placed = self.allocate(rollout[0], rollout[1])
         training_gpus = self.allocate(training[0], training[1], rollout[1] if training_after_rollout else 0)
-        reward_gpus: tuple[GPU, ...] = ()
-        if reward is not None:
-            taken = {g for g in rollout_gpus + training_gpus if g.pool == reward[0]}
-            reward_gpus = self.allocate(reward[0], reward[1], len(taken))
-        return RoleGPUs(rollout_gpus, training_gpus, reward_gpus)
+        placed += training_gpus
+        own: list[tuple[GPU, ...]] = []
+        for role in (critic, reference, reward):
+            gpus: tuple[GPU, ...] = ()
+            if role is not None:
+                gpus = self.allocate(role[0], role[1], len({g for g in placed if g.pool == role[0]}))
+                placed += gpus
+            own.append(gpus)
+        return RoleGPUs(placed[:rollout[1]], training_gpus, own[2], own[0], own[1])
 
     def domain(self, gpu: GPU) -> tuple[str, int]:
         """The scale-up domain a GPU belongs to, as (pool, index)."""
@@ -339,8 +349,9 @@ def _domain_rate(layout: _PoolLayout, members: int) -> float:
 
 
 def placed_gpus(bound: Bound) -> dict[str, int]:
-    """Per pool, at most how many GPUs from its start the scenario's roles take: the engines, training and a reward
-    model each counted whole (colocated roles overlap, so this is an upper bound on the last GPU used)."""
+    """Per pool, at most how many GPUs from its start the scenario's roles take: the engines, training, a reward
+    model and a critic or reference with GPUs of its own each counted whole (colocated roles overlap, so this is an
+    upper bound on the last GPU used)."""
     placement = bound.scenario.placement
     first = bound.scenario.cluster.pools[0].name
     rollout_pool = placement.rollout.pool or first
@@ -348,7 +359,9 @@ def placed_gpus(bound: Bound) -> dict[str, int]:
     used[rollout_pool] += placement.rollout.gpus
     used[placement.training.pool or rollout_pool] += placement.training.gpus or 0
     if placement.reward_model is not None:
-        used[placement.reward_model.pool or rollout_pool] += placement.reward_model.gpus
+        used[placement.reward_model.pool or rollout_pool] += placement.reward_model.gpus or 0
+    for pool, gpus in own_gpus(placement):
+        used[pool] += gpus
     return dict(used)
 
 

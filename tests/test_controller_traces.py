@@ -17,6 +17,7 @@ from rlsim.sim.groups import TIE_WINDOW_S
 from rlsim.sim.loop import controller_for
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.reward import RewardPool
+from rlsim.sim.role_groups import RoleGroups
 from rlsim.sim.rollout import RolloutEngine
 from tests.sim_scenarios import scenario_yaml
 from tests.test_sim_rollout import FixedCosts
@@ -25,7 +26,8 @@ from tests.test_sim_rollout import FixedCosts
 # prefilled in one iteration that also yields the first token, then each decode iteration yields one more.
 PROMPT_TOKENS, RESPONSE_TOKENS = 50, 4
 REWARD_S = 0.5  # per sample, on 4 CPU workers: a group of 2, or a batch of 4, is scored in 0.5 s
-STAGE_S = {"old_log_prob": 1.0, "ref": 1.0, "update_actor": 2.0}  # per pass / per optimizer step
+STAGE_S = {"old_log_prob": 1.0, "ref": 1.0, "update_actor": 2.0,  # per pass / per optimizer step
+           "values": 1.5, "update_critic": 3.0}  # PPO's critic
 ADV_S = 0.25  # the driver's work between the forward passes and the update
 WEIGHT_SYNC_S = 0.5
 
@@ -66,11 +68,15 @@ class TracingRecorder(Recorder):
         super().step(record)
 
 
-def fixed_run(schedule: str, steps: int, staleness: float | None = None) -> list[tuple[str, float]]:
+def fixed_run(schedule: str, steps: int, staleness: float | None = None, *,
+              critic: str | None = None) -> list[tuple[str, float]]:
     """Two prompts of two samples a step on two 1-GPU engines (round robin, a group's samples spread: each engine
-    runs one sample of each group), a trainer on two more GPUs; the trace of `steps` steps, times rounded to 1 ns."""
-    text = scenario_yaml(gpus=4, mode="disaggregated", rollout_gpus=2, training_gpus=2, prompts=2, samples=2,
-                         steps=steps, schedule=schedule, staleness=staleness,
+    runs one sample of each group), a trainer on two more GPUs; the trace of `steps` steps, times rounded to 1 ns.
+    `critic` makes it PPO, its critic on the actor's GPUs ("shared") or on four GPUs of its own ("apart")."""
+    ppo = {"shared": dict(algorithm="ppo"),
+           "apart": dict(algorithm="ppo", gpus=8, placement="critic: {gpus: 4}")}.get(critic or "", {})
+    text = scenario_yaml(**{**dict(gpus=4), **ppo}, mode="disaggregated", rollout_gpus=2, training_gpus=2, prompts=2,
+                         samples=2, steps=steps, schedule=schedule, staleness=staleness,
                          prompt=f"{{kind: fixed, tokens: {PROMPT_TOKENS}}}",
                          response=f"{{kind: fixed, tokens: {RESPONSE_TOKENS}}}", workload="reward: {kind: rule}")
     # The driver's hand-off of the batch is left out (tests/test_driver.py prices it) so the stages keep round times.
@@ -85,8 +91,12 @@ def fixed_run(schedule: str, steps: int, staleness: float | None = None) -> list
 
     engines = [RolloutEngine(env, e, FixedCosts(), 10_000, 8, 1024, e, 1, recorder, lambda r: None, probe=probe)
                for e in range(2)]
+    trainer = FixedTrainer(env, log)
     sim: Simulation = dataclasses.replace(
-        real, env=env, recorder=recorder, engines=engines, trainer=FixedTrainer(env, log),
+        real, env=env, recorder=recorder, engines=engines, trainer=trainer, reference_trainer=trainer,
+        critic_trainer=trainer,
+        groups=RoleGroups(env, {"actor": (real.training.first_gpu, real.training.gpus), "critic": (4, 4)},
+                          {"actor": "actor", "reference": "actor", "critic": "critic" if critic == "apart" else "actor"}),
         reward=RewardPool(env, RuleReward(kind="rule", cpu_seconds_per_sample=REWARD_S, workers=4),
                           np.random.default_rng(0)),
         reference_load_s=0.0, sync=SimpleNamespace(total_s=WEIGHT_SYNC_S))
@@ -142,6 +152,26 @@ def test_a_sync_step_generates_scores_trains_and_syncs_in_turn():
     assert fixed_run("sync", 2) == times(
         admitted(0.0, range(4)) + finished(gen0, range(4)) + training(train0) + [("step 0 ends", end0)]
         + admitted(end0, range(4, 8)) + finished(gen1, range(4, 8)) + training(train1) + [("step 1 ends", end1)])
+
+
+def test_a_critic_on_gpus_of_its_own_runs_its_stages_beside_the_actors():
+    # On the actor's GPUs, PPO's stages take turns in verl's order: old log-probs (1 s), reference (1 s), values
+    # (1.5 s), adv (0.25 s), the critic's update (3 s), the actor's (2 s). On GPUs of its own, the critic's values pass
+    # starts with the old log-probs and its update with the actor's; each phase ends with its slower group.
+    start = generated(2) + TIE + REWARD_S
+
+    def trace(forward: list[tuple[str, float]], updates: list[tuple[str, float]], end: float) -> list:
+        return times(admitted(0.0, range(4)) + finished(generated(2), range(4)) + forward + updates
+                     + [("weight_sync", end), ("step 0 ends", end + WEIGHT_SYNC_S)])
+
+    shared_update = start + 3.5 + ADV_S
+    assert fixed_run("sync", 1, critic="shared") == trace(
+        [("old_log_prob", start), ("ref", start + 1.0), ("values", start + 2.0)],
+        [("update_critic", shared_update), ("update_actor", shared_update + 3.0)], shared_update + 5.0)
+    apart_update = start + max(1.0 + 1.0, 1.5) + ADV_S
+    assert fixed_run("sync", 1, critic="apart") == trace(
+        [("old_log_prob", start), ("values", start), ("ref", start + 1.0)],
+        [("update_critic", apart_update), ("update_actor", apart_update)], apart_update + max(3.0, 2.0))
 
 
 def test_one_step_off_generates_the_next_batch_while_training_on_this_one():

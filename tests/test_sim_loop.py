@@ -297,7 +297,24 @@ def small_scenario(draw):
     if response != "keep":
         kwargs["response"] = response
     kwargs["workload"] = workload
+    roles = draw(st.sampled_from(sorted(ROLE_PLACEMENTS)))
+    if roles != "none":
+        # PPO with a reward model, the critic, reference and reward model on 8 more GPUs of a second node.
+        kwargs.update(algorithm="ppo", gpus=16, nodes=2, placement=ROLE_PLACEMENTS[roles])
+        kwargs.setdefault("rollout_gpus", 8)
+        kwargs["workload"] = "\n".join(filter(None, (workload, "reward: {kind: reward_model, model: Qwen2.5-0.5B}")))
     return kwargs
+
+
+# Role placements the invariants must survive (PPO, on 8 GPUs beside the policy's): none; HybridFlow's split
+# (critic + reward model); standalone-like groups (critic, then reference + reward model), one with its own layout.
+ROLE_PLACEMENTS = {
+    "none": "",
+    "split": "critic: {gpus: 8}\nreward_model: {share_with: critic}",
+    "standalone": "critic: {gpus: 4}\nreference: {gpus: 4, zero_stage: 0}\nreward_model: {share_with: reference}",
+    "reference beside the critic": "critic: {gpus: 8, tp: 2}\nreference: {share_with: critic}\n"
+                                   "reward_model: {gpus: 8, share_with: critic}",
+}
 
 
 # Workload features the invariants must survive: (response model, or "keep" the drawn one; extra workload YAML).

@@ -11,6 +11,7 @@ from rlsim.cli.overrides import add_set_argument, parse_overrides
 
 if TYPE_CHECKING:
     from rlsim.config.bound import Bound
+    from rlsim.config.schema import Scenario
     from rlsim.costs.memory import RoleMemory
 
 
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         scenario = load_scenario(args.scenario, parse_overrides(args.overrides))
     bound = bind(scenario)
-    memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()})
+    memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()}, bound.reward_model)
     print(summary(bound, memory, source=str(args.scenario)))
     for warning in caught:
         print(f"warning    {warning.message}")
@@ -85,6 +86,7 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
         lines.append(f"           rollout weights {s.model.dtype}: {precision.mode} quantized "
                      + ("(the GEMMs on its tensor cores)" if precision.quantized_rates is not None else
                         f"({bound.gpu(r.pool).name} has no {s.model.dtype} tensor cores: dequantized into 16-bit GEMMs)"))
+    lines.extend(_role_groups(s))
     sched = s.schedule
     staleness = f" (max staleness {sched.max_staleness:g})" if schedule_kind(sched.mode).takes_max_staleness else ""
     lines.append(f"schedule   {sched.mode}{staleness}; load balancer {sched.load_balancer}; partial rollout "
@@ -116,3 +118,21 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
         if not role.fits and role.hints:
             lines.append("    would fit with: " + "; ".join(role.hints))
     return "\n".join(lines)
+
+
+def _role_groups(s: Scenario) -> list[str]:
+    """A line per role placed apart from the default (critic and reference on the actor's GPUs, a reward model on
+    GPUs of its own): where it runs and with which layout."""
+    lines = []
+    for role in ("critic", "reference"):
+        placed = getattr(s.placement, role)
+        if placed is None:
+            continue
+        where = (f"on the {placed.share_with}'s {placed.gpus} GPUs, taking turns" if placed.share_with
+                 else f"{placed.gpus} GPUs of its own on {placed.pool}")
+        lines.append(f"           {role} {where} = tp{placed.tp} pp{placed.pp} cp{placed.cp} dp{placed.dp}, "
+                     f"{placed.backend} ZeRO-{placed.zero_stage}")
+    reward = s.placement.reward_model
+    if reward is not None and reward.share_with is not None:
+        lines.append(f"           reward model on the {reward.share_with}'s {reward.gpus} GPUs, taking turns, tp{reward.tp}")
+    return lines

@@ -12,9 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rlsim.config.role_groups import check_role_groups, data_parallel, own_gpus, resolve_role_groups
 from rlsim.config.run_length import max_lead, resolve_run_length
 from rlsim.config.schedule_kind import modes, schedule_kind
-from rlsim.config.schema import OffloadHostMemory, Placement, Pool, Scenario
+from rlsim.config.schema import OffloadHostMemory, Placement, Pool, Scenario, TrainingPlacement
 from rlsim.config.workload import Workload
 from rlsim.errors import Problem, ScenarioError, TraceFormatError, UnknownName
 from rlsim.hardware import HardwareCatalog
@@ -74,6 +75,7 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
     _check_algorithm(resolved, check)
     _check_schedule(scenario, resolved, check)
     _check_reward(resolved, check)
+    check_role_groups(resolved, check.fail)
     _check_workload(resolved, check)
     _check_size(resolved, check)
     if resolved.run.warmup_steps >= resolved.run.steps:
@@ -183,28 +185,16 @@ def _resolve_placement(placement: Placement, pools: list[Pool], check: _Checker)
             check.fail(at + ("training", "gpus"), f"required when placement.mode is {placement.mode}",
                        valid="the number of GPUs that train")
             training_gpus = rollout.gpus
-    model_parallel = training.tp * training.pp * training.cp
-    dp = training.dp
-    if dp is None:
-        if training_gpus % model_parallel:
-            check.fail(at + ("training",), f"training GPUs ({training_gpus}) are not a multiple of "
-                       f"tp·pp·cp = {training.tp}·{training.pp}·{training.cp} = {model_parallel}",
-                       value=training_gpus, valid=f"a multiple of {model_parallel}")
-        dp = max(1, training_gpus // model_parallel)
-    elif model_parallel * dp != training_gpus:
-        check.fail(at + ("training", "dp"), f"tp·pp·cp·dp = {training.tp}·{training.pp}·{training.cp}·{dp} = "
-                   f"{model_parallel * dp} does not equal the training GPUs ({training_gpus})",
-                   value=dp, valid=f"dp = {training_gpus // model_parallel}" if training_gpus % model_parallel == 0
-                   else f"tp·pp·cp dividing {training_gpus}")
+    training_pool = pool_name(at + ("training", "pool"), training.pool, rollout_pool)
     training = training.model_copy(update={
-        "pool": pool_name(at + ("training", "pool"), training.pool, rollout_pool),
-        "gpus": training_gpus,
-        "dp": dp,
+        "pool": training_pool, "gpus": training_gpus,
+        "dp": data_parallel(at + ("training",), training, training_gpus, check.fail),
     })
     reward = placement.reward_model
-    if reward is not None:
+    if reward is not None and reward.share_with is None:
         reward = reward.model_copy(update={"pool": pool_name(at + ("reward_model", "pool"), reward.pool, rollout_pool)})
-    return placement.model_copy(update={"rollout": rollout, "training": training, "reward_model": reward})
+    resolved = placement.model_copy(update={"rollout": rollout, "training": training, "reward_model": reward})
+    return resolve_role_groups(resolved, pool_name, check.fail)
 
 
 def _check_capacity(scenario: Scenario, check: _Checker) -> None:
@@ -257,15 +247,19 @@ def _check_capacity(scenario: Scenario, check: _Checker) -> None:
 
 def placed_gpus(placement: Placement) -> dict[str, int]:
     """GPUs the roles occupy in each pool: colocated and hybrid training share the rollout GPUs, disaggregated
-    training and a reward model have their own."""
+    training has its own, and so do a critic, reference or reward model placed on GPUs of their own."""
     rollout, training = placement.rollout, placement.training
     assert rollout.pool is not None and training.pool is not None and training.gpus is not None
     placed = {rollout.pool: rollout.gpus}
     if placement.mode == "disaggregated":
         placed[training.pool] = placed.get(training.pool, 0) + training.gpus
-    if placement.reward_model is not None:
-        assert placement.reward_model.pool is not None
-        placed[placement.reward_model.pool] = placed.get(placement.reward_model.pool, 0) + placement.reward_model.gpus
+    reward = placement.reward_model
+    own = own_gpus(placement)
+    if reward is not None and reward.share_with is None:
+        assert reward.pool is not None and reward.gpus is not None
+        own.append((reward.pool, reward.gpus))
+    for pool, gpus in own:
+        placed[pool] = placed.get(pool, 0) + gpus
     return placed
 
 
@@ -300,18 +294,10 @@ def _check_parallelism(scenario: Scenario, spec: ModelSpec, hardware: HardwareCa
         # Inference engines replicate KV heads when tp is a multiple of them; anything else cannot be split.
         check.fail(ro + ("tp",), f"tp must divide the {kv_heads} KV heads or be a multiple of them",
                    value=rollout.tp, valid=_divisors(kv_heads) + f" or multiples of {kv_heads}")
-    if heads % training.tp:
-        check.fail(tr + ("tp",), f"tp must divide the {heads} attention heads", value=training.tp,
-                   valid=_divisors(heads))
-    elif kv_heads % training.tp:
-        check.fail(tr + ("tp",), f"tp must divide the {kv_heads} KV heads", value=training.tp,
-                   valid=_divisors(kv_heads))
-    elif training.backend != "megatron" and (heads // training.tp) % training.cp:
-        check.fail(tr + ("cp",), f"Ulysses context parallelism splits heads: cp must divide the "
-                   f"{heads // training.tp} heads per TP rank", value=training.cp, valid=_divisors(heads // training.tp))
-    if training.pp * training.virtual_pipeline_stages > arch.num_hidden_layers:
-        check.fail(tr + ("pp",), f"more pipeline stages than the {arch.num_hidden_layers} layers",
-                   value=training.pp, valid=f"≤ {arch.num_hidden_layers // training.virtual_pipeline_stages}")
+    layouts = [(tr, training)] + [(("placement", role), placed) for role in ("critic", "reference")
+                                  if (placed := getattr(scenario.placement, role)) is not None]
+    for path, layout in layouts:
+        _check_training_layout(path, layout, spec, check)
 
     pool = scenario.cluster.pool(rollout.pool or "")
     gpu = hardware.gpu(pool.gpu)
@@ -322,8 +308,9 @@ def _check_parallelism(scenario: Scenario, spec: ModelSpec, hardware: HardwareCa
         check.fail(ro + ("tp",), f"an engine's tp group must fit in one scale-up domain of {domain} GPUs or span "
                    "whole ones", value=rollout.tp, valid=f"≤ {domain}, or a multiple of {domain}")
 
-    for path, ep, limit_name, limit in ((ro + ("ep",), rollout.ep, "engine GPUs (tp)", rollout.tp),
-                                         (tr + ("ep",), training.ep, "tp·cp·dp", training.tp * training.cp * (training.dp or 1))):
+    experts = [(ro + ("ep",), rollout.ep, "engine GPUs (tp)", rollout.tp)] + [
+        (path + ("ep",), layout.ep, "tp·cp·dp", layout.tp * layout.cp * (layout.dp or 1)) for path, layout in layouts]
+    for path, ep, limit_name, limit in experts:
         if ep == 1:
             continue
         if arch.moe is None:
@@ -336,10 +323,30 @@ def _check_parallelism(scenario: Scenario, spec: ModelSpec, hardware: HardwareCa
             check.fail(path, f"ep must divide the {limit_name} = {limit}", value=ep, valid=_divisors(limit))
 
     sequences_per_mini_batch = scenario.algorithm.samples_per_step // scenario.algorithm.mini_batches
-    if training.dp and sequences_per_mini_batch < training.dp:
+    # The actor's updates, and a placed critic's (a reference only runs forward passes over the whole batch).
+    trained = max((layout.dp or 0 for path, layout in layouts if path[-1] != "reference"), default=0)
+    if trained and sequences_per_mini_batch < trained:
         check.fail(("algorithm", "mini_batches"), f"a mini-batch of {sequences_per_mini_batch} sequences leaves some of "
-                   f"the {training.dp} data-parallel ranks without work", value=scenario.algorithm.mini_batches,
-                   valid=f"≤ {max(1, scenario.algorithm.samples_per_step // training.dp)}")
+                   f"the {trained} data-parallel ranks without work", value=scenario.algorithm.mini_batches,
+                   valid=f"≤ {max(1, scenario.algorithm.samples_per_step // trained)}")
+
+
+def _check_training_layout(path: PathKey, layout: TrainingPlacement, spec: ModelSpec, check: _Checker) -> None:
+    """The shape constraints of a training layout (the actor's, or a placed critic's or reference's)."""
+    arch = spec.architecture
+    heads, kv_heads = arch.num_attention_heads, arch.num_key_value_heads
+    if heads % layout.tp:
+        check.fail(path + ("tp",), f"tp must divide the {heads} attention heads", value=layout.tp,
+                   valid=_divisors(heads))
+    elif kv_heads % layout.tp:
+        check.fail(path + ("tp",), f"tp must divide the {kv_heads} KV heads", value=layout.tp,
+                   valid=_divisors(kv_heads))
+    elif layout.backend != "megatron" and (heads // layout.tp) % layout.cp:
+        check.fail(path + ("cp",), f"Ulysses context parallelism splits heads: cp must divide the "
+                   f"{heads // layout.tp} heads per TP rank", value=layout.cp, valid=_divisors(heads // layout.tp))
+    if layout.pp * layout.virtual_pipeline_stages > arch.num_hidden_layers:
+        check.fail(path + ("pp",), f"more pipeline stages than the {arch.num_hidden_layers} layers",
+                   value=layout.pp, valid=f"≤ {arch.num_hidden_layers // layout.virtual_pipeline_stages}")
 
 
 def _check_training_precision(scenario: Scenario, hardware: HardwareCatalog, check: _Checker) -> None:
@@ -452,7 +459,7 @@ def _check_reward(scenario: Scenario, check: _Checker) -> None:
         if not has_gpus:
             check.fail(("placement",), f"a {reward.kind} reward needs placement.reward_model (pool, gpus, tp)",
                        valid="placement.reward_model: {gpus: 8}")
-        elif reward.kind == "llm_judge" and scenario.placement.reward_model.gpus % scenario.placement.reward_model.tp:
+        elif reward.kind == "llm_judge" and (scenario.placement.reward_model.gpus or 0) % scenario.placement.reward_model.tp:
             check.fail(("placement", "reward_model", "gpus"), "the judge's GPUs must be whole engines of its tp",
                        value=scenario.placement.reward_model.gpus,
                        valid=f"a multiple of {scenario.placement.reward_model.tp}")

@@ -404,10 +404,34 @@ class TrainingPlacement(Frozen):
         return self.logprob_micro_batch_tokens or self.micro_batch_tokens
 
 
+# The roles a scenario may place on GPU groups of their own, by the names verl and OpenRLHF give them; `actor` is the
+# policy's training GPUs (placement.training).
+GroupRole = Literal["actor", "critic", "reference", "reward_model"]
+
+
+class RolePlacement(TrainingPlacement):
+    """Where the critic or the reference policy runs, with its own training layout: on GPUs of its own (`gpus`, in
+    `pool`), or on another role's GPUs (`share_with`), taking turns with that role's stages. Left out, the role runs
+    on the actor's training GPUs with the actor's layout."""
+
+    pool: str | None = Field(None, description="default: the pool of the role shared with, else the training pool")
+    gpus: PositiveInt | None = Field(
+        None, description="GPUs of its own (verl's resource_pool_spec, OpenRLHF's critic_num_nodes × "
+        "critic_num_gpus_per_node); with share_with: that role's GPUs")
+    share_with: GroupRole | None = Field(
+        None, description="run on the GPUs of this role (one that has GPUs of its own), taking turns with it: actor "
+        "(the policy's training GPUs), critic, reference or reward_model (OpenRLHF's colocate_critic_reward, "
+        "colocate_actor_ref)")
+
+
 class RewardModelPlacement(Frozen):
-    pool: str | None = Field(None, description="default: the rollout pool")
-    gpus: PositiveInt = Field(description="GPUs of their own that run the reward model or LLM judge")
+    pool: str | None = Field(None, description="default: the rollout pool, or the pool of the role shared with")
+    gpus: PositiveInt | None = Field(
+        None, description="GPUs of their own that run the reward model or LLM judge; with share_with: that role's")
     tp: PositiveInt = Field(1, description="tensor-parallel GPUs per reward-model or judge engine")
+    share_with: Literal["actor", "critic", "reference"] | None = Field(
+        None, description="a reward model (not a judge) runs on the GPUs of this role, taking turns with it: actor "
+        "(the policy's training GPUs), critic or reference (OpenRLHF's colocate_critic_reward)")
 
 
 class Placement(Frozen):
@@ -420,6 +444,22 @@ class Placement(Frozen):
         default_factory=TrainingPlacement, description="where and how the actor (and critic, reference) train")
     reward_model: RewardModelPlacement | None = Field(
         None, description="GPUs of a reward model or LLM judge (workload.reward kind reward_model or llm_judge)")
+    critic: RolePlacement | None = Field(
+        None, description="where and how the critic (value model) runs; default: on the actor's training GPUs with "
+        "its layout (verl's critic in the actor's resource pool)")
+    reference: RolePlacement | None = Field(
+        None, description="where and how the reference policy runs; default: on the actor's training GPUs with its "
+        "layout (training.reference_weights says where its weights live there)")
+
+    def group_of(self, role: str) -> str:
+        """The role whose GPUs `role` runs on: itself when it has GPUs of its own, else the role it shares with
+        (critic and reference default to the actor)."""
+        if role == "actor":
+            return "actor"
+        placed = {"critic": self.critic, "reference": self.reference, "reward_model": self.reward_model}[role]
+        if placed is None:
+            return "reward_model" if role == "reward_model" else "actor"
+        return placed.share_with or role
 
 
 class PartialRollout(Frozen):

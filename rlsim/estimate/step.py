@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from rlsim.config.bound import Bound
 from rlsim.config.schedule_kind import schedule_kind
 from rlsim.config.schema import Scenario
+from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memory import require_all
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.estimate.generation import Engine, Responses, generation_rounds, rollout_engine
@@ -29,10 +31,10 @@ from rlsim.estimate.training import RankedTraining, TrainedBatch
 from rlsim.events import STAGES as EVENT_STAGES
 from rlsim.events import TRAINING_STAGES
 from rlsim.pricing.engines import engine_costs, free_collective, judge_kv_tokens
-from rlsim.pricing.layouts import JudgeRole, RewardModelRole, driver_hand_off, roles
+from rlsim.pricing.layouts import JudgeRole, RewardModelRole, Roles, driver_hand_off, roles
 from rlsim.pricing.memory import memory_report
 from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
-from rlsim.topology import ClusterTopology
+from rlsim.topology import GPU, ClusterTopology
 from rlsim.workload.filters import expected_kept_fraction
 from rlsim.workload.lengths import LengthDistribution
 from rlsim.workload.marginals import workload_marginals
@@ -107,7 +109,7 @@ def estimate_step(bound: Bound) -> StepEstimate:
     scenario, spec = bound.scenario, bound.model
     placement, algo = scenario.placement, scenario.algorithm
     # As the simulation does: a role that does not fit would not start, so there is no step to estimate.
-    require_all(memory_report(scenario, spec, {name: hw.gpu for name, hw in bound.pools.items()}))
+    require_all(memory_report(scenario, spec, {name: hw.gpu for name, hw in bound.pools.items()}, bound.reward_model))
     topology = ClusterTopology.build(bound)
     placed = roles(bound)
     gpus = role_gpus(bound, topology, placed)
@@ -115,17 +117,22 @@ def estimate_step(bound: Bound) -> StepEstimate:
     lengths = _lengths(scenario, bound.run.steps)
     # Tool responses are prefilled like prompt; a trajectory's context holds them too.
     responses = Responses(max(1, round(lengths.prompt + lengths.appended)), lengths.distribution, lengths.cap)
+    batch = _trained_batch(lengths, responses, algo.max_response_tokens)
     stages = {
         "gen": _generation(bound, topology, rollout_gpus, lengths, responses),
-        "reward": _reward(bound, placed.reward, lengths),
+        "reward": _reward_model(bound, topology, placed.reward, gpus.reward, batch)
+        if isinstance(placed.reward, RewardModelRole) else _reward(bound, placed.reward, lengths),
     }
     layout = placed.training
     rates = training_rates(bound.gpu(layout.pool), scenario.framework.kernel_efficiency(layout.backend))
     collectives = GroupCollectives.on_cluster(topology, training_gpus, layout)
     actor = TrainingCosts(spec, rates, layout, collectives)
-    critic = TrainingCosts(spec, rates, layout, collectives, head="value")
-    batch = _trained_batch(lengths, responses, algo.max_response_tokens)
     ranks = RankedTraining(layout, batch)
+    # A critic or reference placed apart prices with its own layout on its own GPUs.
+    critic, critic_ranks = _role_costs(bound, topology, placed.critic, gpus.critic, batch, "value") or (
+        TrainingCosts(spec, rates, layout, collectives, head="value"), ranks)
+    reference_costs, reference_ranks = _role_costs(bound, topology, placed.reference, gpus.reference, batch, "lm") or (
+        actor, ranks)
     switch = colocated_switch_for(bound, topology) if placement.mode == "colocated" else None
     # Weights offloaded per call (verl's param_offload) go out after the log-prob pass and back in for the update.
     call_out, call_in = (switch.call_weights_out_s, switch.call_weights_in_s) if (
@@ -143,10 +150,11 @@ def estimate_step(bound: Bound) -> StepEstimate:
         "old_log_prob", forward + call_out + hand_off("old_log_prob") if algo.recompute_old_log_prob else 0.0,
         f"weights copied back out: {call_out:.2f} s" if call_out else "")
     reference = reference_load_seconds(bound, topology)
-    stages["ref"] = StageEstimate("ref", forward + reference + hand_off("ref") if algo.ref_model else 0.0,
+    stages["ref"] = StageEstimate("ref", reference_ranks.forward_seconds(reference_costs) + reference + hand_off("ref")
+                                  if algo.ref_model else 0.0,
                                   f"reference weights brought in: {reference:.2f} s" if reference else "")
     stages["values"] = StageEstimate(
-        "values", ranks.forward_seconds(critic) + hand_off("values") if algo.critic else 0.0)
+        "values", critic_ranks.forward_seconds(critic) + hand_off("values") if algo.critic else 0.0)
     stages["adv"] = StageEstimate("adv", driver.trainer_step_overhead_s, "the driver's Python work")
     update, micro_batches = ranks.update_seconds(actor, algo.mini_batches, algo.ppo_epochs)
     note = (f"{algo.mini_batches * algo.ppo_epochs} optimizer step(s) of {micro_batches} micro-batch(es) on the "
@@ -155,7 +163,7 @@ def estimate_step(bound: Bound) -> StepEstimate:
         note += f"; weights copied back in: {call_in:.2f} s"
     stages["update_actor"] = StageEstimate("update_actor", update + call_in + hand_off("update_actor"), note)
     stages["update_critic"] = StageEstimate(
-        "update_critic", ranks.update_seconds(critic, algo.mini_batches, algo.ppo_epochs)[0] + hand_off("update_critic")
+        "update_critic", critic_ranks.update_seconds(critic, algo.mini_batches, algo.ppo_epochs)[0] + hand_off("update_critic")
         if algo.critic else 0.0)
     if switch is not None:
         # The engines' sleep is timed with generation, as verl and NeMo-RL time it.
@@ -172,7 +180,7 @@ def estimate_step(bound: Bound) -> StepEstimate:
             "weight_sync", sync.total_s, f"{sync.method}: gather {sync.gather_s:.2f} s, transfer "
             f"{sync.transfer_s:.2f} s, load {sync.load_s:.2f} s")
     ordered = tuple(stages[name] for name in STAGES)
-    step, overlap = _combine(scenario, stages)
+    step, overlap = _combine(scenario, stages, placed)
     tokens = lengths.trained * sum(batch.lengths) / len(batch.lengths)
     gpus = sum(pool.gpus for pool in scenario.cluster.pools)
     return StepEstimate(scenario.name, ordered, step, overlap, tokens, gpus)
@@ -249,7 +257,8 @@ def _batches(engine: Engine, responses: Responses, lengths: _Lengths, scenario: 
     return seconds, note
 
 
-def _reward(bound: Bound, role: RewardModelRole | JudgeRole | None, lengths: _Lengths) -> StageEstimate:
+def _reward(bound: Bound, role: JudgeRole | None, lengths: _Lengths) -> StageEstimate:
+    """A rule, sandbox or LLM-judge reward (a reward model's pass: `_reward_model`)."""
     scenario = bound.scenario
     reward = scenario.workload.reward
     # A synchronous step scores the groups it trains (rlsim.sim.sync); off-policy, every sample as it arrives.
@@ -261,9 +270,8 @@ def _reward(bound: Bound, role: RewardModelRole | JudgeRole | None, lengths: _Le
         mean_latency = reward.median_latency_s * math.exp(reward.latency_sigma**2 / 2)
         return StageEstimate("reward", samples * mean_latency / reward.concurrency,
                              f"{reward.concurrency} concurrent sandboxes, mean {mean_latency:.2f} s each")
-    if isinstance(role, JudgeRole):
-        return _judge(bound, role, lengths)
-    return StageEstimate("reward", 0.0, "reward model on GPUs: priced by the simulator, not the estimate")
+    assert isinstance(role, JudgeRole), "a reward model is priced by _reward_model"
+    return _judge(bound, role, lengths)
 
 
 def _judge(bound: Bound, role: JudgeRole, lengths: _Lengths) -> StageEstimate:
@@ -287,10 +295,55 @@ def _judge(bound: Bound, role: JudgeRole, lengths: _Lengths) -> StageEstimate:
                          f"verdicts of ~{verdict} tokens each (TP collectives not priced here)")
 
 
-def _combine(scenario: Scenario, stages: dict[str, StageEstimate]) -> tuple[float, str]:
+def _reward_model(bound: Bound, topology: ClusterTopology, role: RewardModelRole, gpus: tuple[GPU, ...],
+                  batch: TrainedBatch) -> StageEstimate:
+    """The reward model's forward pass over the step's sequences on its GPUs, its slowest rank's."""
+    layout = role.layout
+    rates = training_rates(bound.gpu(layout.pool), bound.scenario.framework.kernel_efficiency(layout.backend))
+    costs = TrainingCosts(role.spec, rates, layout, GroupCollectives.on_cluster(topology, gpus, layout), head="value")
+    return StageEstimate("reward", RankedTraining(layout, batch).forward_seconds(costs),
+                         f"reward model {role.spec.name}: one forward pass on {layout.gpus} GPU(s)")
+
+
+def _role_costs(bound: Bound, topology: ClusterTopology, layout: TrainingLayout | None, gpus: tuple[GPU, ...],
+                batch: TrainedBatch, head: Literal["lm", "value"]) -> tuple[TrainingCosts, RankedTraining] | None:
+    """The costs and ranks of a critic or reference placed with a layout of its own; None when it has none."""
+    if layout is None or not gpus:
+        return None
+    rates = training_rates(bound.gpu(layout.pool), bound.scenario.framework.kernel_efficiency(layout.backend))
+    costs = TrainingCosts(bound.model, rates, layout, GroupCollectives.on_cluster(topology, gpus, layout), head=head)
+    return costs, RankedTraining(layout, batch)
+
+
+# The training stages the simulator runs at once when their roles' GPU groups differ: (stage, role) per phase.
+CONCURRENT_PHASES = ((("old_log_prob", "actor"), ("ref", "reference"), ("values", "critic")),
+                     (("update_critic", "critic"), ("update_actor", "actor")))
+
+
+def _one_group(placed: Roles) -> bool:
+    """Whether every training stage runs on the actor's GPU group."""
+    return len({placed.group_of(role) for phase in CONCURRENT_PHASES for _, role in phase}) == 1
+
+
+def _training_seconds(stages: dict[str, StageEstimate], placed: Roles) -> float:
+    """The training stages' wall time: one after another on one GPU group; with roles on several groups, each
+    phase lasts as long as its busiest group, as the simulator's controller runs them."""
+    if _one_group(placed):
+        return sum(stages[name].seconds for name in TRAINING_STAGES)
+    total = stages["adv"].seconds
+    for phase in CONCURRENT_PHASES:
+        busy: dict[str, float] = {}
+        for name, role in phase:
+            busy[placed.group_of(role)] = busy.get(placed.group_of(role), 0.0) + stages[name].seconds
+        total += max(busy.values())
+    return total
+
+
+def _combine(scenario: Scenario, stages: dict[str, StageEstimate], placed: Roles) -> tuple[float, str]:
     produce = stages["gen"].seconds + stages["reward"].seconds
-    train = sum(stages[name].seconds for name in TRAINING_STAGES)
+    train = _training_seconds(stages, placed)
     sync = stages["weight_sync"].seconds
     mode = scenario.schedule.mode
     seconds, how = schedule_kind(mode).steady_step(produce, train, sync)
-    return seconds, f"{mode}: {how}"
+    apart = "" if _one_group(placed) else " (the stages of roles on different GPU groups overlapping)"
+    return seconds, f"{mode}: {how}{apart}"

@@ -10,6 +10,9 @@ from rlsim.metrics.engines import ROLLOUT_ENGINE, engine_tracks
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.sequences import SequenceArrays, trained
 
+# Units of the training ranks (rlsim.sim.build): the policy's `dp…`, and a critic's `critic…` or a reference's `ref…`
+# placed with a layout of their own.
+TRAINING_UNITS = ("dp", "critic", "ref")
 # The verl stages that run on the training layout: forward-only passes and updates.
 # The training stages that run on the GPUs: `adv` is the driver's Python work on the host (framework CPU time).
 GPU_TRAINING_STAGES = tuple(stage for stage in TRAINING_STAGES if stage != "adv")
@@ -56,7 +59,8 @@ def mfu(log: EventLog, facts: RunFacts, flops: dict[str, float]) -> dict[str, fl
     peak_of_gpu = np.array([facts.pool_of_gpu(gpu).peak_bf16_flops for gpu in range(log.gpus)] or [0.0])
     capacity_of_span = peak_of_gpu[spans.first_gpu] * spans.seconds * spans.gpu_count
     generating = spans.labelled(*GENERATION_LABELS)
-    training = ~generating & spans.unit_mask(lambda unit: unit.startswith("dp")) & spans.stage_mask(GPU_TRAINING_STAGES)
+    training = ~generating & spans.unit_mask(lambda unit: unit.startswith(TRAINING_UNITS)) & spans.stage_mask(
+        GPU_TRAINING_STAGES)
     generation_capacity = ordered_sum(capacity_of_span[generating])
     training_capacity = ordered_sum(capacity_of_span[training])
     training = flops["inference_passes"] + flops["updates"]

@@ -2,11 +2,16 @@
 
 Placements: colocated (every GPU generates and trains, in turn); disaggregated with the rollout share of the GPUs in
 eighths (1/8 … 7/8); hybrid with the training share in eighths up to half (those GPUs also generate, the rest only
-generate). Schedules: colocated runs sync (generation and training cannot overlap on shared GPUs); the others run sync,
-one-step-off, or async with staleness η ∈ {1, 2, 4}, its engines taking new weights either by AReaL's interruptible
-generation or in flight (NeMo-RL, PipelineRL). Parallel layouts: rollout engines of tp 1, 2, 4 or 8 GPUs (within a
-node); training keeps the base scenario's layout (backend, ZeRO stage, tp/pp/cp, micro-batch tokens, recompute,
-offload, where the reference policy lives) with data parallelism over its GPUs.
+generate). With a critic (PPO), HybridFlow's per-role placements too (Sheng et al., EuroSys 2025, arXiv:2409.19256,
+§8.3): colocated is its "colocate" (every model on all GPUs, taking turns); "split" puts the actor, the reference and
+the engines on one half of the GPUs and the critic and the reward model on the other; "standalone" gives the actor
+with the engines, the critic, the reference and the reward model a quarter each. A reward model shares the actor's
+GPUs in the other placements. Schedules: colocated, split and standalone run sync (generation and training cannot
+overlap on shared GPUs); the others run sync, one-step-off, or async with staleness η ∈ {1, 2, 4}, its engines taking
+new weights either by AReaL's interruptible generation or in flight (NeMo-RL, PipelineRL). Parallel layouts: rollout
+engines of tp 1, 2, 4 or 8 GPUs (within a node); training keeps the base scenario's layout (backend, ZeRO stage,
+tp/pp/cp, micro-batch tokens, recompute, offload, where the reference policy lives) with data parallelism over its
+GPUs, and so does a placed critic or reference on its group.
 """
 from __future__ import annotations
 
@@ -57,15 +62,27 @@ SCHEDULES = (Schedule("sync"), Schedule("one_step_off"),
              *(Schedule("async", eta, update) for eta in STALENESS for update in WEIGHT_UPDATES))
 
 
+# HybridFlow's per-role placements of PPO: (name, the roles of each GPU group), the GPUs shared equally by the groups
+# of the roles the workload has. The actor and the engines share the first group.
+ROLE_PLACEMENTS = (
+    ("split", (("actor", "reference"), ("critic", "reward_model"))),
+    ("standalone", (("actor",), ("critic",), ("reference",), ("reward_model",))),
+)
+ROLE_NAMES = {"actor": "actor+rollout", "critic": "critic", "reference": "ref", "reward_model": "reward model"}
+# The actor's layout fields a placed critic or reference does not take (rlsim.config.role_groups.ACTOR_ONLY).
+ACTOR_ONLY_KEYS = ("reference_weights",)
+
+
 @dataclass(frozen=True)
 class Candidate:
-    placement: str  # colocated, disaggregated or hybrid
+    placement: str  # colocated, disaggregated, hybrid, or (with a critic) split or standalone
     schedule: Schedule
     rollout_gpus: int
     training_gpus: int
     rollout_tp: int
     gpus: int
     overrides: dict[str, Any]
+    role_groups: tuple[tuple[str, ...], ...] = ()  # split and standalone: the roles of each GPU group
 
     @property
     def family(self) -> str:
@@ -75,6 +92,9 @@ class Candidate:
     def label(self) -> str:
         if self.placement == "colocated":
             split = f"all {self.gpus}"
+        elif self.role_groups:
+            split = " / ".join(f"{self.training_gpus} {'+'.join(ROLE_NAMES[role] for role in group)}"
+                               for group in self.role_groups)
         elif self.placement == "disaggregated":
             split = f"{self.rollout_gpus} rollout + {self.training_gpus} train"
         else:
@@ -84,8 +104,8 @@ class Candidate:
     @property
     def rollout_share(self) -> float:
         """Share of the GPUs that only generate (colocated: none are dedicated, all generate)."""
-        dedicated = {"colocated": 0, "disaggregated": self.rollout_gpus,
-                     "hybrid": self.rollout_gpus - self.training_gpus}[self.placement]
+        dedicated = {"disaggregated": self.rollout_gpus,
+                     "hybrid": self.rollout_gpus - self.training_gpus}.get(self.placement, 0)
         return dedicated / self.gpus
 
 
@@ -100,16 +120,36 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
     shared_memory = rollout_base.get("gpu_memory_utilization", 0.5)
     colocated_only = {k: v for k, v in (placement.get("training") or {}).items() if k in COLOCATED_TRAINING_KEYS}
 
-    def make(mode: str, schedule: Schedule, rollout: int, training: int, tp: int, memory: float) -> Candidate:
+    # A reward model on GPUs (workload.reward.kind reward_model) is placed by the candidate, at the base's tp.
+    reward_kind = (((base.get("workload") or {}).get("reward") or {}).get("kind"))
+    reward_tp = (placement.get("reward_model") or {}).get("tp", 1)
+    reward_on_actor = {"reward_model": {"share_with": "actor", "tp": reward_tp}} if reward_kind == "reward_model" else {}
+
+    def make(mode: str, schedule: Schedule, rollout: int, training: int, tp: int, memory: float,
+             name: str | None = None, groups: tuple[tuple[str, ...], ...] = ()) -> Candidate:
         training_layout = {**training_base, **(colocated_only if mode == "colocated" else {}), "gpus": training}
         layout = {"mode": mode, "rollout": {**rollout_base, "gpus": rollout, "tp": tp, "gpu_memory_utilization": memory},
-                  "training": training_layout}
-        return Candidate(mode, schedule, rollout, training, tp, gpus,
-                         {"cluster.pools": cluster, "placement": layout, **schedule.overrides()})
+                  "training": training_layout, **reward_on_actor, **placed_roles(groups, training)}
+        return Candidate(name or mode, schedule, rollout, training, tp, gpus,
+                         {"cluster.pools": cluster, "placement": layout, **schedule.overrides()}, groups)
 
+    def placed_roles(groups: tuple[tuple[str, ...], ...], share: int) -> dict[str, Any]:
+        """Each group but the actor's: its first role on `share` GPUs of its own, the others sharing them."""
+        own = {k: v for k, v in training_base.items() if k not in ACTOR_ONLY_KEYS}
+        return {role: {**({"tp": reward_tp} if role == "reward_model" else own),
+                       **({"share_with": group[0]} if i else {"gpus": share})}
+                for group in groups[1:] for i, role in enumerate(group)}
+
+    present = {"actor", *_roles_used(base), *(("reward_model",) if reward_kind == "reward_model" else ())}
     found = []
     for tp in (t for t in ROLLOUT_TPS if t <= per_node):
         found.append(make("colocated", SCHEDULES[0], gpus, gpus, tp, shared_memory))
+        for name, groups in ROLE_PLACEMENTS if "critic" in present else ():
+            used = tuple(g for g in (tuple(role for role in group if role in present) for group in groups) if g)
+            share = gpus // len(used)
+            if gpus % len(used) or share % tp or (share > per_node and share % per_node):
+                continue
+            found.append(make("colocated", SCHEDULES[0], share, share, tp, shared_memory, name, used))
         for share in range(1, SPLITS):
             part = gpus * share // SPLITS
             if gpus * share % SPLITS or part % tp:
@@ -119,3 +159,12 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
                 if share <= SPLITS // 2:  # hybrid: this share trains (and generates), the rest only generates
                     found.append(make("hybrid", schedule, gpus, part, tp, shared_memory))
     return found
+
+
+def _roles_used(base: dict) -> set[str]:
+    """The critic and reference of the base's algorithm, as the schema defaults them (PPO trains a critic; every
+    algorithm but DAPO runs a reference pass)."""
+    algorithm = base.get("algorithm") or {}
+    name = algorithm.get("name")
+    used = {"critic": algorithm.get("critic", name == "ppo"), "reference": algorithm.get("ref_model", name != "dapo")}
+    return {role for role, on in used.items() if on}

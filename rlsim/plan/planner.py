@@ -35,7 +35,8 @@ from rlsim.sweep.executors import run_local
 from rlsim.sweep.points import Point, point_id
 from rlsim.yamlsource import YamlDocument, read_yaml
 
-PLACEMENTS = ("colocated", "disaggregated", "hybrid")
+# Shortlisted in this order: HybridFlow's per-role placements (only with a critic) right after colocation.
+PLACEMENTS = ("colocated", "split", "standalone", "disaggregated", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,11 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     if overrides:
         base = base.with_overrides(dict(overrides))
     data = base.data if isinstance(base.data, dict) else {}
-    if (data.get("placement") or {}).get("reward_model") is not None:
-        raise ScenarioError(base.problem(("placement", "reward_model"), "rlsim plan places rollout and training only; "
-                                         "a reward model on its own GPUs is not planned yet",
-                                         valid="a rule or sandbox reward"))
+    if (((data.get("workload") or {}).get("reward") or {}).get("kind")) == "llm_judge":
+        raise ScenarioError(base.problem(("workload", "reward", "kind"), "rlsim plan places rollout, training, the "
+                                         "critic, the reference and a reward model; an LLM judge's engines are not "
+                                         "planned yet", value="llm_judge",
+                                         valid="a rule, sandbox or reward_model reward"))
     gpu = gpu or _first_pool_gpu(base)
     hardware = HardwareCatalog.load()
     try:
@@ -125,7 +127,8 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
         scenario = scenario.model_copy(update={"run": scenario.run.model_copy(
             update={"steps": warmup + measured_steps, "warmup_steps": warmup})})
         bound = bind(scenario)
-        memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()})
+        memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()},
+                               bound.reward_model)
         short = [m for m in memory if not m.fits]
         if short:
             reason = f"{short[0].role} needs {short[0].total_bytes / GIB:.0f} of {short[0].capacity_bytes / GIB:.0f} GiB"
@@ -208,8 +211,8 @@ def _refine(ranked: tuple[Evaluated, ...], estimated: list[Evaluated], budget: i
     notes: list[str] = []
     while budget > 0:
         best = ranked[0].candidate
-        if best.placement == "colocated":
-            break
+        if best.placement not in ("disaggregated", "hybrid"):
+            break  # colocated, split and standalone have no rollout share to move
         neighbours = [e for e in estimated
                       if e.candidate.label not in seen and _is_neighbour(best, e.candidate)][:budget]
         if not neighbours:

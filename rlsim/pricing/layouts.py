@@ -17,7 +17,8 @@ MIB = 2**20
 
 
 def training_layout(placement: TrainingPlacement) -> TrainingLayout:
-    """The training layout a resolved scenario places (load_scenario fills its pool, GPUs and dp)."""
+    """The training layout a resolved scenario places (load_scenario fills its pool, GPUs and dp): the actor's, or
+    a placed critic's or reference's."""
     if placement.pool is None or placement.gpus is None or placement.dp is None:
         raise ValueError("the training placement is not resolved; load scenarios with rlsim.config.load_scenario")
     moved, host = placement.moved_while_generating, placement.offload_host_memory
@@ -98,11 +99,18 @@ class JudgeRole:
 
 @dataclass(frozen=True)
 class Roles:
-    """Every GPU role of a resolved scenario, as the layouts the cost models price."""
+    """Every GPU role of a resolved scenario, as the layouts the cost models price, and the GPU group each runs on:
+    the role whose GPUs it uses (`actor`: the policy's training GPUs), as `Placement.group_of` names it."""
 
     rollout: EngineLayout
     training: TrainingLayout
     reward: RewardModelRole | JudgeRole | None  # GPUs of a reward model or LLM judge, else None
+    critic: TrainingLayout | None = None  # a critic placed with a layout of its own; None: the actor's layout
+    reference: TrainingLayout | None = None  # a reference policy placed so; None: the actor's layout
+    groups: tuple[tuple[str, str], ...] = (("critic", "actor"), ("reference", "actor"), ("reward_model", "reward_model"))
+
+    def group_of(self, role: str) -> str:
+        return "actor" if role == "actor" else dict(self.groups)[role]
 
 
 def roles(bound: Bound) -> Roles:
@@ -114,17 +122,26 @@ def roles(bound: Bound) -> Roles:
         gpus = _reward_placement(placement.reward_model)
         assert bound.reward_model is not None, "bind() loads the reward model or judge a scenario names"
         if reward.kind == "reward_model":
-            own = RewardModelRole(bound.reward_model, TrainingLayout(
-                pool=gpus.pool or "", gpus=gpus.gpus, tp=gpus.tp, dp=gpus.gpus // gpus.tp, zero_stage=0,
-                activation_recompute="none"))
+            own = RewardModelRole(bound.reward_model, reward_model_layout(gpus))
         else:
-            own = JudgeRole(bound.reward_model, EngineLayout(pool=gpus.pool or "", gpus=gpus.gpus, tp=gpus.tp,
+            own = JudgeRole(bound.reward_model, EngineLayout(pool=gpus.pool or "", gpus=gpus.gpus or 0, tp=gpus.tp,
                                                              max_num_seqs=reward.max_num_seqs))
-    return Roles(engine_layout(placement.rollout), training_layout(placement.training), own)
+    critic = training_layout(placement.critic) if placement.critic is not None else None
+    reference = training_layout(placement.reference) if placement.reference is not None else None
+    groups = tuple((role, placement.group_of(role)) for role in ("critic", "reference", "reward_model"))
+    return Roles(engine_layout(placement.rollout), training_layout(placement.training), own, critic, reference, groups)
+
+
+def reward_model_layout(placement: RewardModelPlacement) -> TrainingLayout:
+    """A reward model's forward passes: a training-style layout of tp-way ranks, no optimizer state, no recompute."""
+    placement = _reward_placement(placement)
+    assert placement.gpus is not None
+    return TrainingLayout(pool=placement.pool or "", gpus=placement.gpus, tp=placement.tp,
+                          dp=placement.gpus // placement.tp, zero_stage=0, activation_recompute="none")
 
 
 def _reward_placement(placement: RewardModelPlacement | None) -> RewardModelPlacement:
-    if placement is None or placement.pool is None:
+    if placement is None or placement.pool is None or placement.gpus is None:
         raise ValueError("a reward model or judge needs a resolved placement.reward_model; load scenarios with "
                          "rlsim.config.load_scenario")
     return placement

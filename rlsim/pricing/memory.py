@@ -19,6 +19,8 @@ from rlsim.models import Architecture, ModelSpec
 from rlsim.pricing.drafter import drafter_spec
 from rlsim.pricing.layouts import engine_layout, training_layout
 from rlsim.pricing.precision import engine_weight_bytes
+from rlsim.pricing.role_memory import group_memory_of, guest_state, roles_on
+from rlsim.pricing.role_memory import with_guests as _with_guests
 
 # The smallest micro-batch budget a hint proposes: halving stops here.
 MIN_HINT_MICRO_BATCH_TOKENS = 512
@@ -29,13 +31,16 @@ MAX_HINT_TP = 8
 # ---------------------------------------------------------------------------------------------------- training role
 
 
-def training_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
-    """Peak memory of an actor-training GPU during the update; when it does not fit, hints that were checked to fit."""
+def training_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile,
+                    reward_spec: ModelSpec | None = None) -> RoleMemory:
+    """Peak memory of an actor-training GPU during the update, with the state of the roles placed to share its GPUs;
+    when it does not fit, hints that were checked to fit."""
     layout = scenario.placement.training
-    critic = scenario.algorithm.critic
+    critic = scenario.algorithm.critic and scenario.placement.critic is None
     reference = resident_reference(scenario)
-    memory = training_memory_of(spec, training_layout(layout), gpu.memory_bytes, critic=critic, reference=reference,
-                                pool=layout.pool or "")
+    sharing = guest_state(scenario, spec, reward_spec, "actor")
+    memory = _with_guests(training_memory_of(spec, training_layout(layout), gpu.memory_bytes, critic=critic,
+                                             reference=reference, pool=layout.pool or ""), sharing)
     if memory.fits:
         return memory
 
@@ -50,8 +55,8 @@ def training_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> Rol
         if (changes.get("tp", layout.tp) * changes.get("cp", layout.cp) * dp) % layout.ep:
             return None
         candidate = layout.model_copy(update={**changes, "dp": dp})
-        memory = training_memory_of(spec, training_layout(candidate), gpu.memory_bytes, critic=critic,
-                                    reference=reference)
+        memory = _with_guests(training_memory_of(spec, training_layout(candidate), gpu.memory_bytes, critic=critic,
+                                                 reference=reference), sharing)
         return memory.total_bytes if memory.fits else None
 
     longest = scenario.algorithm.model_len
@@ -101,35 +106,41 @@ def _divides(name: str, degree: int, arch: Architecture, layout: TrainingPlaceme
 
 
 def resident_reference(scenario: Scenario) -> bool:
-    """Whether a frozen reference policy occupies the training GPUs."""
-    return scenario.algorithm.ref_model and scenario.placement.training.reference_weights == "resident"
+    """Whether a frozen reference policy occupies the training GPUs with the actor's layout (not placed apart)."""
+    return (scenario.algorithm.ref_model and scenario.placement.reference is None
+            and scenario.placement.training.reference_weights == "resident")
 
 
-def training_state_beside_engines(scenario: Scenario, spec: ModelSpec) -> float:
-    """Training state beside a rollout engine on the same GPUs (colocated, or hybrid in the training's pool)."""
+def training_state_beside_engines(scenario: Scenario, spec: ModelSpec, reward_spec: ModelSpec | None = None) -> float:
+    """Training state beside a rollout engine on the same GPUs (colocated, or hybrid in the training's pool), with
+    the state of roles placed to share the actor's GPUs, which stays resident."""
     placement = scenario.placement
     if placement.mode not in ("colocated", "hybrid") or placement.rollout.pool != placement.training.pool:
         return 0.0
-    return resident_training_bytes(spec, training_layout(placement.training), critic=scenario.algorithm.critic,
-                                   reference=resident_reference(scenario))
+    return resident_training_bytes(spec, training_layout(placement.training),
+                                   critic=scenario.algorithm.critic and placement.critic is None,
+                                   reference=resident_reference(scenario)) + sum(
+        guest_state(scenario, spec, reward_spec, "actor").values())
 
 
-def _rollout_memory_of(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
+def _rollout_memory_of(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile,
+                       reward_spec: ModelSpec | None = None) -> RoleMemory:
     draft = drafter_spec(scenario, spec)
     return engine_memory(spec, engine_layout(scenario.placement.rollout), gpu.memory_bytes,
                          weight_bytes=engine_weight_bytes(spec, scenario.model.dtype),
-                         resident_training_bytes=training_state_beside_engines(scenario, spec),
+                         resident_training_bytes=training_state_beside_engines(scenario, spec, reward_spec),
                          longest_sequence=scenario.algorithm.model_len,
                          drafter=None if draft is None else (draft, engine_weight_bytes(draft, scenario.model.dtype)))
 
 
-def rollout_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory:
+def rollout_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile,
+                   reward_spec: ModelSpec | None = None) -> RoleMemory:
     """An engine GPU: weights, workspace and at least one longest sequence's KV inside its gpu_memory_utilization share.
 
     When that does not fit, the hints are changes (engine TP, memory share, offloading colocated training state) that
     were checked to fit.
     """
-    memory = _rollout_memory_of(scenario, spec, gpu)
+    memory = _rollout_memory_of(scenario, spec, gpu, reward_spec)
     if memory.fits:
         return memory
     placement = scenario.placement
@@ -151,7 +162,7 @@ def rollout_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> Role
             options.append({"training.offload_params": True})
 
     def fits(changes: dict[str, Any]) -> float | None:
-        candidate = _rollout_memory_of(_with_placement(scenario, changes), spec, gpu)
+        candidate = _rollout_memory_of(_with_placement(scenario, changes), spec, gpu, reward_spec)
         return candidate.total_bytes if candidate.fits else None
 
     hints = _verified_hints("placement", options, fits)
@@ -168,6 +179,43 @@ def _with_placement(scenario: Scenario, changes: dict[str, Any]) -> Scenario:
         sections.setdefault(section, {})[name] = value
     updated = {name: getattr(placement, name).model_copy(update=fields) for name, fields in sections.items()}
     return scenario.model_copy(update={"placement": placement.model_copy(update=updated)})
+
+
+# ---------------------------------------------------------------------------------------------------- role groups
+
+
+def group_memories(scenario: Scenario, spec: ModelSpec, gpus: dict[str, GPUProfile],
+                   reward_spec: ModelSpec | None) -> list[RoleMemory]:
+    """A GPU of each group the critic, the reference or a reward model has of its own, with the roles that share it;
+    for a critic's or reference's group that does not fit, layout changes that were checked to fit."""
+    found = []
+    for group in ("critic", "reference", "reward_model"):
+        if group not in roles_on(scenario, group):
+            continue  # not placed on GPUs of its own
+        placed = getattr(scenario.placement, group)
+        capacity = gpus[placed.pool or ""].memory_bytes
+        memory = group_memory_of(scenario, spec, reward_spec, group, capacity)
+        if not memory.fits and group != "reward_model":
+            gpu_count = placed.gpus
+
+            def fits(changes: dict[str, Any], placed=placed, gpu_count=gpu_count, group=group,
+                     capacity=capacity) -> float | None:
+                model_parallel = changes.get("tp", placed.tp) * changes.get("pp", placed.pp) * changes.get("cp", placed.cp)
+                if gpu_count % model_parallel:
+                    return None
+                candidate = placed.model_copy(update={**changes, "dp": gpu_count // model_parallel})
+                trial = group_memory_of(scenario, spec, reward_spec, group, capacity, training_layout(candidate))
+                return trial.total_bytes if trial.fits else None
+
+            hints = _verified_hints(f"placement.{group}",
+                                    _training_options(spec, placed, scenario.algorithm.model_len), fits)
+            memory = RoleMemory(memory.role, memory.pool, memory.capacity_bytes, memory.components,
+                                notes=memory.notes, hints=hints)
+        elif not memory.fits:
+            memory = RoleMemory(memory.role, memory.pool, memory.capacity_bytes, memory.components, notes=memory.notes,
+                                hints=("more tensor parallelism (placement.reward_model.tp), or GPUs with more memory",))
+        found.append(memory)
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------- hints
@@ -225,10 +273,14 @@ def _yaml(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def memory_report(scenario: Scenario, spec: ModelSpec, gpus: dict[str, GPUProfile]) -> list[RoleMemory]:
-    """Per-GPU memory of each GPU role in the scenario; `gpus` maps pool name to its GPU profile."""
+def memory_report(scenario: Scenario, spec: ModelSpec, gpus: dict[str, GPUProfile],
+                  reward_spec: ModelSpec | None = None) -> list[RoleMemory]:
+    """Per-GPU memory of each GPU role in the scenario, then of each GPU group of the critic, the reference or a
+    reward model placed apart from the actor (rlsim.pricing.role_memory); `gpus` maps pool name to its GPU profile,
+    `reward_spec` is the reward model's (bound.reward_model)."""
     placement = scenario.placement
     return [
-        rollout_memory(scenario, spec, gpus[placement.rollout.pool or ""]),
-        training_memory(scenario, spec, gpus[placement.training.pool or ""]),
+        rollout_memory(scenario, spec, gpus[placement.rollout.pool or ""], reward_spec),
+        training_memory(scenario, spec, gpus[placement.training.pool or ""], reward_spec),
+        *group_memories(scenario, spec, gpus, reward_spec),
     ]

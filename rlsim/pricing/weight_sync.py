@@ -2,7 +2,10 @@
 switch between training and generation, and the reference policy brought onto the training GPUs."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rlsim.config.bound import Bound
+from rlsim.costs.layout import EngineLayout, TrainingLayout
 from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost, colocated_switch_of, disaggregated_sync, reference_copy_seconds
 from rlsim.pricing.layouts import Roles, roles, weight_export
 from rlsim.topology import ClusterTopology, RoleGPUs
@@ -13,17 +16,28 @@ def role_gpus(bound: Bound, topology: ClusterTopology, placed: Roles | None = No
     pool gives training the GPUs after the engines'; colocated and hybrid training starts at the pool's first GPU."""
     placed = placed or roles(bound)
     rollout, training = placed.rollout, placed.training
-    reward = (placed.reward.layout.pool, placed.reward.layout.gpus) if placed.reward is not None else None
+
+    def own(role: str, layout: TrainingLayout | EngineLayout | None) -> tuple[str, int] | None:
+        return (layout.pool, layout.gpus or 0) if layout is not None and placed.group_of(role) == role else None
+
     separate = bound.scenario.placement.mode == "disaggregated" and training.pool == rollout.pool
-    return topology.place_roles((rollout.pool, rollout.gpus), (training.pool, training.gpus), reward,
-                                training_after_rollout=separate)
+    gpus = topology.place_roles(
+        (rollout.pool, rollout.gpus), (training.pool, training.gpus),
+        own("reward_model", placed.reward.layout if placed.reward is not None else None),
+        training_after_rollout=separate, critic=own("critic", placed.critic), reference=own("reference", placed.reference))
+    # A role without GPUs of its own runs on those of the role it shares (critic and reference: the actor's).
+    groups = {"actor": gpus.training, "critic": gpus.critic, "reference": gpus.reference, "reward_model": gpus.reward}
+    algorithm = bound.scenario.algorithm
+    return replace(gpus, critic=groups[placed.group_of("critic")] if algorithm.critic else (),
+                   reference=groups[placed.group_of("reference")] if algorithm.ref_model else (),
+                   reward=groups[placed.group_of("reward_model")] if placed.reward is not None else ())
 
 
 def reference_load_seconds(bound: Bound, topology: ClusterTopology | None = None) -> float:
     """Seconds each reference pass spends bringing the reference policy's weights onto the training GPUs; 0 without
     a reference pass or with a resident reference."""
-    if not bound.scenario.algorithm.ref_model:
-        return 0.0
+    if not bound.scenario.algorithm.ref_model or bound.scenario.placement.reference is not None:
+        return 0.0  # a placed reference keeps its weights resident on its GPUs
     topology = topology or ClusterTopology.build(bound)
     placed = roles(bound)
     return reference_copy_seconds(bound.model, placed.training, role_gpus(bound, topology, placed).training, topology)

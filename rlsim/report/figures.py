@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from rlsim.events import BUSY_LABELS, LABELS, RUN_END, STAGES, EventLog, Span
+from rlsim.metrics.efficiency import TRAINING_UNITS
 from rlsim.metrics.engines import engine_series
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.groups import GpuGroup, gpu_groups, group_spans
@@ -45,7 +46,7 @@ class RunData:
 
 
 def _role(group: GpuGroup) -> str:
-    if any(u.startswith("dp") for u in group.units):
+    if any(u.startswith(TRAINING_UNITS) for u in group.units):
         return "training"
     if any(u.startswith(("judge", "rm")) for u in group.units):
         return "reward"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 import simpy
@@ -12,6 +13,7 @@ import simpy
 from rlsim.config.bound import Bound
 from rlsim.costs.collectives import collective_time
 from rlsim.costs.engine_kernels import CollectiveSeconds
+from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memory import engine_kv_tokens, require_all
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost
@@ -21,6 +23,7 @@ from rlsim.pricing.memory import memory_report
 from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.reward import RewardPool
+from rlsim.sim.role_groups import ROLES, RoleGroups
 from rlsim.sim.rollout import RolloutEngine
 from rlsim.sim.sequence import Rollout
 from rlsim.sim.trainer import Trainer, TrainingGroup
@@ -41,6 +44,10 @@ class Simulation:
     trainer: Trainer
     actor: TrainingCosts
     critic: TrainingCosts | None
+    critic_trainer: Trainer  # the actor's trainer unless the critic is placed with a layout of its own
+    reference: TrainingCosts  # the reference pass: the actor's costs unless the reference is placed apart
+    reference_trainer: Trainer
+    groups: RoleGroups  # GPU groups of the actor, critic, reference and reward model, with their locks
     reward: RewardPool | None
     reward_model: tuple[Trainer, TrainingCosts] | None
     judges: list[RolloutEngine]  # LLM-judge engines (workload.reward.kind llm_judge), else empty
@@ -57,8 +64,9 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     placement = scenario.placement
     # A role that does not fit would not start on real GPUs (vLLM refuses a KV cache shorter than one longest
     # sequence; training runs out of memory): say which, and what would fit, instead of simulating it.
-    rollout_fit, training_fit = memory_report(scenario, spec, {name: hw.gpu for name, hw in bound.pools.items()})
-    require_all((rollout_fit, training_fit))
+    memory = memory_report(scenario, spec, {name: hw.gpu for name, hw in bound.pools.items()}, bound.reward_model)
+    require_all(memory)
+    rollout_fit = memory[0]
     env = simpy.Environment()
     topology = ClusterTopology.build(bound)
     index = {gpu: i for i, gpu in enumerate(g for pool in topology.pools for g in topology.gpus(pool))}
@@ -88,6 +96,20 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     actor = TrainingCosts(spec, sustained, layout, collectives)
     critic = TrainingCosts(spec, sustained, layout, collectives, head="value") if scenario.algorithm.critic else None
     trainer = Trainer(env, recorder, group, scenario.schedule.dp_balance)
+    critic_trainer, reference_trainer, reference = trainer, trainer, actor
+    if placed.critic is not None and critic is not None:
+        critic_trainer, critic = _placed_role(env, bound, placed.critic, topology, index, recorder, gpus.critic,
+                                              "critic", head="value")
+    if placed.reference is not None:
+        reference_trainer, reference = _placed_role(env, bound, placed.reference, topology, index, recorder,
+                                                    gpus.reference, "ref")
+    ranges = {"actor": (index[training[0]], len(training))}
+    for role, own in (("critic", gpus.critic), ("reference", gpus.reference), ("reward_model", gpus.reward)):
+        if own and placed.group_of(role) == role:
+            ranges[role] = (index[own[0]], len(own))
+    used = {"actor": True, "critic": scenario.algorithm.critic, "reference": scenario.algorithm.ref_model,
+            "reward_model": isinstance(placed.reward, RewardModelRole)}
+    groups = RoleGroups(env, ranges, {role: placed.group_of(role) for role in ROLES if used[role]})
 
     reward_config = scenario.workload.reward
     reward_rng = np.random.default_rng(reward_seed)
@@ -104,6 +126,7 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     sampler = GroupSampler(scenario.workload, scenario.algorithm, np.random.default_rng(workload_seed),
                            np.random.default_rng(filter_seed), int(step_scale_seed.generate_state(1)[0]))
     return Simulation(env, bound, recorder, engines, (index[rollout[0]], len(rollout)), group, trainer, actor, critic,
+                      critic_trainer, reference, reference_trainer, groups,
                       reward, reward_model, judges, reference_load_seconds(bound, topology), switch, sync, sampler,
                       np.random.default_rng(balancer_seed), reward_rng)
 
@@ -121,6 +144,19 @@ def _memoised(op: str, group: CommGroup) -> CollectiveSeconds:
         return collective_time(op, nbytes, group).seconds
 
     return seconds
+
+
+def _placed_role(env, bound: Bound, layout: TrainingLayout, topology: ClusterTopology, index: dict[GPU, int],
+                 recorder: Recorder, gpus: tuple[GPU, ...], unit_prefix: str,
+                 head: Literal["lm", "value"] = "lm") -> tuple[Trainer, TrainingCosts]:
+    """The critic or reference policy with a layout of its own, on its GPUs (its own, or those of the role it
+    shares); its ranks are named `critic0`, … or `ref0`, …."""
+    scenario = bound.scenario
+    rates = training_rates(bound.gpu(layout.pool), scenario.framework.kernel_efficiency(layout.backend))
+    costs = TrainingCosts(bound.model, rates, layout, GroupCollectives.on_cluster(topology, gpus, layout), head=head)
+    trainer = Trainer(env, recorder, TrainingGroup(index[gpus[0]], layout), scenario.schedule.dp_balance,
+                      unit_prefix=unit_prefix)
+    return trainer, costs
 
 
 def _reward_model(env, bound: Bound, role: RewardModelRole, topology: ClusterTopology, index: dict[GPU, int],

@@ -11,6 +11,7 @@ from collections.abc import Generator
 
 import simpy
 
+from rlsim.costs.training import TrainingCosts
 from rlsim.events import STAGES, StepRecord
 from rlsim.pricing.layouts import driver_hand_off
 from rlsim.sim.balance import Dispatcher
@@ -20,7 +21,11 @@ from rlsim.sim.groups import GroupLedger, trained_tokens
 from rlsim.sim.reward import Reward
 from rlsim.sim.roles import RoleGPUs
 from rlsim.sim.rollout import PauseMode, RolloutEngine
+from rlsim.sim.trainer import Trainer
 
+# The role whose GPU group runs each training stage (verl's worker groups: actor, ref, critic).
+STAGE_ROLES = {"old_log_prob": "actor", "ref": "reference", "values": "critic", "update_critic": "critic",
+               "update_actor": "actor"}
 # How the engines stop for a weight update, by schedule.partial_rollout.mode.
 _WEIGHT_UPDATE_PAUSE: dict[str, PauseMode] = {"off": "drain", "april": "drain", "interrupt": "interrupt",
                                                "in_flight": "hold"}
@@ -52,10 +57,15 @@ class Controller:
         self._pause: PauseMode = _WEIGHT_UPDATE_PAUSE[self.schedule.partial_rollout.mode]
         # Engines to stop while training runs; a schedule that trains while generating sets them.
         self._engines_on_training_gpus: list[RolloutEngine] = []
+        # The RL driver is one process: it hands one stage's batch to the workers at a time.
+        self._driver = simpy.Resource(self.env, capacity=1)
+        # Since when GPU groups apart from the actor's have waited for the next batch to train (`starved`).
+        self._apart_idle_since = 0.0
 
     def run(self) -> Generator:
         yield from self._steps(self.sim.bound.run.steps)
         self.groups.drop_leftovers()
+        self._label_apart(self._apart_idle_since, self.env.now, "starved", "gen")
         self.reward.close(self.env.now)
 
     def _steps(self, steps: int) -> Generator:
@@ -105,46 +115,112 @@ class Controller:
             yield from roles.span_all("reload", sim.switch.reload_s, "weight_sync")
             stages["weight_sync"] = stages.get("weight_sync", 0.0) + sim.switch.reload_s
         train_start = env.now
-        for name, costs, used in (("old_log_prob", sim.actor, algo.recompute_old_log_prob),
-                                  ("ref", sim.actor, algo.ref_model), ("values", sim.critic, algo.critic)):
-            began = env.now
-            if used and name == "ref":
-                # Only the training GPUs copy the reference in; the engines carry on.
-                yield from roles.span([roles.training], "reload", sim.reference_load_s, name)
-            if used:
-                yield from self._hand_off(name, len(lengths))
-                yield from sim.trainer.forward_pass(name, costs, lengths)
-            if used and name == "old_log_prob" and sim.switch is not None:
-                # verl's param_offload: the log-prob call puts the weights back on the host; the update loads them.
-                yield from roles.span_all("offload", sim.switch.call_weights_out_s, name)
-            stages[name] = stages.get(name, 0.0) + env.now - began
+        self._label_apart(self._apart_idle_since, train_start, "starved", "gen")
+        # The forward passes of roles on different GPU groups run at once; roles on one group take turns.
+        forward = [(name, body) for name, body, used in (
+            ("old_log_prob", self._old_log_prob(lengths), algo.recompute_old_log_prob),
+            ("ref", self._reference_pass(lengths), algo.ref_model),
+            ("values", self._forward(sim.critic_trainer, "values", sim.critic, lengths), algo.critic)) if used]
+        yield from self._concurrently(forward, stages, ("old_log_prob", "ref", "values"))
         yield from self._advantages(stages, share=mini_batches / algo.mini_batches)
-        for name, costs, used in (("update_critic", sim.critic, algo.critic), ("update_actor", sim.actor, True)):
-            began = env.now
-            if name == "update_actor" and algo.recompute_old_log_prob and sim.switch is not None:
-                yield from roles.span_all("reload", sim.switch.call_weights_in_s, name)
-            if used:
-                yield from self._hand_off(name, len(lengths))
-                yield from sim.trainer.update(name, costs, lengths, mini_batches, algo.ppo_epochs)
-            stages[name] = stages.get(name, 0.0) + env.now - began
+        updates = [(name, body) for name, body, used in (
+            ("update_critic", self._update(sim.critic_trainer, "update_critic", sim.critic, lengths, mini_batches),
+             algo.critic),
+            ("update_actor", self._update_actor(lengths, mini_batches), True)) if used]
+        yield from self._concurrently(updates, stages, ("update_critic", "update_actor"))
+        self._apart_idle_since = env.now
         roles.rollout_only_context(train_start, env.now, "staleness_block", "update_actor")
         for engine in shared:
             engine.resume(self.version)  # same weights; a publish that follows pauses them again to load new ones
 
-    def _hand_off(self, stage: str, sequences: int) -> Generator:
-        """The driver ships the batch to the training workers for one call of `stage` and takes its results back."""
-        yield from self._driver_work(stage, self.hand_off(stage, sequences))
+    def _concurrently(self, work: list[tuple[str, Generator]], stages: dict[str, float],
+                      names: tuple[str, ...]) -> Generator:
+        """Run each (stage, body) on its role's GPU group, holding the group's lock, all at once; add each
+        stage's own seconds (from taking the lock to the end) to `stages`. A group idle after its last stage while
+        another group works waits at the barrier the next stage needs."""
+        env = self.env
+        for name in names:
+            stages.setdefault(name, 0.0)  # verl's order, whichever stage ends first
+        if not work:
+            return
+        start = env.now
+        ends: dict[str, float] = {}
+        last: list[str] = []
+
+        def run(stage: str, body: Generator) -> Generator:
+            group = self.sim.groups.of(STAGE_ROLES[stage])
+            with group.lock.request() as turn:
+                yield turn
+                began = env.now
+                yield from body
+                stages[stage] = stages.get(stage, 0.0) + env.now - began
+            ends[group.name] = env.now
+            last.append(stage)
+
+        yield simpy.AllOf(env, [env.process(run(*item)) for item in work])
+        for group in self.sim.groups.training():
+            first, count = group.gpus
+            self.recorder.context(first, count, ends.get(group.name, start), env.now, "barrier", last[-1])
+
+    def _old_log_prob(self, lengths: list[int]) -> Generator:
+        sim = self.sim
+        yield from self._forward(sim.trainer, "old_log_prob", sim.actor, lengths)
+        if sim.switch is not None:
+            # verl's param_offload: the log-prob call puts the weights back on the host; the update loads them.
+            yield from self.roles.span_all("offload", sim.switch.call_weights_out_s, "old_log_prob")
+
+    def _reference_pass(self, lengths: list[int]) -> Generator:
+        # Only the reference's GPUs copy its weights in (0 s when resident); the engines carry on.
+        yield from self.roles.span([self.sim.groups.of("reference").gpus], "reload", self.sim.reference_load_s, "ref")
+        yield from self._forward(self.sim.reference_trainer, "ref", self.sim.reference, lengths)
+
+    def _forward(self, trainer: Trainer, stage: str, costs: TrainingCosts | None, lengths: list[int]) -> Generator:
+        assert costs is not None
+        yield from self._hand_off(stage, len(lengths), STAGE_ROLES[stage])
+        yield from trainer.forward_pass(stage, costs, lengths)
+
+    def _update_actor(self, lengths: list[int], mini_batches: int) -> Generator:
+        sim = self.sim
+        if self.algorithm.recompute_old_log_prob and sim.switch is not None:
+            yield from self.roles.span_all("reload", sim.switch.call_weights_in_s, "update_actor")
+        yield from self._update(sim.trainer, "update_actor", sim.actor, lengths, mini_batches)
+
+    def _update(self, trainer: Trainer, stage: str, costs: TrainingCosts | None, lengths: list[int],
+                mini_batches: int) -> Generator:
+        assert costs is not None
+        yield from self._hand_off(stage, len(lengths), STAGE_ROLES[stage])
+        yield from trainer.update(stage, costs, lengths, mini_batches, self.algorithm.ppo_epochs)
+
+    def _label_apart(self, start: float, end: float, label: str, stage: str) -> None:
+        """GPU groups apart from the actor's (a placed critic's or reference's) between training stages."""
+        for group in self.sim.groups.apart():
+            self.recorder.context(*group.gpus, start, end, label, stage)
+
+    def _hand_off(self, stage: str, sequences: int, role: str = "actor") -> Generator:
+        """The driver ships the batch to `role`'s workers for one call of `stage` and takes its results back; it
+        serves one call at a time, so the workers also wait for it to finish another role's call."""
+        start = self.env.now
+        seconds = self.hand_off(stage, sequences)
+        if seconds <= 0:
+            return
+        with self._driver.request() as turn:
+            yield turn
+            yield self.env.timeout(seconds)
+        first, count = self.sim.groups.of(role).gpus
+        self.recorder.context(first, count, start, self.env.now, "starved", stage)
 
     def _advantages(self, stages: dict[str, float], share: float) -> Generator:
         """The driver's Python work between the forward passes and the updates (verl's adv stage, with the step's other
-        bookkeeping): `share` of a step's worth when a step trains in several pieces."""
+        bookkeeping): `share` of a step's worth when a step trains in several pieces. Every training group waits."""
         seconds = self.driver.trainer_step_overhead_s * share
+        start = self.env.now
         yield from self._driver_work("adv", seconds)
         if seconds > 0:
             stages["adv"] = stages.get("adv", 0.0) + seconds
+            self._label_apart(start, self.env.now, "starved", "adv")
 
     def _driver_work(self, stage: str, seconds: float) -> Generator:
-        """The driver works for `seconds` on `stage`; the training GPUs wait for it (`starved`)."""
+        """The driver works for `seconds` on `stage`; the actor's training GPUs wait for it (`starved`)."""
         if seconds <= 0:
             return
         start = self.env.now

@@ -19,6 +19,7 @@ from rlsim.config.workload import RuleReward, SandboxReward
 from rlsim.costs.training import TrainingCosts
 from rlsim.registry import Registry
 from rlsim.sim.recorder import Recorder
+from rlsim.sim.role_groups import RoleGroup
 from rlsim.sim.rollout import RolloutEngine
 from rlsim.sim.sequence import Rollout
 from rlsim.sim.trainer import Trainer
@@ -102,27 +103,32 @@ class PoolReward:
 
 
 class ModelReward:
-    """A reward model's forward pass over the responses on its own GPUs (the trainer's machinery, ranks `rm…`)."""
+    """A reward model's forward pass over the responses on its GPUs (the trainer's machinery, ranks `rm…`): its own,
+    or those of a training role it shares, taking turns with that role's stages through the group's lock."""
 
     def __init__(self, env: simpy.Environment, trainer: Trainer, costs: TrainingCosts, recorder: Recorder,
-                 tokens: Tokens):
+                 tokens: Tokens, group: RoleGroup, shares_training_gpus: bool):
         self.env = env
         self.trainer = trainer
         self.costs = costs
         self.recorder = recorder
         self.tokens = tokens
-        self._lock = simpy.Resource(env, capacity=1)  # its GPUs run one pass at a time
+        self.group = group  # its GPUs run one pass at a time
+        self.shares_training_gpus = shares_training_gpus
 
     def score_batch(self, groups: Sequence[Sequence[Rollout]]) -> Generator:
-        yield from self.trainer.forward_pass("reward", self.costs, [self.tokens(r) for members in groups for r in members],
-                                             label="reward_model")
+        with self.group.lock.request() as turn:
+            yield turn
+            yield from self.trainer.forward_pass("reward", self.costs,
+                                                 [self.tokens(r) for members in groups for r in members],
+                                                 label="reward_model")
 
     def score_group(self, members: Sequence[Rollout]) -> Generator:
-        with self._lock.request() as turn:
-            yield turn
-            yield from self.score_batch([members])
+        return self.score_batch([members])
 
     def close(self, end: float) -> None:
+        if self.shares_training_gpus:
+            return  # the controller labels the GPUs of the training groups
         group = self.trainer.group
         self.recorder.context(group.first_gpu, group.gpus, 0.0, end, "starved", "reward")
 
@@ -203,7 +209,8 @@ def pool_reward(sim: Simulation, tokens: Tokens) -> Reward:
 def model_reward(sim: Simulation, tokens: Tokens) -> Reward:
     assert sim.reward_model is not None
     trainer, costs = sim.reward_model
-    return ModelReward(sim.env, trainer, costs, sim.recorder, tokens)
+    return ModelReward(sim.env, trainer, costs, sim.recorder, tokens, sim.groups.of("reward_model"),
+                       sim.groups.shares_training_group("reward_model"))
 
 
 @register_reward("llm_judge")

@@ -75,7 +75,7 @@ def _require_memory(point: Point) -> None:
     """Raise InfeasibleError for the first role whose per-GPU memory does not fit, as `rlsim check` judges it."""
     bound = bind(point.scenario)
     gpus = {name: hardware.gpu for name, hardware in bound.pools.items()}
-    for role in memory_report(point.scenario, bound.model, gpus):
+    for role in memory_report(point.scenario, bound.model, gpus, bound.reward_model):
         role.require()
 
 
