@@ -16,10 +16,11 @@ from rlsim.pricing.layouts import driver_hand_off
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.build import Simulation
 from rlsim.sim.dynamic_sampling import Sampling
+from rlsim.sim.engines import GenerationEngine
 from rlsim.sim.groups import GroupLedger, trained_tokens
 from rlsim.sim.reward import Reward
 from rlsim.sim.roles import RoleGPUs
-from rlsim.sim.rollout import PauseMode, RolloutEngine
+from rlsim.sim.rollout import PauseMode
 
 # How the engines stop for a weight update, by schedule.partial_rollout.mode.
 _WEIGHT_UPDATE_PAUSE: dict[str, PauseMode] = {"off": "drain", "april": "drain", "interrupt": "interrupt",
@@ -51,7 +52,7 @@ class Controller:
         self.version_changed = self.env.event()
         self._pause: PauseMode = _WEIGHT_UPDATE_PAUSE[self.schedule.partial_rollout.mode]
         # Engines to stop while training runs; a schedule that trains while generating sets them.
-        self._engines_on_training_gpus: list[RolloutEngine] = []
+        self._engines_on_training_gpus: list[GenerationEngine] = []
 
     def run(self) -> Generator:
         yield from self._steps(self.sim.bound.run.steps)
