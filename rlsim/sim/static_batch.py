@@ -213,11 +213,14 @@ class StaticBatchEngine(EngineControls):
         telemetry.changed = True
         telemetry.sample()
         telemetry.begin(telemetry.prefill_label)
-        kv.used = len(rows) * longest
+        kv.used = len(rows) * (longest + 1)  # the padded prompts, and room for the token each samples
         yield env.timeout(self.costs.iteration_seconds(prefill=[PrefillChunk(longest)] * len(rows)))
         telemetry.end(self.version)
+        # Each row sampled its first token, whose KV the first decode step writes: that step attends to the padded
+        # prompts and to it, as a continuous-batching engine's sequence joins its decode batch.
+        self._advance(1, decode=False)
+        self._generated_total += len(rows)
         batch.pad(len(rows), len(rows) * longest)
-        self._advance(1, decode=False)  # each row sampled its first token; its KV is written by the next step
         steps = max(slot.rollout.remaining for slot in rows)
         for slot in rows:
             slot.prefill_left = 0
