@@ -14,6 +14,7 @@ import simpy
 from rlsim.api import load_scenario, simulate, with_
 from rlsim.cli.check import summary
 from rlsim.config.bound import bind
+from rlsim.config.framework import Framework
 from rlsim.costs.compute import GPURates
 from rlsim.costs.engine_kernels import ACTIVATION_SCALE_BYTES_PER_ELEMENT
 from rlsim.costs.layout import EngineLayout
@@ -22,7 +23,7 @@ from rlsim.costs.speculative import Speculation
 from rlsim.errors import ScenarioError
 from rlsim.models.spec import ModelSpec
 from rlsim.pricing.engines import engine_costs, free_collective, policy_kv_tokens
-from rlsim.pricing.layouts import engine_layout
+from rlsim.pricing.layouts import engine_layout, engine_overheads
 from rlsim.pricing.memory import memory_report, rollout_memory
 from rlsim.pricing.precision import engine_precision
 from rlsim.sim.recorder import Recorder
@@ -262,9 +263,9 @@ def offline_requests_per_second(engine_kind: str, model: str, memory_gib: float)
     requests offline: vLLM as it ran in June 2023 (no CUDA graphs yet, 256 sequences, 2,560 batched tokens), or HF
     generate() with as many rows (up to 256) as its KV budget holds at the longest prompt plus 1,024 new tokens."""
     spec = ModelSpec.from_architecture(model, LLAMA[model])
-    costs = EngineCosts(spec, GPURates.from_profile(A100), overheads=EngineOverheads(engine=engine_kind,
-                                                                                    cuda_graphs=False))
-    kv = kv_cache_tokens(spec, memory_gib * 2**30, EngineLayout(gpu_memory_utilization=0.9))
+    layout = EngineLayout(gpu_memory_utilization=0.9, engine=engine_kind, cuda_graphs=False)
+    costs = EngineCosts(spec, GPURates.from_profile(A100), overheads=engine_overheads(Framework(), layout))
+    kv = kv_cache_tokens(spec, memory_gib * 2**30, layout)
     env = simpy.Environment()
     recorder = Recorder(1)
     if engine_kind == "hf":
@@ -282,7 +283,7 @@ def offline_requests_per_second(engine_kind: str, model: str, memory_gib: float)
 def test_vllm_against_hf_generate_on_sharegpt_lengths_against_vllms_launch_blog(model, memory_gib):
     """vLLM's launch blog (vllm-project.github.io _posts/2023-06-20-vllm.md): 14x-24x the throughput of HF
     Transformers for one completion per request, LLaMA-13B on an A100-40GB and LLaMA-7B on an A10G, ShareGPT lengths.
-    rlsim: ~14.6x for LLaMA-13B with 40 GB, ~20x for LLaMA-7B with 24 GB. Where it differs: rlsim has no A10G
+    rlsim: ~13.7x for LLaMA-13B with 40 GB, ~17.9x for LLaMA-7B with 24 GB. Where it differs: rlsim has no A10G
     profile, so the 7B case runs at an A100's rates with an A10G's 24 GB (the memory is what limits HF's batch); the
     lengths are a lognormal stand-in for the ShareGPT sample; the blog does not give HF's batch size, and rlsim sizes
     it by the KV budget at 1,024 new tokens a row (HF's contiguous cache must hold the longest prompt plus every new

@@ -65,10 +65,12 @@ def driver_hand_off(framework: Framework, algorithm: Algorithm) -> Callable[[str
 
 def engine_overheads(framework: Framework, layout: EngineLayout) -> EngineOverheads:
     """The CPU-side costs of `layout`'s engines under a scenario's framework overheads (vLLM and SGLang alike, but for
-    whether they overlap their CPU work and vLLM's eager kernels)."""
+    whether they overlap their CPU work and vLLM's eager kernels; HF generate() eager, without per-request work)."""
+    # HF generate() steps its rows as one tensor: no per-request scheduling or bookkeeping grows with them.
+    per_sequence = 0.0 if layout.engine == "hf" else framework.engine_step_cpu_per_sequence_s
     return EngineOverheads(
         step_cpu_seconds=framework.engine_step_cpu_s,
-        step_cpu_per_sequence_seconds=framework.engine_step_cpu_per_sequence_s,
+        step_cpu_per_sequence_seconds=per_sequence,
         overlap_scheduling=framework.overlaps(layout.engine),
         kernel_launch_seconds=framework.kernel_launch_s,
         eager_op_cpu_seconds=framework.eager_op_cpu_s,
