@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
@@ -148,3 +150,32 @@ def test_event_count_does_not_grow_with_response_length():
     short, long = run_case(3, "fast")[2], run_case(3, "fast", scale=8)[2]
     assert abs(long - short) <= 2
     assert run_case(3, "exact", scale=8)[2] > 20 * long
+
+
+# ---- invariants over random small cases ----------------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 60)), min_size=1, max_size=12),
+    kv_slack=st.integers(0, 200),
+    seqs=st.integers(1, 6),
+)
+def test_every_rollout_finishes_with_its_tokens_and_the_padded_cache_never_overflows(lengths, kv_slack, seqs):
+    """Rows reserve the longest prompt plus max_new_tokens (60, the longest response), so the padded cache a batch
+    grows never exceeds the budget, however prompts and responses mix."""
+    kv = max(prompt for prompt, _ in lengths) + 60 + kv_slack
+    finishes = []
+    for mode in ("fast", "exact"):
+        env = CountingEnvironment()
+        (engine,), _ = static_engines(env, 1, FixedCosts(), kv=kv, seqs=seqs, max_new=60, mode=mode)
+        overflow = []
+        env.after_step = lambda engine=engine, overflow=overflow: overflow.append(
+            engine.kv_used_tokens > engine.kv_capacity_tokens)
+        rollouts = [Rollout(i, i, prompt, target, False, 0.0) for i, (prompt, target) in enumerate(lengths)]
+        for rollout in rollouts:
+            engine.submit(rollout)
+        env.run()
+        assert not any(overflow)
+        assert [r.generated for r in rollouts] == [target for _, target in lengths]
+        finishes.append([r.finished for r in rollouts])
+    assert finishes[0] == pytest.approx(finishes[1], rel=1e-12)
