@@ -335,6 +335,8 @@ def test_hf_generate_in_a_scenario():
     ({"model.dtype": "fp8"}, "model.dtype"),
     ({"schedule.partial_rollout": {"mode": "april", "over_provision": 2.0}}, "schedule.partial_rollout.mode"),
     ({"model": "Qwen3-30B-A3B"}, "placement.rollout.engine"),
+    ({"placement.rollout.engine": "vllm", "placement.rollout.pad_prompts": "max_prompt_tokens"},
+     "placement.rollout.pad_prompts"),
 ])
 def test_what_hf_generate_does_not_run_is_refused_at_its_field(changes, field):
     with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):

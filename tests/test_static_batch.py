@@ -61,6 +61,19 @@ def test_a_batch_is_padded_decodes_to_its_longest_and_returns_whole(mode):
     assert [e for e in log if e[0] == "finished"] == [("finished", 0, 5.4), ("finished", 1, 5.4), ("finished", 2, 7.45)]
 
 
+def test_a_framework_that_pads_to_the_maximum_prompt_prefills_and_reserves_that_much():
+    """DeepSpeed-Chat and verl pad every prompt to the maximum prompt length (placement.rollout.pad_prompts
+    max_prompt_tokens): a 10-token prompt is prefilled, and cached, as 64."""
+    env = simpy.Environment()
+    costs = FixedCosts()
+    engine = StaticBatchEngine(env, 0, costs, 10_000, 4, 100, 0, 1, Recorder(1), lambda r: None, padded_prompt=64)
+    short = Rollout(0, 0, 10, 3, False, 0.0)
+    engine.submit(short)
+    env.run()
+    assert [c.tokens for c in costs.prefills[0]] == [64]
+    assert short.finished == pytest.approx(1.64 + 2.0)
+
+
 def test_the_kv_budget_limits_the_rows_of_a_batch():
     """Each row reserves the batch's longest prompt plus max_new_tokens: 3 × (20 + 100) tokens do not fit 300, so
     the first batch has two rows and the third rollout runs alone after it."""

@@ -74,9 +74,10 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
                  f"tp{t.tp} pp{t.pp} cp{t.cp} dp{t.dp}{f' ep{t.ep}' if t.ep > 1 else ''}, {t.backend} "
                  f"ZeRO-{t.zero_stage}, recompute {t.activation_recompute}")
     if r.engine == "hf":
-        lines.append(f"           HF generate(): static batches of up to {r.max_num_seqs} rows, each padded to the "
-                     f"longest prompt + {a.max_response_tokens} new tokens of contiguous KV cache, run eagerly; a "
-                     "batch returns when its longest response ends")
+        padded = "the longest prompt" if r.pad_prompts == "longest" else f"{a.max_prompt_tokens} prompt tokens"
+        lines.append(f"           HF generate(): static batches of up to {r.max_num_seqs} rows, each padded to "
+                     f"{padded} + {a.max_response_tokens} new tokens of contiguous KV cache, run eagerly; a batch "
+                     "returns when its longest response ends")
     if r.speculative is not None:
         sp = r.speculative
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""

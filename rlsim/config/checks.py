@@ -379,6 +379,10 @@ def _check_hf_engine(scenario: Scenario, spec: ModelSpec, check: _Checker) -> No
     keeps its cache in the model's 16-bit type, and is modelled for dense models in 16-bit weights."""
     rollout = scenario.placement.rollout
     if rollout.engine != "hf":
+        if rollout.pad_prompts != "longest":
+            check.fail(("placement", "rollout", "pad_prompts"), f"pads the prompts of static batches; "
+                       f"{rollout.engine} engines batch continuously and pad nothing", value=rollout.pad_prompts,
+                       valid="longest, or engine hf")
         return
     why = "placement.rollout.engine hf (Hugging Face generate())"
     arch = spec.architecture

@@ -201,16 +201,27 @@ def engine_run(costs: EngineCosts, limits: EngineLimits, sequences: Sequence[tup
     return _Engine(costs, limits, sequences).run()
 
 
+@dataclass(frozen=True)
+class StaticBatches:
+    """How an HF generate() engine sizes its batches: each row reserves `max_new_tokens` beyond its padded prompt,
+    padded to the batch's longest and to at least `padded_prompt` tokens."""
+
+    max_new_tokens: int
+    padded_prompt: int = 0
+
+
 def static_batch_run(costs: EngineCosts, limits: EngineLimits, sequences: Sequence[tuple[int, int]],
-                     max_new_tokens: int) -> EngineRun:
+                     static: StaticBatches) -> EngineRun:
     """Generate `sequences` on one HF generate() engine from empty (`rlsim.sim.static_batch`'s rules): batches taken
     in submission order, up to `max_num_seqs` rows while every row, padded to the batch's longest prompt, fits the KV
     cache with `max_new_tokens` more; each prefilled in one pass and decoded until its longest response ends."""
     waiting = deque((max(1, p), max(1, t)) for p, t in sequences)
+    max_new_tokens = static.max_new_tokens
     seconds = 0.0
     batches: list[tuple[float, float, int]] = []
     while waiting:
-        rows = longest = steps = 0
+        rows = steps = 0
+        longest = static.padded_prompt
         while waiting and rows < limits.max_num_seqs:
             prompt, target = waiting[0]
             padded = max(longest, prompt)

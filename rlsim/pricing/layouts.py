@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 from rlsim.config.bound import Bound
 from rlsim.config.framework import Framework
-from rlsim.config.schema import Algorithm, RewardModelPlacement, RolloutPlacement, TrainingPlacement, WeightSync
+from rlsim.config.schema import (
+    Algorithm,
+    RewardModelPlacement,
+    RolloutPlacement,
+    Scenario,
+    TrainingPlacement,
+    WeightSync,
+)
 from rlsim.costs.driver import DriverHandOff, per_token_fp32
 from rlsim.costs.layout import EngineLayout, HostCopies, MovedState, TrainingLayout, WeightExport
 from rlsim.costs.rollout import EngineOverheads
@@ -46,6 +53,14 @@ def engine_layout(placement: RolloutPlacement) -> EngineLayout:
         max_num_batched_tokens=placement.max_num_batched_tokens, engine=placement.engine,
         cuda_graphs=placement.cuda_graphs, sleep_level=placement.sleep_level,
     )
+
+
+def padded_prompt_tokens(scenario: Scenario) -> int:
+    """The length HF generate() engines pad every prompt to at least (placement.rollout.pad_prompts): 0 pads only to
+    each batch's longest."""
+    if scenario.placement.rollout.pad_prompts == "max_prompt_tokens":
+        return scenario.algorithm.max_prompt_tokens
+    return 0
 
 
 def weight_export(sync: WeightSync) -> WeightExport:

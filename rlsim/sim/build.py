@@ -16,7 +16,7 @@ from rlsim.costs.memory import engine_kv_tokens, require_all
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost
 from rlsim.pricing.engines import engine_costs, judge_kv_tokens
-from rlsim.pricing.layouts import JudgeRole, RewardModelRole, roles
+from rlsim.pricing.layouts import JudgeRole, RewardModelRole, padded_prompt_tokens, roles
 from rlsim.pricing.memory import memory_report
 from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.sim.engines import GenerationEngine
@@ -83,7 +83,8 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
         if engine_layout.engine == "hf":
             engines.append(StaticBatchEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
                                              scenario.algorithm.max_response_tokens, index[mine[0]], len(mine),
-                                             recorder, _not_connected, mode=mode))
+                                             recorder, _not_connected, mode=mode,
+                                             padded_prompt=padded_prompt_tokens(scenario)))
             continue
         engines.append(RolloutEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
                                      engine_layout.max_num_batched_tokens, index[mine[0]], len(mine), recorder,

@@ -37,21 +37,23 @@ from rlsim.sim.sequence import MultiTurnRollout, Rollout
 
 class StaticBatchEngine(EngineControls):
     """A static-batching generation engine over GPUs [first_gpu, first_gpu + gpu_count), with a KV budget of
-    `kv_capacity_tokens` tokens; each row reserves its batch's longest context plus `max_new_tokens`.
+    `kv_capacity_tokens` tokens; each row reserves its batch's longest context (at least `padded_prompt` tokens: a
+    framework that pads every prompt to its maximum) plus `max_new_tokens`.
 
     The same face as `rlsim.sim.rollout.RolloutEngine` to the controller, the balancers and the metrics: `on_finish`
     is called for each rollout that reaches its target, `on_queue_empty` (work stealing) when its queue runs dry.
     """
 
-    __slots__ = ("env", "index", "costs", "max_num_seqs", "max_new_tokens", "first_gpu", "gpu_count", "mode",
-                 "on_finish", "on_queue_empty", "kv", "batch", "telemetry", "state", "tool_calls",
-                 "_waiting", "_running", "_predicted", "_predicted_total", "_generated_total", "_queued_tokens", "_admissions")
+    __slots__ = ("env", "index", "costs", "max_num_seqs", "max_new_tokens", "padded_prompt", "first_gpu",
+                 "gpu_count", "mode", "on_finish", "on_queue_empty", "kv", "batch", "telemetry", "state", "tool_calls",
+                 "_waiting", "_running", "_predicted", "_predicted_total", "_generated_total", "_queued_tokens",
+                 "_admissions")
 
     def __init__(self, env: simpy.Environment, index: int, costs: IterationCosts, kv_capacity_tokens: int,
                  max_num_seqs: int, max_new_tokens: int, first_gpu: int, gpu_count: int, recorder: Recorder,
                  on_finish: Callable[[Rollout], None], mode: Literal["fast", "exact"] = "fast",
                  probe: Probe | None = None, busy_labels: tuple[str, str, str] = ("prefill", "decode", "gen"),
-                 unit: str | None = None):
+                 unit: str | None = None, padded_prompt: int = 0):
         if mode not in ("fast", "exact"):
             raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
         if kv_capacity_tokens < 1 or max_num_seqs < 1 or max_new_tokens < 1:
@@ -62,6 +64,7 @@ class StaticBatchEngine(EngineControls):
         self.costs = costs
         self.max_num_seqs = max_num_seqs
         self.max_new_tokens = max_new_tokens
+        self.padded_prompt = padded_prompt
         self.first_gpu = first_gpu
         self.gpu_count = gpu_count
         self.mode = mode
@@ -186,7 +189,7 @@ class StaticBatchEngine(EngineControls):
         to the longest context, fits the KV budget with `max_new_tokens` more; at least one."""
         waiting, capacity = self._waiting, self.kv.capacity
         rows: list[Slot] = []
-        longest = 0
+        longest = self.padded_prompt
         while waiting and len(rows) < self.max_num_seqs:
             padded = max(longest, waiting[0].context_tokens)
             if rows and (len(rows) + 1) * (padded + self.max_new_tokens) > capacity:
