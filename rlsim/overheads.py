@@ -69,8 +69,10 @@ CUDA_GRAPH_MAX_TOKENS = 512
 # Whether an engine prepares the next step on the CPU while the GPU computes this one, by engine, as each ships by
 # default: SGLang's overlap scheduler is on since v0.4 ("zero-overhead batch scheduler", lmsys.org/blog/2024-12-04-
 # sglang-v0-4, --disable-overlap-schedule turns it off); vLLM's async scheduling (vllm-project/vllm#19970) is opt-in
-# (--async-scheduling), so a vLLM engine pays its step's CPU time between GPU steps.
-OVERLAP_BY_ENGINE = {"sglang": True, "vllm": False}
+# (--async-scheduling), so a vLLM engine pays its step's CPU time between GPU steps. Hugging Face generate() cannot
+# overlap: every step asks the GPU whether all rows have finished before it starts the next (transformers'
+# `_has_unfinished_sequences`, a device-to-host sync).
+OVERLAP_BY_ENGINE = {"sglang": True, "vllm": False, "hf": False}
 # Bytes per second at which an RL driver hands a batch to its training workers and back (single-controller frameworks:
 # verl's DataProto is consolidated and `torch.save`d on the driver, put through Ray, and `torch.load`ed on each worker,
 # verl/protocol.py __getstate__/__setstate__). verl PR #3425 (verl-project/verl) timed a batch "of 6400x20480" at 2.58 s

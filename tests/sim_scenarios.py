@@ -17,7 +17,7 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
                   streaming: bool = False, every_updates: int | None = None, fetch: int = 1, workload: str = "",
                   placement: str = "",
                   algorithm: str = "grpo", group_cap: int | None = None, rollout_group_cap: int | None = None,
-                  framework: str = "") -> str:
+                  framework: str = "", engine: str = "vllm") -> str:
     """`prompt` / `response` None leave those models out (replay, joint and multi-turn workloads); `workload` and
     `placement` are extra YAML lines under those sections, `framework` the fields of a framework section."""
     rollout_gpus = rollout_gpus if rollout_gpus is not None else gpus
@@ -30,6 +30,7 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
     prompt_line = f"  prompt_tokens: {prompt}\n" if prompt is not None else ""
     workload_lines = "".join(f"  {line}\n" for line in workload.splitlines() if line.strip())
     placement_lines = "".join(f"  {line}\n" for line in placement.splitlines() if line.strip())
+    engine_field = f", engine: {engine}" if engine != "vllm" else ""
     sync_line = f"  weight_sync: {{every_updates: {every_updates}}}\n" if every_updates is not None else ""
     return f"""
 name: test
@@ -42,7 +43,7 @@ workload:
 {prompt_line}{response_line}  informative_group_fraction: {informative}
 {workload_lines}placement:
   mode: {mode}
-  rollout: {{gpus: {rollout_gpus}, tp: {tp}, gpu_memory_utilization: 0.5, max_num_seqs: {max_num_seqs}}}
+  rollout: {{gpus: {rollout_gpus}, tp: {tp}, gpu_memory_utilization: 0.5, max_num_seqs: {max_num_seqs}{engine_field}}}
   training: {{{training}micro_batch_tokens: {micro_batch_tokens}}}
 {placement_lines}
 schedule:

@@ -426,6 +426,20 @@ def test_fast_and_exact_modes_agree_on_multi_turn_workloads(seed):
     assert_fast_matches_exact(kwargs)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_and_exact_modes_agree_with_hf_generate_engines(seed):
+    """Static batches (placement.rollout.engine hf) in each schedule they run, single- and multi-turn."""
+    _, multiturn = WORKLOAD_VARIANTS["multiturn"]
+    schedule = [dict(schedule="sync", mode="colocated"),
+                dict(schedule="one_step_off", mode="disaggregated", rollout_gpus=4, training_gpus=4,
+                     balancer="work_stealing"),
+                dict(schedule="async", mode="disaggregated", rollout_gpus=4, training_gpus=4, staleness=1,
+                     balancer="length_aware")][seed % 3]
+    workload = dict(response=None, workload=multiturn) if seed >= 3 else {}
+    assert_fast_matches_exact(dict(seed=seed, prompts=8, samples=4, steps=2, max_response=1024, max_num_seqs=4,
+                                   engine="hf", **schedule, **workload))
+
+
 def test_same_scenario_and_seed_give_identical_metrics():
     kwargs = dict(schedule="async", mode="disaggregated", rollout_gpus=4, training_gpus=4, staleness=2,
                   partial="interrupt", balancer="length_aware", dynamic_sampling=True, informative=0.7, steps=3)

@@ -47,3 +47,15 @@ def test_one_engine_matches_but_for_the_prompt_a_group_shares(prompts, tokens):
             assert simulated[stage] == pytest.approx(seconds, rel=1e-9, abs=1e-12), stage
     assert 0 <= estimated["gen"] - simulated["gen"] <= 0.01 * simulated["gen"]
     assert step == pytest.approx(estimated_step, rel=0.01)
+
+
+@pytest.mark.parametrize("rollout", [{}, ONE_ENGINE, {**ONE_ENGINE, "placement.rollout.pad_prompts": "max_prompt_tokens"}])
+def test_hf_generate_engines_match_exactly(rollout):
+    """Static batches (placement.rollout.engine hf) have no prefix sharing to leave out: one engine or eight, prompts
+    padded to the longest or to the maximum, the estimate's replay is the simulated engine's arithmetic."""
+    simulated, estimated, step, estimated_step = simulated_and_estimated(
+        {"placement.rollout.engine": "hf", **rollout, "algorithm.prompts_per_step": 32,
+         "workload.response_tokens": {"kind": "fixed", "tokens": 1000}})
+    for stage, seconds in estimated.items():
+        assert simulated[stage] == pytest.approx(seconds, rel=1e-9, abs=1e-12), stage
+    assert step == pytest.approx(estimated_step, rel=1e-9)

@@ -367,24 +367,8 @@ def simulate(scenario: Scenario, mode: str, costs=None, scale: int = 1) -> Outco
     overflow = []
     env.after_step = lambda: overflow.extend(e.index for e in engines if e.kv_used_tokens > e.kv_capacity_tokens)
 
-    def arrivals():
-        for r, (_, _, _, e, at) in sorted(zip(rollouts, scenario.rollouts, strict=True), key=lambda x: x[1][4]):
-            yield env.timeout(max(0.0, at - env.now))
-            engines[e].submit(r)
-
-    def weight_updates():
-        version = 0
-        for at, how, seconds in scenario.pauses:
-            yield env.timeout(max(0.0, at - env.now))
-            yield simpy.AllOf(env, [e.pause(how) for e in engines])
-            yield env.timeout(seconds)
-            version += 1
-            for e in engines:
-                e.resume(version)
-
-    env.process(arrivals())
-    env.process(weight_updates())
-    env.run()
+    drive(env, engines, [(r, e) for r, (_, _, _, e, _) in zip(rollouts, scenario.rollouts, strict=True)],
+          scenario.pauses)
     for engine in engines:
         engine.close()
     per_engine = [max((r.finished for r in rollouts if r.engine == e.index), default=0.0) for e in engines]
@@ -393,6 +377,29 @@ def simulate(scenario: Scenario, mode: str, costs=None, scale: int = 1) -> Outco
     return Outcome({r.seq_id: r.finished for r in rollouts}, {r.seq_id: r.generated for r in rollouts},
                    {r.seq_id: r.version_started for r in rollouts}, sum(e.preemptions for e in engines), env.events,
                    bool(overflow), per_engine, spans, log.engine_samples, scenario.kv)
+
+
+def drive(env: simpy.Environment, engines, submissions: list[tuple[Rollout, int]],
+          pauses: list[tuple[float, str, float]]) -> None:
+    """Run to the end: each rollout submitted to its engine at its `submitted` time, and every engine paused at each
+    pause's time (how, for its seconds), then resumed on the next policy version."""
+
+    def arrivals():
+        for rollout, e in sorted(submissions, key=lambda pair: pair[0].submitted):
+            yield env.timeout(max(0.0, rollout.submitted - env.now))
+            engines[e].submit(rollout)
+
+    def weight_updates():
+        for version, (at, how, seconds) in enumerate(pauses, start=1):
+            yield env.timeout(max(0.0, at - env.now))
+            yield simpy.AllOf(env, [e.pause(how) for e in engines])
+            yield env.timeout(seconds)
+            for e in engines:
+                e.resume(version)
+
+    env.process(arrivals())
+    env.process(weight_updates())
+    env.run()
 
 
 def random_scenario(seed: int) -> Scenario:

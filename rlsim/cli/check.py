@@ -76,6 +76,11 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
                  f"ZeRO-{t.zero_stage}, recompute {t.activation_recompute}"
                  + (f", LoRA rank {t.lora_rank} (adapters train and sync)" if t.lora_rank else "")
                  + (", FP8 GEMMs" if t.precision == "fp8" else ""))
+    if r.engine == "hf":
+        padded = "the longest prompt" if r.pad_prompts == "longest" else f"{a.max_prompt_tokens} prompt tokens"
+        lines.append(f"           HF generate(): static batches of up to {r.max_num_seqs} rows, each padded to "
+                     f"{padded} + {a.max_response_tokens} new tokens of contiguous KV cache, run eagerly; a batch "
+                     "returns when its longest response ends")
     if r.speculative is not None:
         sp = r.speculative
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""
@@ -97,7 +102,8 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
                  + (f"\n  warning: {warning}" if warning else ""))
     f = bound.framework(s.placement.rollout.pool)  # as the engines' hosts run it
     overlap = "overlapped with the GPU" if f.overlaps(s.placement.rollout.engine) else "between GPU steps"
-    graphs = f"CUDA graphs up to {f.cuda_graph_max_tokens} tokens" if s.placement.rollout.cuda_graphs else "no CUDA graphs"
+    graphs = (f"CUDA graphs up to {f.cuda_graph_max_tokens} tokens"
+              if s.placement.rollout.cuda_graphs and s.placement.rollout.engine != "hf" else "no CUDA graphs")
     node = bound.gpu(s.placement.rollout.pool).node
     factors = (node.dispatch_time_factor, node.python_time_factor)
     host = (f" (the host's CPU takes {factors[0]:g}× an x86 host's time to launch ops, {factors[1]:g}× for Python)"

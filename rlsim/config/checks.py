@@ -72,6 +72,7 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
             _check_parallelism(resolved, spec, hardware, check)
             _check_draft_model(resolved, check)
             _check_training_precision(resolved, hardware, check)
+            _check_hf_engine(resolved, spec, check)
     _check_algorithm(resolved, check)
     _check_schedule(scenario, resolved, check)
     _check_reward(resolved, check)
@@ -378,6 +379,37 @@ def _check_draft_model(scenario: Scenario, check: _Checker) -> None:
         check.fail(path, f"the draft model runs on the engine's tp={tp} GPUs, and its {draft.num_attention_heads} "
                    f"attention heads ({draft.num_key_value_heads} KV heads) do not split over them",
                    value=speculative.draft_model, valid="a draft model whose heads divide the engine's tp")
+
+
+def _check_hf_engine(scenario: Scenario, spec: ModelSpec, check: _Checker) -> None:
+    """What HF generate() engines (rlsim.sim.static_batch) do not run: generate() returns only with its whole batch,
+    keeps its cache in the model's 16-bit type, and is modelled for dense models in 16-bit weights."""
+    rollout = scenario.placement.rollout
+    if rollout.engine != "hf":
+        if rollout.pad_prompts != "longest":
+            check.fail(("placement", "rollout", "pad_prompts"), f"pads the prompts of static batches; "
+                       f"{rollout.engine} engines batch continuously and pad nothing", value=rollout.pad_prompts,
+                       valid="longest, or engine hf")
+        return
+    why = "placement.rollout.engine hf (Hugging Face generate())"
+    arch = spec.architecture
+    if arch.moe is not None or arch.mla is not None:
+        check.fail(("placement", "rollout", "engine"), f"{why} is modelled for dense models; {spec.name} has "
+                   f"{'experts' if arch.moe is not None else 'MLA attention'}", value="hf", valid="vllm, sglang")
+    if rollout.speculative is not None:
+        check.fail(("placement", "rollout", "speculative"), f"{why} decodes without speculation",
+                   value=rollout.speculative.method, valid="null, or engine vllm / sglang")
+    if rollout.kv_cache_dtype != "auto":
+        check.fail(("placement", "rollout", "kv_cache_dtype"), f"{why} keeps its cache in the model's 16-bit type",
+                   value=rollout.kv_cache_dtype, valid="auto, or engine vllm / sglang")
+    if scenario.model.dtype in ("fp8", "fp4"):
+        check.fail(("model", "dtype"), f"{why} runs 16-bit weights (rlsim prices quantized rollout weights with "
+                   "vLLM's kernels)", value=scenario.model.dtype, valid="bf16, or engine vllm / sglang")
+    partial = scenario.schedule.partial_rollout.mode
+    if partial != "off":
+        check.fail(("schedule", "partial_rollout", "mode"), f"{why} returns only with its whole batch: it cannot "
+                   "stop sequences or take new weights in the middle of one", value=partial,
+                   valid="off, or engine vllm / sglang")
 
 
 def _check_algorithm(scenario: Scenario, check: _Checker) -> None:

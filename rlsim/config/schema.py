@@ -232,7 +232,13 @@ class RolloutPlacement(Frozen):
         8192, description="tokens an engine iteration processes, prefills chunked to fit (vLLM's max_num_batched_tokens "
         "with enable_chunked_prefill; vllm.LLM on an H100-class GPU: 16384, AsyncLLM: 2048; verl "
         "actor_rollout_ref.rollout.max_num_batched_tokens, default 8192)")
-    engine: Literal["vllm", "sglang"] = Field("vllm", description="the inference engine (verl actor_rollout_ref.rollout.name)")
+    engine: Literal["vllm", "sglang", "hf"] = Field(
+        "vllm", description="the inference engine (verl actor_rollout_ref.rollout.name); hf: Hugging Face transformers "
+        "generate(), static batches of max_num_seqs prompts run eagerly (DeepSpeed-Chat's baseline, TRL before vLLM)")
+    pad_prompts: Literal["longest", "max_prompt_tokens"] = Field(
+        "longest", description="engine hf: what each batch's prompts are left-padded to: the batch's longest "
+        "(the tokenizer's padding=True, as vLLM's HF baseline), or algorithm.max_prompt_tokens (DeepSpeed-Chat's "
+        "DataCollatorRLHF, verl's RL dataset before its HF rollout)")
     kv_cache_dtype: Literal["auto", "fp8"] = Field(
         "auto", description="the KV cache's element type (vLLM kv_cache_dtype; verl passes it through engine_kwargs): "
         "auto keeps the model's 16-bit type, fp8 halves every token's bytes, so the cache holds twice the tokens and "

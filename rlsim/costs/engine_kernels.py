@@ -142,6 +142,21 @@ _FUSED = {
 #   fused_moe/fused_moe.py:888-944, moe_align_block_size.py:204-236.
 VLLM_EAGER_KERNELS = {"gqa": 7, "gqa_qk_norm": 23, "mla": 32, "dense": 4, "moe": 13, "moe_mla": 26}
 
+# Kernels Hugging Face transformers launches per decoder layer in a decode step of generate() (eager PyTorch, SDPA
+# attention, the default DynamicCache), counted op by op from LlamaDecoderLayer and LlamaSdpaAttention
+# (src/transformers/models/llama/modeling_llama.py at 002272831f, v4.39; Qwen2's layer is the same, its q/k/v bias
+# inside the GEMM). The NCCL all-reduces of a tensor-parallel plan are not in these counts. Attention halves:
+# * mha 34: input LlamaRMSNorm 8 (to fp32, pow, mean, +eps, rsqrt, mul, to bf16, ·weight); q, k and v GEMMs 3; the
+#   rotary embedding recomputed in every layer 7 (position ids to float, matmul, cat, cos, sin, 2 casts);
+#   apply_rotary_pos_emb 10 (for q and k: ·cos, rotate_half's neg and cat, ·sin, add); DynamicCache.update's torch.cat
+#   of K and V 2; the causal mask indexed by cache_position 1; scaled_dot_product_attention 1; o_proj 1; residual add 1;
+# * gqa 36: repeat_kv copies K and V to every query head, 2 more;
+# * gqa_qk_norm 52: Qwen3 also normalises q and k per head, two more RMSNorms of 8.
+# MLP half, dense 14: post-attention RMSNorm 8, gate and up GEMMs 2, SiLU 1, the product 1, down GEMM 1, residual add 1.
+# The few dozen kernels per step outside the layers (the 4-D mask, position ids, logits processing, stopping criteria)
+# are left out: under 3 % of a 7B model's.
+HF_EAGER_KERNELS = {"mha": 34, "gqa": 36, "gqa_qk_norm": 52, "dense": 14}
+
 
 
 class EngineKernels:
@@ -157,7 +172,7 @@ class EngineKernels:
 
     __slots__ = ("spec", "rates", "tp", "ep", "all_reduce_seconds", "all_to_all_seconds", "overheads", "weight_bytes",
                  "quantized_rates", "head_weight_bytes", "expert_load_imbalance", "lora_rank", "kv_per_layer",
-                 "attention_layers", "attention_launches", "_gemm_shapes", "_attention_widths",
+                 "decode_kv_passes", "attention_layers", "attention_launches", "_gemm_shapes", "_attention_widths",
                  "_expert_weight_elements")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, tp: int, ep: int,
@@ -174,6 +189,7 @@ class EngineKernels:
         self.overheads, self.weight_bytes, self.quantized_rates = overheads, weight_bytes, quantized_rates
         self.head_weight_bytes = float(ACTIVATION_BYTES) if quantized_rates is not None else weight_bytes
         self.kv_per_layer = kv_bytes_per_token_per_gpu(spec, tp) / spec.architecture.num_hidden_layers
+        self.decode_kv_passes = _hf_decode_kv_passes(spec, tp) if overheads.engine == "hf" else 1
         # Layers of each kind that has any (dense, then MoE): one attention kernel each per iteration.
         self.attention_layers = tuple(spec.layer_count(kind) for kind in LAYER_KINDS if spec.layer_count(kind))
         self.attention_launches = sum(self.attention_layers)
@@ -318,8 +334,14 @@ class EngineKernels:
 
     def _eager_kernels_per_layer(self, kind: str) -> int:
         """Kernels eager vLLM launches for one layer of `kind` in a decode step (`VLLM_EAGER_KERNELS`): its attention
-        half by attention type, its MLP half dense or MoE (for MLA models, the MoE block of vLLM's DeepSeek class)."""
+        half by attention type, its MLP half dense or MoE (for MLA models, the MoE block of vLLM's DeepSeek class);
+        HF generate()'s (`HF_EAGER_KERNELS`) for dense models."""
         arch = self.spec.architecture
+        if self.overheads.engine == "hf":
+            if kind != "dense" or arch.mla is not None:
+                raise ValueError(f"{self.spec.name}: the HF generate() engine is modelled for dense models only")
+            grouped = arch.num_key_value_heads < arch.num_attention_heads
+            return HF_EAGER_KERNELS["gqa_qk_norm" if arch.qk_norm else "gqa" if grouped else "mha"] + HF_EAGER_KERNELS["dense"]
         attention = "mla" if arch.mla is not None else "gqa_qk_norm" if arch.qk_norm else "gqa"
         mlp = "dense" if kind == "dense" else "moe_mla" if arch.mla is not None else "moe"
         return VLLM_EAGER_KERNELS[attention] + VLLM_EAGER_KERNELS[mlp]
@@ -391,9 +413,11 @@ class EngineKernels:
         # the whole cache, which the kernel reads once for all of them.
         decode_keys = work.decode_rows
         flops = absorbed * decode_keys * work.decode_queries + expanded * work.prefill_pairs
-        keys_read = decode_keys + work.prefill + work.prefill_cached
+        passes = self.decode_kv_passes
+        keys_read = passes * decode_keys + work.prefill + work.prefill_cached
         nbytes = kv_per_layer * keys_read + ACTIVATION_BYTES * work.tokens * query_width
-        return Kernel("attention", layers, "attention", flops, absorbed * work.decode_queries, nbytes, kv_per_layer)
+        return Kernel("attention", layers, "attention", flops, absorbed * work.decode_queries, nbytes,
+                      passes * kv_per_layer)
 
     def _elementwise_kernels(self, kind: str, tokens: int, kv_per_layer: float, layers: int) -> list[Kernel]:
         """Memory-bound kernels of one layer: the two fused residual-add + RMSNorms, RoPE with the KV-cache write,
@@ -448,6 +472,17 @@ class EngineKernels:
 
     # ---- the closed form ----------------------------------------------------------------------------------------
 
+
+
+def _hf_decode_kv_passes(spec: ModelSpec, tp: int) -> int:
+    """Passes over a decoding sequence's cached K and V that one layer of HF generate() makes per step, where a paged
+    engine's fused attention makes one: DynamicCache.update's torch.cat reads the cache and writes it anew one token
+    longer, and scaled_dot_product_attention reads K and V once per query head of a KV head, after repeat_kv has
+    copied them out that many times (modeling_llama.py and cache_utils.py at v4.39; `HF_EAGER_KERNELS`)."""
+    arch = spec.architecture
+    kv_heads = max(1.0, arch.num_key_value_heads / tp)  # split until each GPU holds one, as EngineKernels splits them
+    repeats = round(arch.num_attention_heads / tp / kv_heads)
+    return 2 + repeats + (1 + repeats if repeats > 1 else 0)
 
 
 def work_of(decode_batch: int, prefill: Iterable[PrefillChunk], decode_queries: int = 1) -> Work:

@@ -12,7 +12,7 @@ Recompute = Literal["none", "selective", "full"]
 LogprobKernel = Literal["fused", "fp32_vocab_parallel", "fp32_unfused"]
 HostMemory = Literal["pinned", "pageable"]
 ReferenceWeights = Literal["resident", "host", "swap"]
-InferenceEngine = Literal["vllm", "sglang"]
+InferenceEngine = Literal["vllm", "sglang", "hf"]  # hf: Hugging Face transformers generate(), static batches
 WeightSyncMethod = Literal["nccl_broadcast", "checkpoint_engine", "per_tensor", "rdma_p2p"]
 PPBroadcast = Literal["tp_shards", "full_tensors"]
 

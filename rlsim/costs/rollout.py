@@ -89,12 +89,13 @@ class EngineOverheads:
 
     @property
     def launches_op_by_op(self) -> bool:
-        """Whether every PyTorch-native op of a layer is its own kernel: vLLM in eager mode."""
-        return self.engine == "vllm" and not self.cuda_graphs
+        """Whether every PyTorch-native op of a layer is its own kernel: vLLM in eager mode, and HF generate()."""
+        return self.engine == "hf" or (self.engine == "vllm" and not self.cuda_graphs)
 
     def replays_graph(self, tokens: float) -> bool:
-        """Whether an iteration of `tokens` tokens replays a captured CUDA graph instead of launching kernels."""
-        return self.cuda_graphs and tokens <= self.cuda_graph_max_tokens
+        """Whether an iteration of `tokens` tokens replays a captured CUDA graph instead of launching kernels (HF
+        generate() runs eagerly, whatever `cuda_graphs` says)."""
+        return self.cuda_graphs and self.engine != "hf" and tokens <= self.cuda_graph_max_tokens
 
     def cpu_seconds_per_launch(self, tokens: float) -> float:
         """CPU time the engine spends on each kernel of an iteration of `tokens` tokens: none when a captured CUDA

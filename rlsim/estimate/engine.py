@@ -13,6 +13,9 @@ This is what makes the long tail: an engine ends with the sequences that run lon
 (every capped response of the engine at once, not one alone), and a long response admitted late ends late.
 Left out: prefix sharing within a group (a group's samples are spread over engines by default), multi-turn tool calls
 (the caller adds a trajectory's tool waits) and interruption by weight updates.
+
+HF generate() engines (`static_batch_run`) follow `rlsim.sim.static_batch` instead: static batches of padded rows,
+each decoded until its longest response ends.
 """
 from __future__ import annotations
 
@@ -72,7 +75,7 @@ class _Engine:
         self.prefilling: list[_Seq] = []
         self.finishes: list[tuple[int, int, _Seq]] = []
         self.iteration = self.decoding = self.context = self.kv_used = self.preemptions = 0
-        self.seconds = self.decode_seconds = self.batch_seconds = 0.0
+        self.seconds = 0.0
         self.batches: list[tuple[float, float, int]] = []  # (start, seconds, decode batch) of each decode stretch
 
     def run(self) -> EngineRun:
@@ -85,18 +88,7 @@ class _Engine:
                 self._decode()
             else:
                 raise ValueError("the engine cannot admit its next sequence")  # only with a cache too small
-        mean = self.batch_seconds / self.decode_seconds if self.decode_seconds else 0.0
-        peak = max((size for _, _, size in self.batches), default=0)
-        return EngineRun(self.seconds, peak, mean, self._tail_batch(), self._tail_share(peak), self.preemptions)
-
-    def _tail_batch(self) -> int:
-        """The decode batch at the start of the engine's last quarter: the concurrency its tail decodes at."""
-        quarter = 0.75 * self.seconds
-        return next((size for start, _, size in reversed(self.batches) if start <= quarter), 1)
-
-    def _tail_share(self, peak: int) -> float:
-        low = sum(seconds for _, seconds, size in self.batches if 4 * size < peak)
-        return low / self.seconds if self.seconds else 0.0
+        return _summary(self.seconds, self.batches, self.preemptions)
 
     def _make_room(self) -> bool:
         preempted = False
@@ -161,8 +153,6 @@ class _Engine:
         seconds = self.costs.decode_k_iterations_seconds(batch, self.context, k)
         self.batches.append((self.seconds, seconds, batch))
         self.seconds += seconds
-        self.decode_seconds += seconds
-        self.batch_seconds += seconds * batch
         self._advance(k)
         self._finish_due()
 
@@ -209,3 +199,54 @@ class _Engine:
 def engine_run(costs: EngineCosts, limits: EngineLimits, sequences: Sequence[tuple[int, int]]) -> EngineRun:
     """Generate `sequences` ((prompt tokens, response tokens), in submission order) on one engine from empty."""
     return _Engine(costs, limits, sequences).run()
+
+
+@dataclass(frozen=True)
+class StaticBatches:
+    """How an HF generate() engine sizes its batches: each row reserves `max_new_tokens` beyond its padded prompt,
+    padded to the batch's longest and to at least `padded_prompt` tokens."""
+
+    max_new_tokens: int
+    padded_prompt: int = 0
+
+
+def static_batch_run(costs: EngineCosts, limits: EngineLimits, sequences: Sequence[tuple[int, int]],
+                     static: StaticBatches) -> EngineRun:
+    """Generate `sequences` on one HF generate() engine from empty (`rlsim.sim.static_batch`'s rules): batches taken
+    in submission order, up to `max_num_seqs` rows while every row, padded to the batch's longest prompt, fits the KV
+    cache with `max_new_tokens` more; each prefilled in one pass and decoded until its longest response ends."""
+    waiting = deque((max(1, p), max(1, t)) for p, t in sequences)
+    max_new_tokens = static.max_new_tokens
+    seconds = 0.0
+    batches: list[tuple[float, float, int]] = []
+    while waiting:
+        rows = steps = 0
+        longest = static.padded_prompt
+        while waiting and rows < limits.max_num_seqs:
+            prompt, target = waiting[0]
+            padded = max(longest, prompt)
+            if rows and (rows + 1) * (padded + max_new_tokens) > limits.kv_tokens:
+                break
+            waiting.popleft()
+            rows, longest, steps = rows + 1, padded, max(steps, target)
+        seconds += costs.iteration_seconds(prefill=[PrefillChunk(longest)] * rows)
+        if steps > 1:
+            decode = costs.decode_k_iterations_seconds(rows, rows * longest, steps - 1)
+            batches.append((seconds, decode, rows))
+            seconds += decode
+    return _summary(seconds, batches, 0)
+
+
+def _summary(seconds: float, batches: list[tuple[float, float, int]], preemptions: int) -> EngineRun:
+    """An engine's run from its total time and its decode stretches, (start, seconds, decode batch) each."""
+    decode_seconds = batch_seconds = 0.0
+    for _, stretch, size in batches:
+        decode_seconds += stretch
+        batch_seconds += stretch * size
+    mean = batch_seconds / decode_seconds if decode_seconds else 0.0
+    peak = max((size for _, _, size in batches), default=0)
+    # The decode batch at the start of the engine's last quarter: the concurrency its tail decodes at.
+    quarter = 0.75 * seconds
+    tail_batch = next((size for start, _, size in reversed(batches) if start <= quarter), 1)
+    low = sum(stretch for _, stretch, size in batches if 4 * size < peak)
+    return EngineRun(seconds, peak, mean, tail_batch, low / seconds if seconds else 0.0, preemptions)

@@ -24,9 +24,9 @@ from scipy import stats
 
 from rlsim.config.bound import Bound
 from rlsim.costs.rollout import EngineCosts
-from rlsim.estimate.engine import EngineLimits, EngineRun, engine_run
+from rlsim.estimate.engine import EngineLimits, EngineRun, StaticBatches, engine_run, static_batch_run
 from rlsim.pricing.engines import engine_costs, policy_kv_tokens
-from rlsim.pricing.layouts import engine_layout
+from rlsim.pricing.layouts import engine_layout, padded_prompt_tokens
 from rlsim.topology import ClusterTopology
 from rlsim.workload.lengths import LengthDistribution
 
@@ -99,6 +99,7 @@ class Engine:
     costs: EngineCosts
     limits: EngineLimits
     count: int  # engines of the placement
+    static: StaticBatches | None = None  # HF generate() engines: how they size their static batches
 
     def slowest(self, responses: Responses, sequences: float) -> EngineRun:
         """The engine that ends a batch of `sequences` last: the one holding the batch's longest response (submitted
@@ -106,9 +107,14 @@ class Engine:
         share = max(1, math.ceil(sequences / self.count))
         longest = [*responses.quantiles(share - 1), responses.longest(sequences)]
         heaviest = responses.heaviest_quantiles(share, self.count)
-        runs = [engine_run(self.costs, self.limits, [(responses.prompt, n) for n in lengths])
-                for lengths in (longest, heaviest)]
+        runs = [self._run([(responses.prompt, n) for n in lengths]) for lengths in (longest, heaviest)]
         return max(runs, key=lambda run: run.seconds)
+
+
+    def _run(self, sequences: list[tuple[int, int]]) -> EngineRun:
+        if self.static is not None:
+            return static_batch_run(self.costs, self.limits, sequences, self.static)
+        return engine_run(self.costs, self.limits, sequences)
 
 
 def rollout_engine(bound: Bound, topology: ClusterTopology, rollout_gpus, max_num_seqs: int | None = None) -> Engine:
@@ -117,7 +123,10 @@ def rollout_engine(bound: Bound, topology: ClusterTopology, rollout_gpus, max_nu
     costs = engine_costs(bound, bound.model, layout, topology.group(rollout_gpus[: layout.tp]))
     kv_tokens = policy_kv_tokens(bound)
     slots = layout.max_num_seqs if max_num_seqs is None else min(layout.max_num_seqs, max_num_seqs)
-    return Engine(costs, EngineLimits(slots, layout.max_num_batched_tokens, kv_tokens), layout.engines)
+    scenario = bound.scenario
+    static = (StaticBatches(scenario.algorithm.max_response_tokens, padded_prompt_tokens(scenario))
+              if layout.engine == "hf" else None)
+    return Engine(costs, EngineLimits(slots, layout.max_num_batched_tokens, kv_tokens), layout.engines, static)
 
 
 def generation_rounds(target: int, first: int, kept: float, batch: int | None,

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 from rlsim.config.bound import Bound
 from rlsim.config.framework import Framework
-from rlsim.config.schema import Algorithm, RewardModelPlacement, RolloutPlacement, TrainingPlacement, WeightSync
+from rlsim.config.schema import (
+    Algorithm,
+    RewardModelPlacement,
+    RolloutPlacement,
+    Scenario,
+    TrainingPlacement,
+    WeightSync,
+)
 from rlsim.costs.driver import DriverHandOff, per_token_fp32
 from rlsim.costs.layout import EngineLayout, HostCopies, MovedState, TrainingLayout, WeightExport
 from rlsim.costs.rollout import EngineOverheads
@@ -49,6 +56,14 @@ def engine_layout(placement: RolloutPlacement) -> EngineLayout:
     )
 
 
+def padded_prompt_tokens(scenario: Scenario) -> int:
+    """The length HF generate() engines pad every prompt to at least (placement.rollout.pad_prompts): 0 pads only to
+    each batch's longest."""
+    if scenario.placement.rollout.pad_prompts == "max_prompt_tokens":
+        return scenario.algorithm.max_prompt_tokens
+    return 0
+
+
 def weight_export(sync: WeightSync) -> WeightExport:
     return WeightExport(method=sync.method, bucket_bytes=sync.bucket_mib * MIB, pp_broadcast=sync.pp_broadcast)
 
@@ -66,10 +81,12 @@ def driver_hand_off(framework: Framework, algorithm: Algorithm) -> Callable[[str
 
 def engine_overheads(framework: Framework, layout: EngineLayout) -> EngineOverheads:
     """The CPU-side costs of `layout`'s engines under a scenario's framework overheads (vLLM and SGLang alike, but for
-    whether they overlap their CPU work and vLLM's eager kernels)."""
+    whether they overlap their CPU work and vLLM's eager kernels; HF generate() eager, without per-request work)."""
+    # HF generate() steps its rows as one tensor: no per-request scheduling or bookkeeping grows with them.
+    per_sequence = 0.0 if layout.engine == "hf" else framework.engine_step_cpu_per_sequence_s
     return EngineOverheads(
         step_cpu_seconds=framework.engine_step_cpu_s,
-        step_cpu_per_sequence_seconds=framework.engine_step_cpu_per_sequence_s,
+        step_cpu_per_sequence_seconds=per_sequence,
         overlap_scheduling=framework.overlaps(layout.engine),
         kernel_launch_seconds=framework.kernel_launch_s,
         eager_op_cpu_seconds=framework.eager_op_cpu_s,

@@ -21,11 +21,11 @@ from rlsim.registry import Registry
 from rlsim.sim.sequence import Rollout
 
 if TYPE_CHECKING:  # names of policies are read when a scenario is loaded, which must not start the simulator
-    from rlsim.sim.rollout import RolloutEngine
+    from rlsim.sim.engines import GenerationEngine
 
-Choose = Callable[[Sequence[Rollout], Sequence["RolloutEngine"], "Dispatcher"], int]
-Steal = Callable[["RolloutEngine", Sequence["RolloutEngine"]], int]
-Measure = Callable[["RolloutEngine"], float]
+Choose = Callable[[Sequence[Rollout], Sequence["GenerationEngine"], "Dispatcher"], int]
+Steal = Callable[["GenerationEngine", Sequence["GenerationEngine"]], int]
+Measure = Callable[["GenerationEngine"], float]
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def register_balancer(name: str, *, predicts: bool = False, steal: Steal | None 
 
 
 @register_balancer("round_robin")
-def round_robin(unit: Sequence[Rollout], engines: Sequence[RolloutEngine], dispatcher: Dispatcher) -> int:
+def round_robin(unit: Sequence[Rollout], engines: Sequence[GenerationEngine], dispatcher: Dispatcher) -> int:
     """Engines in turn, whatever their load (verl's default)."""
     choice = dispatcher.cursor % len(engines)
     dispatcher.cursor += 1
@@ -60,37 +60,37 @@ def round_robin(unit: Sequence[Rollout], engines: Sequence[RolloutEngine], dispa
 
 
 @register_balancer("least_requests")
-def least_requests(unit: Sequence[Rollout], engines: Sequence[RolloutEngine], dispatcher: Dispatcher) -> int:
+def least_requests(unit: Sequence[Rollout], engines: Sequence[GenerationEngine], dispatcher: Dispatcher) -> int:
     """The engine with the fewest outstanding rollouts (waiting or running)."""
     return dispatcher.least(_requests)
 
 
 @register_balancer("least_kv")
-def least_kv(unit: Sequence[Rollout], engines: Sequence[RolloutEngine], dispatcher: Dispatcher) -> int:
+def least_kv(unit: Sequence[Rollout], engines: Sequence[GenerationEngine], dispatcher: Dispatcher) -> int:
     """The engine with the least KV cache in use plus the context its queue will bring (SGLang-router-like)."""
     return dispatcher.least(_kv_load)
 
 
 @register_balancer("length_aware", predicts=True)
-def length_aware(unit: Sequence[Rollout], engines: Sequence[RolloutEngine], dispatcher: Dispatcher) -> int:
+def length_aware(unit: Sequence[Rollout], engines: Sequence[GenerationEngine], dispatcher: Dispatcher) -> int:
     """The engine with the least predicted work left. With units dispatched longest predicted first, this is the
     longest-processing-time-first rule over predicted lengths (StreamRL's, and Length Value Model-style ranking)."""
     return dispatcher.least(_predicted_work)
 
 
-def _requests(engine: RolloutEngine) -> float:
+def _requests(engine: GenerationEngine) -> float:
     return engine.outstanding
 
 
-def _kv_load(engine: RolloutEngine) -> float:
+def _kv_load(engine: GenerationEngine) -> float:
     return engine.kv_used_tokens + engine.queued_tokens
 
 
-def _predicted_work(engine: RolloutEngine) -> float:
+def _predicted_work(engine: GenerationEngine) -> float:
     return engine.predicted_work
 
 
-def steal_from_most_queued(thief: RolloutEngine, engines: Sequence[RolloutEngine]) -> int:
+def steal_from_most_queued(thief: GenerationEngine, engines: Sequence[GenerationEngine]) -> int:
     """Move rollouts that have not started from the back of the longest queue to `thief`: half that queue (at least
     one), no more than the thief has free sequence slots. Only an engine with nothing queued steals."""
     if thief.queued:
@@ -106,7 +106,7 @@ def steal_from_most_queued(thief: RolloutEngine, engines: Sequence[RolloutEngine
 
 
 @register_balancer("work_stealing", steal=steal_from_most_queued)
-def work_stealing(unit: Sequence[Rollout], engines: Sequence[RolloutEngine], dispatcher: Dispatcher) -> int:
+def work_stealing(unit: Sequence[Rollout], engines: Sequence[GenerationEngine], dispatcher: Dispatcher) -> int:
     """Round-robin placement; engines whose queue runs empty then steal queued rollouts from the most loaded one."""
     return round_robin(unit, engines, dispatcher)
 
@@ -118,7 +118,7 @@ class Dispatcher:
     schedule's `length_predictor_noise`.
     """
 
-    def __init__(self, schedule: Schedule, engines: Sequence[RolloutEngine], rng: np.random.Generator):
+    def __init__(self, schedule: Schedule, engines: Sequence[GenerationEngine], rng: np.random.Generator):
         if not engines:
             raise ValueError("a dispatcher needs at least one engine")
         self.balancer = BALANCERS[schedule.load_balancer]
@@ -186,6 +186,6 @@ class Dispatcher:
             return 0
         return sum(self.balancer.steal(engine, self.engines) for engine in self.engines)
 
-    def _steal_for(self, engine: RolloutEngine) -> None:
+    def _steal_for(self, engine: GenerationEngine) -> None:
         assert self.balancer.steal is not None
         self.balancer.steal(engine, self.engines)

@@ -18,14 +18,16 @@ from rlsim.costs.memory import engine_kv_tokens, require_all
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost
 from rlsim.pricing.engines import engine_costs, judge_kv_tokens
-from rlsim.pricing.layouts import JudgeRole, RewardModelRole, roles
+from rlsim.pricing.layouts import JudgeRole, RewardModelRole, padded_prompt_tokens, roles
 from rlsim.pricing.memory import memory_report
 from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
+from rlsim.sim.engines import GenerationEngine
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.reward import RewardPool
 from rlsim.sim.role_groups import ROLES, RoleGroups
 from rlsim.sim.rollout import RolloutEngine
 from rlsim.sim.sequence import Rollout
+from rlsim.sim.static_batch import StaticBatchEngine
 from rlsim.sim.trainer import Trainer, TrainingGroup
 from rlsim.topology import GPU, ClusterTopology, CommGroup
 from rlsim.workload.batches import GroupSampler
@@ -38,7 +40,7 @@ class Simulation:
     env: simpy.Environment
     bound: Bound
     recorder: Recorder
-    engines: list[RolloutEngine]
+    engines: list[GenerationEngine]
     rollout_gpus: tuple[int, int]  # first GPU index and count
     training: TrainingGroup
     trainer: Trainer
@@ -82,9 +84,15 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     # Engines of one placement are identical: one cost model (and its cached decode profiles) serves them all. Their
     # TP groups have the same shape, so the first engine's communicator prices every engine's collectives.
     costs = engine_costs(bound, spec, engine_layout, topology.group(rollout[:engine_layout.tp]), _memoised)
-    engines = []
+    engines: list[GenerationEngine] = []
     for e in range(engine_layout.engines):
         mine = rollout[e * engine_layout.tp:(e + 1) * engine_layout.tp]
+        if engine_layout.engine == "hf":
+            engines.append(StaticBatchEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
+                                             scenario.algorithm.max_response_tokens, index[mine[0]], len(mine),
+                                             recorder, _not_connected, mode=mode,
+                                             padded_prompt=padded_prompt_tokens(scenario)))
+            continue
         engines.append(RolloutEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
                                      engine_layout.max_num_batched_tokens, index[mine[0]], len(mine), recorder,
                                      _not_connected, mode=mode, tool_wait=scenario.workload.tool_wait))

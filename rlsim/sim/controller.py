@@ -17,10 +17,11 @@ from rlsim.pricing.layouts import driver_hand_off
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.build import Simulation
 from rlsim.sim.dynamic_sampling import Sampling
+from rlsim.sim.engines import GenerationEngine
 from rlsim.sim.groups import GroupLedger, trained_tokens
 from rlsim.sim.reward import Reward
 from rlsim.sim.roles import RoleGPUs
-from rlsim.sim.rollout import PauseMode, RolloutEngine
+from rlsim.sim.rollout import PauseMode
 from rlsim.sim.trainer import Trainer
 
 # The role whose GPU group runs each training stage (verl's worker groups: actor, ref, critic).
@@ -56,7 +57,7 @@ class Controller:
         self.version_changed = self.env.event()
         self._pause: PauseMode = _WEIGHT_UPDATE_PAUSE[self.schedule.partial_rollout.mode]
         # Engines to stop while training runs; a schedule that trains while generating sets them.
-        self._engines_on_training_gpus: list[RolloutEngine] = []
+        self._engines_on_training_gpus: list[GenerationEngine] = []
         # The RL driver is one process: it hands one stage's batch to the workers at a time.
         self._driver = simpy.Resource(self.env, capacity=1)
         # Since when GPU groups apart from the actor's have waited for the next batch to train (`starved`).

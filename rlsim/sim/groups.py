@@ -16,8 +16,8 @@ import simpy
 
 from rlsim.events import RUN_END, SequenceRecord
 from rlsim.sim.balance import Dispatcher
+from rlsim.sim.engines import GenerationEngine
 from rlsim.sim.recorder import Recorder
-from rlsim.sim.rollout import RolloutEngine
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
 from rlsim.workload.batches import GroupSampler, PromptGroup
 
@@ -31,7 +31,7 @@ class GroupLedger:
     sample finishes; the controller decides when it counts as complete (`complete`)."""
 
     def __init__(self, env: simpy.Environment, sampler: GroupSampler, dispatcher: Dispatcher,
-                 engines: list[RolloutEngine], recorder: Recorder, group_cap: int | None, max_response_tokens: int,
+                 engines: list[GenerationEngine], recorder: Recorder, group_cap: int | None, max_response_tokens: int,
                  on_group_done: Callable[[int], None]):
         self.env = env
         self.sampler = sampler

@@ -48,20 +48,21 @@ from typing import Literal
 import simpy
 
 from rlsim.costs.rollout import PrefillChunk
+from rlsim.sim.engine.controls import EngineControls
 from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, Stretch
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.lifecycle import SequenceLifecycle
 from rlsim.sim.engine.preemption_chain import Boundary, PreemptionChain, plan_chain
 from rlsim.sim.engine.scheduler import Scheduler
 from rlsim.sim.engine.slot import Slot
-from rlsim.sim.engine.state import BUSY, DECODING, PAUSED, EngineState, PauseMode
+from rlsim.sim.engine.state import BUSY, DECODING, EngineState, PauseMode
 from rlsim.sim.engine.telemetry import EngineTelemetry, Probe
 from rlsim.sim.engine.tool_waits import TOOL_WAIT_POLICIES, ToolWait, ToolWaits
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.sequence import Rollout
 
 
-class RolloutEngine:
+class RolloutEngine(EngineControls):
     """A generation engine over GPUs [first_gpu, first_gpu + gpu_count): a SimPy process batching the rollouts
     submitted to it, with a KV cache of `kv_capacity_tokens` tokens.
 
@@ -72,7 +73,7 @@ class RolloutEngine:
     """
 
     __slots__ = ("env", "index", "costs", "max_num_seqs", "max_num_batched_tokens", "first_gpu", "gpu_count", "mode",
-                 "on_finish", "on_queue_empty", "version", "kv", "batch", "telemetry", "tools", "scheduler", "state",
+                 "on_finish", "on_queue_empty", "kv", "batch", "telemetry", "tools", "scheduler", "state",
                  "lifecycle", "_waiting", "_running", "_chain")
 
     def __init__(self, env: simpy.Environment, index: int, costs: IterationCosts, kv_capacity_tokens: int,
@@ -117,11 +118,6 @@ class RolloutEngine:
     # ---- what the controller and balancers use ----------------------------------------------------------------
 
     @property
-    def outstanding(self) -> int:
-        """Rollouts submitted and not finished: waiting plus running."""
-        return len(self._waiting) + len(self._running)
-
-    @property
     def queued(self) -> int:
         """Rollouts waiting for admission."""
         self.settle()
@@ -154,14 +150,6 @@ class RolloutEngine:
         return scheduler.predicted_total - scheduler.generated_total - batch.size * batch.unbooked(self.env.now)
 
     @property
-    def paused(self) -> bool:
-        return self.state.activity is PAUSED
-
-    @property
-    def kv_capacity_tokens(self) -> int:
-        return self.kv.capacity
-
-    @property
     def preemptions(self) -> int:
         """Sequences preempted because the KV cache was full."""
         self.settle()
@@ -189,14 +177,6 @@ class RolloutEngine:
     @tool_wait.setter
     def tool_wait(self, policy: ToolWait) -> None:
         self.tools.policy = policy
-
-    @property
-    def probe(self) -> Probe | None:
-        return self.telemetry.probe
-
-    @probe.setter
-    def probe(self, probe: Probe | None) -> None:
-        self.telemetry.probe = probe
 
     def submit(self, rollout: Rollout, predicted_tokens: float | None = None) -> None:
         """Queue `rollout` (first come, first served); `predicted_tokens`: its predicted length for length-aware
@@ -227,13 +207,6 @@ class RolloutEngine:
         boundary, keeping them and their KV cache to continue after resume (in-flight weight updates). The event
         fires once the engine is paused. A pause that stops sooner overrides one under way."""
         return self.state.ask_pause(how)
-
-    def resume(self, version: int) -> None:
-        """Continue with weights of policy `version`."""
-        if self.state.activity is not PAUSED:
-            raise RuntimeError(f"engine {self.index} is not paused")
-        self.version = version
-        self.state.resume()
 
     def close(self) -> None:
         """The run stops now: record the busy span still open, with the work in flight up to now, and bring the

@@ -90,6 +90,13 @@ class DecodeBatch:
         for slot in slots:
             slot.rollout.generated = slot.start_generated + iteration - slot.start_iteration
 
+    def pad(self, rows: int, context: int) -> None:
+        """A static batch (`rlsim.sim.static_batch`) replaces the batch: `rows` rows whose padded KV caches hold
+        `context` tokens in all decode together, a finished row kept as padding, until the batch leaves whole
+        (`pad(0, 0)`). Its rows never join the finish heap."""
+        self.size = rows
+        self.context = context
+
     def emptied(self) -> None:
         """Every sequence left at once (an interrupting pause): every finish entry is stale."""
         self._finishes.clear()
