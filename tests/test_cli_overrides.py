@@ -48,7 +48,7 @@ def test_run_applies_set(tmp_path, capsys):
 
 
 def test_plan_applies_set_before_planning(capsys):
-    assert main(["plan", QUICKSTART, "--gpus", "2", "--schedules", "sync", "--simulate", "1", "--refine", "0",
+    assert main(["plan", QUICKSTART, "--gpus", "2", "--schedules", "sync", "--simulate", "1", "--refine", "0", "--layouts", "0",
                  "--steps", "2", "--workers", "1", "--json", *SMALL]) == 0
     [plan] = json.loads(capsys.readouterr().out)
     assert plan["workload"].startswith("Qwen2.5-1.5B GRPO: 8 prompts × 2 samples per step")

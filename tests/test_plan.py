@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+import rlsim
 from rlsim.cli import main
+from rlsim.config.bound import bind
 from rlsim.plan import candidates, plan
 from rlsim.plan.candidates import STALENESS
+from rlsim.plan.layouts import layout_label, training_layouts
 from rlsim.plan.planner import REFINE
 from rlsim.yamlsource import read_yaml
 
@@ -87,8 +90,9 @@ def test_plan_ranks_simulated_candidates_and_explains_the_winner(small_workload,
 
 
 def test_refinement_simulates_the_winning_split_one_eighth_either_side(small_workload):
-    shortlist_only = plan(small_workload, gpus=16, schedules=("one_step_off",), simulate=1, refine=0, workers=2)
-    refined = plan(small_workload, gpus=16, schedules=("one_step_off",), simulate=1, refine=4, workers=2)
+    shortlist_only = plan(small_workload, gpus=16, schedules=("one_step_off",), simulate=1, refine=0, layouts=0,
+                          workers=2)
+    refined = plan(small_workload, gpus=16, schedules=("one_step_off",), simulate=1, refine=4, layouts=0, workers=2)
     [first] = shortlist_only.ranked
     assert first.candidate.placement != "colocated"
     labels = {e.candidate.label for e in refined.ranked}
@@ -107,8 +111,8 @@ def test_refinement_tries_an_async_winners_neighbouring_staleness_bounds_and_wei
     """The estimate cannot tell ways of updating weights apart and prices staleness bounds only roughly, so the
     shortlist holds one of them; refinement simulates the same split and engines at the neighbouring bounds and with
     the other weight update, as well as the neighbouring splits."""
-    shortlist_only = plan(small_workload, gpus=16, schedules=("async",), simulate=1, refine=0, workers=2)
-    refined = plan(small_workload, gpus=16, schedules=("async",), simulate=1, refine=4, workers=2)
+    shortlist_only = plan(small_workload, gpus=16, schedules=("async",), simulate=1, refine=0, layouts=0, workers=2)
+    refined = plan(small_workload, gpus=16, schedules=("async",), simulate=1, refine=4, layouts=0, workers=2)
     [first] = shortlist_only.ranked
     eta = first.candidate.schedule.staleness
     neighbours = {STALENESS[i] for i in (STALENESS.index(eta) - 1, STALENESS.index(eta) + 1) if 0 <= i < len(STALENESS)}
@@ -120,7 +124,8 @@ def test_refinement_tries_an_async_winners_neighbouring_staleness_bounds_and_wei
 
 
 def test_the_text_table_for_a_range_of_budgets(small_workload, capsys):
-    assert main(["plan", str(small_workload), "--gpus", "8-16:8", "--simulate", "1", "--schedules", "sync"]) == 0
+    assert main(["plan", str(small_workload), "--gpus", "8-16:8", "--simulate", "1", "--schedules", "sync",
+                 "--layouts", "0"]) == 0
     out = capsys.readouterr().out
     assert "on 8 × h100-sxm" in out and "on 16 × h100-sxm" in out
     assert re.search(r"^rank +candidate +est\. step s", out, re.M)
@@ -191,8 +196,10 @@ def test_ppo_plans_hybridflows_per_role_placements():
 @pytest.mark.parametrize("gpus", [16, 64, pytest.param(96, marks=pytest.mark.xfail(strict=True, reason=HYBRIDFLOW_GAP)),
                                   pytest.param(128, marks=pytest.mark.xfail(strict=True, reason=HYBRIDFLOW_GAP))])
 def test_hybridflow_placement_choice(gpus):
-    # Synchronous steps of fixed lengths do not overlap, so one measured step is the steady state.
-    result = plan(HYBRIDFLOW_WORKLOAD, gpus=gpus, schedules=("sync",), simulate=5, measured_steps=1, workers=2)
+    # Synchronous steps of fixed lengths do not overlap, so one measured step is the steady state. The question is
+    # the placement: the winner's training layouts are not searched (layouts=0).
+    result = plan(HYBRIDFLOW_WORKLOAD, gpus=gpus, schedules=("sync",), simulate=5, measured_steps=1, layouts=0,
+                  workers=2)
     assert {e.candidate.placement for e in result.ranked} >= {"colocated", "split", "standalone"}
     expected = "colocated" if gpus <= 64 else "split"
     assert result.winner.candidate.placement == expected, [e.candidate.label for e in result.ranked]
@@ -217,7 +224,8 @@ def test_areal_rollout_share_in_async():
 
 def test_out_writes_the_ranking_and_the_gpu_time_figure_as_one_offline_page(small_workload, tmp_path, capsys):
     out = tmp_path / "plan.html"
-    assert main(["plan", str(small_workload), "--gpus", "8", "--simulate", "1", "--refine", "0", "--schedules", "sync",
+    assert main(["plan", str(small_workload), "--gpus", "8", "--simulate", "1", "--refine", "0", "--layouts", "0",
+                 "--schedules", "sync",
                  "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     page = out.read_text()
@@ -225,3 +233,37 @@ def test_out_writes_the_ranking_and_the_gpu_time_figure_as_one_offline_page(smal
     winner = next(line for line in printed.splitlines() if line.strip().startswith("1  "))
     assert html.escape(winner) in page  # the ranking as printed
     assert 'id="gpu-time-8"' in page and "plotly" in page and "<script src=" not in page  # offline: plotly.js inlined
+
+
+def test_training_layouts_are_ones_a_framework_can_run():
+    """Tensor parallelism inside a node dividing the heads (FSDP: none), pipeline stages within the layers, Ulysses
+    context parallelism dividing the heads per rank (FSDP), expert parallelism dividing the experts, tp·pp·cp dividing
+    the GPUs; the placement's own layout first."""
+    scenario = rlsim.load_scenario(WORKLOAD)
+    spec = bind(scenario).model
+    training = scenario.placement.training
+    megatron = training.model_copy(update={"backend": "megatron", "zero_stage": 1})
+    for placement in (training, megatron):
+        layouts = training_layouts(spec, placement, 8)
+        assert layouts[0]["tp"] == placement.tp and layouts[0]["zero_stage"] == placement.zero_stage
+        assert len({layout_label(layout) for layout in layouts}) == len(layouts) > 4
+        for layout in layouts:
+            model_parallel = layout["tp"] * layout["pp"] * layout["cp"]
+            assert placement.gpus % model_parallel == 0 and layout["dp"] == placement.gpus // model_parallel
+            assert spec.architecture.num_attention_heads % (layout["tp"] * (1 if placement is megatron else layout["cp"])) == 0
+            assert layout["ep"] == 1  # a dense model
+    assert {layout["tp"] for layout in training_layouts(spec, training, 8)} == {1}
+    assert {layout["pp"] for layout in training_layouts(spec, megatron, 8)} > {1}
+
+
+def test_the_winner_is_tried_with_other_training_layouts(small_workload):
+    """After the placement and schedule are chosen, the winner's training layouts are estimated, those that do not
+    fit pruned, and the best estimates simulated; the winner is the best simulated, and a note says what was tried."""
+    without = plan(small_workload, gpus=16, schedules=("sync",), simulate=1, refine=0, layouts=0, workers=2)
+    searched = plan(small_workload, gpus=16, schedules=("sync",), simulate=1, refine=0, layouts=2, workers=2)
+    assert not any(e.candidate.training for e in without.ranked)
+    tried = [e for e in searched.ranked if e.candidate.training]
+    assert len(tried) == 2
+    assert {e.candidate.placement for e in tried} == {without.winner.candidate.placement}
+    assert searched.winner.tokens_per_s == max(e.tokens_per_s for e in searched.ranked) >= without.winner.tokens_per_s
+    assert any(note.startswith("training layouts of the winner:") for note in searched.notes)

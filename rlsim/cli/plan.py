@@ -14,7 +14,7 @@ from rlsim.cli.overrides import (
     parse_overrides,
 )
 from rlsim.errors import Problem, ScenarioError
-from rlsim.plan.candidates import MEASURED_STEPS, REFINE, SCHEDULES
+from rlsim.plan.candidates import LAYOUTS, MEASURED_STEPS, REFINE, SCHEDULES
 
 SCHEDULE_MODES = tuple(dict.fromkeys(schedule.mode for schedule in SCHEDULES))  # the modes the planner enumerates
 
@@ -45,6 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="extra simulations that move the winner's split one eighth of the GPUs at a time, and an "
                         "async winner's staleness bound one step or its weight updates between interrupt and in-flight, "
                         "while it improves; 0 ranks the shortlist only (default: %(default)s)")
+    parser.add_argument("--layouts", type=int, default=LAYOUTS,
+                        help="extra simulations of the winner with other training layouts (tensor, pipeline, context "
+                        "and expert parallelism, ZeRO stage, activation recompute), the best estimates of those that "
+                        "fit in memory; 0 keeps the scenario's layout (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=MEASURED_STEPS,
                         help="steps each simulation measures, after its schedule's pipeline fill (a one-step-off run "
                         "warms up for 2 steps, an async one for its staleness bound + 1) (default: %(default)s)")
@@ -70,12 +74,12 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not schedules:
         raise ScenarioError(Problem(f"unknown schedule mode(s): {', '.join(unknown) or '(none given)'}",
                                     file="rlsim plan --schedules", valid=", ".join(SCHEDULE_MODES)))
-    if args.steps < 1 or args.simulate < 1 or args.workers < 1 or args.refine < 0:
-        raise ScenarioError(Problem("--steps, --simulate and --workers must be at least 1; --refine at least 0",
-                                    file="rlsim plan"))
+    if args.steps < 1 or args.simulate < 1 or args.workers < 1 or args.refine < 0 or args.layouts < 0:
+        raise ScenarioError(Problem("--steps, --simulate and --workers must be at least 1; --refine and --layouts at "
+                                    "least 0", file="rlsim plan"))
     plans = [plan(args.scenario, gpus=n, gpu=args.gpu, model=args.model, overrides=overrides,
                   schedules=schedules, simulate=args.simulate, measured_steps=args.steps, workers=args.workers,
-                  refine=args.refine, progress=sys.stderr)
+                  refine=args.refine, layouts=args.layouts, progress=sys.stderr)
              for n in budgets]
     if args.json:
         print(json.dumps([plan_dict(p) for p in plans], indent=2))

@@ -30,6 +30,9 @@ TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_
 # the other way of taking weights), so 12 allow two full rounds and most of a third. On the documented workload at 64
 # H100s, 4 stopped after one round at η=2 interrupted (201k tokens/s); the climb ends at η=2 in flight (212k) after 11.
 REFINE = 12
+# Simulations spent on the winner's training layouts once its placement and schedule are chosen: the two best
+# estimates of the layouts that fit (the estimate prices training layouts from the same cost model as the simulation).
+LAYOUTS = 2
 # Steps each shortlisted simulation measures after its warm-up (its schedule's fill), as validation cases do.
 MEASURED_STEPS = 2
 # Settings of moving training state to the host while generating: they only mean something where the roles share GPUs.
@@ -83,6 +86,7 @@ class Candidate:
     gpus: int
     overrides: dict[str, Any]
     role_groups: tuple[tuple[str, ...], ...] = ()  # split and standalone: the roles of each GPU group
+    training: str = ""  # a training layout other than the base scenario's (rlsim/plan/layouts.py), else empty
 
     @property
     def family(self) -> str:
@@ -99,7 +103,8 @@ class Candidate:
             split = f"{self.rollout_gpus} rollout + {self.training_gpus} train"
         else:
             split = f"{self.training_gpus} shared + {self.rollout_gpus - self.training_gpus} rollout-only"
-        return f"{self.placement} {split}, rollout tp{self.rollout_tp}, {self.schedule.label}"
+        layout = f", {self.training}" if self.training else ""
+        return f"{self.placement} {split}, rollout tp{self.rollout_tp}, {self.schedule.label}{layout}"
 
     @property
     def rollout_share(self) -> float:

@@ -10,13 +10,15 @@
    bound either side and the other way of taking new weights (same split) — and move to the best — the estimate
    prices stages on representative sequences, tells staleness bounds apart only roughly (a shared tail) and ways
    of taking new weights not at all, and cannot see how long one role starves the other;
-6. rank the simulated candidates by trained tokens per second, and explain the winner against the runner-up.
+6. try the winner's training layouts (rlsim/plan/layouts.py: tensor, pipeline, context and expert parallelism, ZeRO
+   stage, activation recompute), pruned by memory and ranked by the estimate, and simulate the best few;
+7. rank the simulated candidates by trained tokens per second, and explain the winner against the runner-up.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -27,7 +29,8 @@ from rlsim.costs.memory import GIB
 from rlsim.errors import Problem, ScenarioError
 from rlsim.estimate import estimate_step
 from rlsim.hardware import HardwareCatalog
-from rlsim.plan.candidates import MEASURED_STEPS, REFINE, SPLITS, STALENESS, Candidate, candidates
+from rlsim.plan.candidates import LAYOUTS, MEASURED_STEPS, REFINE, SPLITS, STALENESS, Candidate, candidates
+from rlsim.plan.layouts import layout_label, training_layouts
 from rlsim.pricing.memory import memory_report
 from rlsim.progress import Progress
 from rlsim.sweep.compute import PointTask
@@ -80,13 +83,15 @@ class Plan:
 def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *, gpus: int, gpu: str | None = None,
          model: str | None = None, overrides: Mapping[str, Any] | None = None,
          schedules: tuple[str, ...] | None = None, simulate: int = 4, measured_steps: int = MEASURED_STEPS,
-         workers: int = 1, refine: int = REFINE, progress: TextIO | None = None) -> Plan:
+         workers: int = 1, refine: int = REFINE, layouts: int = LAYOUTS, progress: TextIO | None = None) -> Plan:
     """Plan the model, algorithm and workload of `base` (a scenario file, or its parsed document with the folder its
     relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
     the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
     one_step_off, async); `refine` bounds the extra simulations spent moving the winner to a neighbouring split,
-    staleness bound or way of updating weights. Each candidate is simulated for `measured_steps` after its own
-    schedule's pipeline fill (rlsim.config.run_length), so an async η = 4 warms up longer than a one-step-off run."""
+    staleness bound or way of updating weights; `layouts` the simulations spent on the winner's training layouts
+    (parallel degrees, ZeRO stage, recompute: rlsim/plan/layouts.py), the best estimates of those that fit. Each
+    candidate is simulated for `measured_steps` after its own schedule's pipeline fill (rlsim.config.run_length), so
+    an async η = 4 warms up longer than a one-step-off run."""
     if not isinstance(base, YamlDocument):
         base_dir = Path(base).resolve().parent
         base = read_yaml(base)
@@ -116,26 +121,11 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     infeasible: dict[str, int] = {}
     estimated = []
     found = [c for c in candidates(data, gpus, gpu, per_node) if schedules is None or c.schedule.mode in schedules]
+    pricing = _Pricing(base, fixed, base_dir, measured_steps, invalid, infeasible)
     for candidate in found:
-        try:
-            scenario = scenario_from_document(base.with_overrides({**fixed, **candidate.overrides}), base_dir=base_dir)
-        except ScenarioError as err:
-            reason = f"{err.first.path}: {err.first.message}"
-            invalid[reason] = invalid.get(reason, 0) + 1
-            continue
-        warmup = scenario.run.warmup_steps  # the schedule's fill
-        scenario = scenario.model_copy(update={"run": scenario.run.model_copy(
-            update={"steps": warmup + measured_steps, "warmup_steps": warmup})})
-        bound = bind(scenario)
-        memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()},
-                               bound.reward_model)
-        short = [m for m in memory if not m.fits]
-        if short:
-            reason = f"{short[0].role} needs {short[0].total_bytes / GIB:.0f} of {short[0].capacity_bytes / GIB:.0f} GiB"
-            infeasible[reason] = infeasible.get(reason, 0) + 1
-            continue
-        estimate = estimate_step(bound)
-        estimated.append(Evaluated(candidate, estimate.step_s, estimate.tokens_per_s, scenario))
+        evaluated = pricing.evaluate(candidate)
+        if evaluated is not None:
+            estimated.append(evaluated)
     # The estimate cannot tell weight updates apart, nor staleness bounds when training sets the pace; on a tie the
     # fresher samples (smaller η) come first, then AReaL's interruption (the planner's longest-standing async
     # schedule) before updates in flight.
@@ -150,6 +140,9 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     if ranked:
         ranked, more_notes = _refine(ranked, estimated, refine, workers, base_dir, progress)
         notes += more_notes
+    if ranked and layouts:
+        ranked, more_notes = _try_training_layouts(ranked, pricing, layouts, per_node, workers, base_dir, progress)
+        notes += more_notes
     if not ranked:
         raise ScenarioError(Problem("no shortlisted candidate could be simulated: " + "; ".join(notes),
                                     file="rlsim plan"))
@@ -159,6 +152,69 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
                 f" and responses ≤ {first.algorithm.max_response_tokens} tokens")
     return Plan(gpus, gpu, first.model.name, workload, len(found), invalid, infeasible, tuple(estimated), ranked, measured_steps,
                 tuple(notes))
+
+
+@dataclass
+class _Pricing:
+    """A candidate as a scenario of its own, validated, memory-checked and estimated; why the others were left out is
+    counted in `invalid` and `infeasible`."""
+
+    base: YamlDocument
+    fixed: dict[str, Any]
+    base_dir: Path
+    measured_steps: int
+    invalid: dict[str, int]
+    infeasible: dict[str, int]
+
+    def evaluate(self, candidate: Candidate) -> Evaluated | None:
+        try:
+            scenario = scenario_from_document(self.base.with_overrides({**self.fixed, **candidate.overrides}),
+                                              base_dir=self.base_dir)
+        except ScenarioError as err:
+            reason = f"{err.first.path}: {err.first.message}"
+            self.invalid[reason] = self.invalid.get(reason, 0) + 1
+            return None
+        warmup = scenario.run.warmup_steps  # the schedule's fill
+        scenario = scenario.model_copy(update={"run": scenario.run.model_copy(
+            update={"steps": warmup + self.measured_steps, "warmup_steps": warmup})})
+        bound = bind(scenario)
+        memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()},
+                               bound.reward_model)
+        short = [m for m in memory if not m.fits]
+        if short:
+            reason = f"{short[0].role} needs {short[0].total_bytes / GIB:.0f} of {short[0].capacity_bytes / GIB:.0f} GiB"
+            self.infeasible[reason] = self.infeasible.get(reason, 0) + 1
+            return None
+        estimate = estimate_step(bound)
+        return Evaluated(candidate, estimate.step_s, estimate.tokens_per_s, scenario)
+
+
+def _try_training_layouts(ranked: tuple[Evaluated, ...], pricing: _Pricing, budget: int, per_node: int, workers: int,
+                          base_dir: Path, progress: TextIO | None) -> tuple[tuple[Evaluated, ...], list[str]]:
+    """The winner with other training layouts (rlsim/plan/layouts.py): each validated, memory-pruned and estimated,
+    the `budget` best estimates simulated; the ranking takes them in, and a note says how many were tried."""
+    winner = ranked[0]
+    spec = bind(winner.scenario).model
+    # Counted apart: the plan's own counts are of the placement-and-schedule candidates.
+    pricing = replace(pricing, invalid={}, infeasible={})
+    layouts = training_layouts(spec, winner.scenario.placement.training, per_node)[1:]
+    tried = []
+    for layout in layouts:
+        changes = {f"placement.training.{key}": value for key, value in layout.items() if key != "dp"}
+        candidate = replace(winner.candidate, overrides={**winner.candidate.overrides, **changes},
+                            training=layout_label(layout))
+        evaluated = pricing.evaluate(candidate)
+        if evaluated is not None:
+            tried.append(evaluated)
+    tried.sort(key=lambda e: (-e.estimate_tokens_per_s, e.candidate.label))
+    left_out = sum(pricing.invalid.values()) + sum(pricing.infeasible.values())
+    note = (f"training layouts of the winner: {len(layouts)} tried, {left_out} invalid or too large, the best "
+            f"{min(budget, len(tried))} of {len(tried)} estimates simulated")
+    if not tried:
+        return ranked, [note]
+    bar = Progress(min(budget, len(tried)), f"{winner.candidate.gpus}-GPU training layouts", progress)
+    simulated, failed = _simulate(tried[:budget], workers, base_dir, bar)
+    return tuple(sorted((*ranked, *simulated), key=lambda e: (-e.tokens_per_s, e.candidate.label))), [note, *failed]
 
 
 def _first_pool_gpu(base: YamlDocument) -> str:
