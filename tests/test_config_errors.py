@@ -32,6 +32,8 @@ CASES = [
     ("wrong type: float for int", edit("    gpus: 8\n    tp: 2", "    gpus: 8.5\n    tp: 2"),
      "placement.rollout.gpus", "gpus: 8.5", ["integer"]),
     ("negative count", edit("      nodes: 2", "      nodes: -1"), "cluster.pools[0].nodes", "nodes: -1", ["greater than 0"]),
+    ("nodes that do not tile the scale-up domain", edit("      nodes: 2", "      nodes: 2\n      gpus_per_node: 6"),
+     "cluster.pools[0].gpus_per_node", "gpus_per_node: 6", ["scale-up domains of 8", "divisor or a multiple"]),
     ("zero count", edit("  samples_per_prompt: 8", "  samples_per_prompt: 0"), "algorithm.samples_per_prompt",
      "samples_per_prompt: 0", ["greater than 0"]),
     ("negative seed", edit("seed: 3", "seed: -3"), "seed", "seed: -3", ["greater than or equal"]),

@@ -210,6 +210,23 @@ def test_success_rate_filter_keeps_the_expected_share():
     assert kept == pytest.approx(expected_kept_fraction(scenario.workload, 8), abs=0.01)
 
 
+@pytest.mark.parametrize("mean, concentration", [(1e-9, 10.0), (0.5, 1e-6), (1 - 1e-12, 5.0), (0.3, 4.0), (0.2, 1e6)])
+def test_the_kept_fraction_holds_for_extreme_success_rates(mean, concentration):
+    """E[1 − pⁿ − (1 − p)ⁿ] over Beta(α, β) in closed form: it agrees with integrating the Beta density where that
+    works, and stays in [0, 1] where the integral overflowed (a success rate of 1e-9 passed validation, then crashed)."""
+    from scipy import stats
+
+    from rlsim.workload.filters import mean_informative_chance
+
+    alpha, beta = mean * concentration, (1 - mean) * concentration
+    chance = mean_informative_chance(alpha, beta, 8)
+    assert 0.0 <= chance <= 1.0
+    if 1e-3 < alpha and 1e-3 < beta:
+        assert chance == pytest.approx(stats.beta(alpha, beta).expect(lambda p: informative_chance(p, 8)), rel=1e-8)
+    else:
+        assert chance < 1e-4  # nearly every group all wrong (or all right)
+
+
 def test_group_correlation_orders_samples_without_changing_their_distribution():
     from rlsim.workload.fitting import log_length_icc
 

@@ -107,6 +107,13 @@ def _resolve_pool(index: int, pool: Pool, hardware: HardwareCatalog, check: _Che
     updates: dict[str, Any] = {"gpu": gpu.name}
     if pool.gpus_per_node is None:
         updates["gpus_per_node"] = gpu.node.gpus_per_node.value
+    elif gpu.scale_up is not None:
+        # Nodes are whole scale-up domains (an 8-GPU NVLink board) or a whole number of nodes make one (NVL72).
+        domain = gpu.scale_up.domain_gpus.value
+        if domain % pool.gpus_per_node and pool.gpus_per_node % domain:
+            check.fail(at + ("gpus_per_node",), f"{pool.gpus_per_node} GPUs per node do not tile {gpu.name}'s "
+                       f"scale-up domains of {domain} GPUs", value=pool.gpus_per_node,
+                       valid=f"a divisor or a multiple of {domain}")
     if pool.nics_per_node is None and gpu.node.nics_per_node is not None:
         updates["nics_per_node"] = gpu.node.nics_per_node.value
     if pool.price_usd_per_gpu_hour is None and gpu.price_usd_per_gpu_hour is not None:

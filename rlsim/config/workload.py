@@ -234,8 +234,11 @@ class BetaSuccess(Frozen):
     a + b: small = prompts are mostly all-right or all-wrong)."""
 
     mean: float = Field(gt=0, lt=1, allow_inf_nan=False, description="mean probability that a sample is correct, over prompts")
+    # Past 1e12 every prompt's rate is the mean to six digits, and the Beta quantile the sampler draws through (scipy's
+    # beta.ppf) returns NaN from about 1e20.
     concentration: PositiveFloat = Field(
-        2.0, description="a + b of the Beta distribution: small means prompts are mostly all right or all wrong")
+        2.0, le=1e12, description="a + b of the Beta distribution: small means prompts are mostly all right or all "
+        "wrong; large (up to 1e12) that every prompt succeeds at the mean rate")
     length_correlation: float = Field(
         0.0, ge=-1.0, le=1.0, description="correlation of the success rate's normal score with the prompt's length "
         "difficulty (negative: hard prompts, long answers, fewer right)")

@@ -6,6 +6,7 @@ trace filter's position); nothing is shared between runs.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,9 +79,17 @@ def expected_kept_fraction(workload: Workload, samples_per_prompt: int) -> float
     success = workload.success_rate
     if success is None:
         raise ValueError("the success_rate filter needs workload.success_rate")
-    from scipy import stats
+    return mean_informative_chance(success.mean * success.concentration, (1 - success.mean) * success.concentration,
+                                   samples_per_prompt)
 
-    from rlsim.workload.budgets import informative_chance
 
-    beta = stats.beta(success.mean * success.concentration, (1 - success.mean) * success.concentration)
-    return float(beta.expect(lambda p: informative_chance(p, samples_per_prompt)))
+def mean_informative_chance(alpha: float, beta: float, samples: int) -> float:
+    """E[1 − pⁿ − (1 − p)ⁿ] for a success rate p ~ Beta(α, β): the chance a group of n samples is informative, in
+    closed form — E[pⁿ] = B(α + n, β) / B(α, β) — through log-gamma, so it holds for any α, β > 0 (numerical
+    integration overflows when either is tiny, e.g. a mean success rate of 1e-9)."""
+    from scipy.special import gammaln
+
+    total = alpha + beta
+    all_right = math.exp(gammaln(alpha + samples) - gammaln(alpha) + gammaln(total) - gammaln(total + samples))
+    all_wrong = math.exp(gammaln(beta + samples) - gammaln(beta) + gammaln(total) - gammaln(total + samples))
+    return min(1.0, max(0.0, 1.0 - all_right - all_wrong))
