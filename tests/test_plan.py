@@ -13,7 +13,7 @@ import rlsim
 from rlsim.cli import main
 from rlsim.config.bound import bind
 from rlsim.plan import candidates, plan
-from rlsim.plan.candidates import STALENESS
+from rlsim.plan.candidates import STALENESS, cross_pool_candidates
 from rlsim.plan.layouts import layout_label, training_layouts
 from rlsim.plan.planner import REFINE
 from rlsim.yamlsource import read_yaml
@@ -267,3 +267,21 @@ def test_the_winner_is_tried_with_other_training_layouts(small_workload):
     assert {e.candidate.placement for e in tried} == {without.winner.candidate.placement}
     assert searched.winner.tokens_per_s == max(e.tokens_per_s for e in searched.ranked) >= without.winner.tokens_per_s
     assert any(note.startswith("training layouts of the winner:") for note in searched.notes)
+
+
+def test_two_gpu_types_give_one_the_rollout_and_the_other_the_training(small_workload, capsys):
+    """With a second pool of another GPU type, the candidates also place generation on one pool and training on the
+    other, each way round, with every schedule that overlaps them; the plan names both pools."""
+    found = cross_pool_candidates(read_yaml(small_workload).data, ("h800-sxm", 16, 8), ("h20", 32, 8))
+    directions = {(c.pools, c.rollout_gpus, c.training_gpus) for c in found}
+    assert directions == {(("h800-sxm", "h20"), 16, 32), (("h20", "h800-sxm"), 32, 16)}
+    h20_rollout = next(c for c in found if c.pools[0] == "h20" and c.rollout_tp == 2 and c.schedule.mode == "async")
+    assert h20_rollout.label.startswith("disaggregated 32 h20 rollout + 16 h800-sxm train, rollout tp2, async")
+    pools = {p["name"]: p for p in h20_rollout.overrides["cluster.pools"]}
+    assert (pools["rollout"]["gpu"], pools["rollout"]["nodes"], pools["train"]["gpu"]) == ("h20", 4, "h800-sxm")
+    assert h20_rollout.overrides["placement"]["rollout"]["pool"] == "rollout"
+    result = plan(small_workload, gpus=8, gpu="h800-sxm", pool=("h20", 8), schedules=("one_step_off",), simulate=2,
+                  refine=0, layouts=0, workers=2)
+    assert any(e.candidate.pools for e in result.estimated) and result.cluster == "8 × h800-sxm + 8 × h20"
+    assert main(["plan", str(small_workload), "--gpus", "8", "--gpu", "h800-sxm", "--pool", "h20", "--simulate", "1"]) == 2
+    assert "GPU:COUNT" in capsys.readouterr().err

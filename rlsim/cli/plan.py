@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="GPU budget: a count, a range START-STOP[:STEP] (STEP defaults to START), or several "
                         "separated by commas, e.g. 64, 16,64,128 or 16-128:16")
     parser.add_argument("--gpu", help="GPU profile (default: the scenario's first pool's)")
+    parser.add_argument("--pool", metavar="GPU:COUNT",
+                        help="a second pool of another GPU type beside the --gpus, e.g. h20:64: the plan then also "
+                        "gives one pool the rollout and the other the training, each way round")
     parser.add_argument("--model", help="model to plan for instead of the scenario's: a catalog name, a Hugging Face "
                         "id or a config.json")
     add_set_argument(parser)
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                                     "least 0", file="rlsim plan"))
     plans = [plan(args.scenario, gpus=n, gpu=args.gpu, model=args.model, overrides=overrides,
                   schedules=schedules, simulate=args.simulate, measured_steps=args.steps, workers=args.workers,
-                  refine=args.refine, layouts=args.layouts, progress=sys.stderr)
+                  refine=args.refine, layouts=args.layouts, pool=_pool(args.pool), progress=sys.stderr)
              for n in budgets]
     if args.json:
         print(json.dumps([plan_dict(p) for p in plans], indent=2))
@@ -110,3 +113,14 @@ def _counts(text: str) -> list[int]:
         raise ScenarioError(Problem(f"not a GPU count, range or list of them: {text!r}", file="rlsim plan --gpus",
                                     valid="e.g. 64, 16,64,128 or 16-128:16"))
     return sorted(set(counts))
+
+
+def _pool(text: str | None) -> tuple[str, int] | None:
+    """`h20:64` -> ("h20", 64)."""
+    if text is None:
+        return None
+    gpu, _, count = text.rpartition(":")
+    if not gpu or not count.isdigit() or int(count) < 1:
+        raise ScenarioError(Problem(f"not a pool: {text!r}", file="rlsim plan --pool", value=text,
+                                    valid="GPU:COUNT, e.g. h20:64"))
+    return gpu, int(count)

@@ -87,6 +87,7 @@ class Candidate:
     overrides: dict[str, Any]
     role_groups: tuple[tuple[str, ...], ...] = ()  # split and standalone: the roles of each GPU group
     training: str = ""  # a training layout other than the base scenario's (rlsim/plan/layouts.py), else empty
+    pools: tuple[str, str] = ()  # with two GPU types: the rollout's GPU and the training's, each its own pool
 
     @property
     def family(self) -> str:
@@ -99,6 +100,8 @@ class Candidate:
         elif self.role_groups:
             split = " / ".join(f"{self.training_gpus} {'+'.join(ROLE_NAMES[role] for role in group)}"
                                for group in self.role_groups)
+        elif self.pools:
+            split = f"{self.rollout_gpus} {self.pools[0]} rollout + {self.training_gpus} {self.pools[1]} train"
         elif self.placement == "disaggregated":
             split = f"{self.rollout_gpus} rollout + {self.training_gpus} train"
         else:
@@ -164,6 +167,36 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
                 if share <= SPLITS // 2:  # hybrid: this share trains (and generates), the rest only generates
                     found.append(make("hybrid", schedule, gpus, part, tp, shared_memory))
     return found
+
+
+def cross_pool_candidates(base: dict, first: tuple[str, int, int], second: tuple[str, int, int]) -> list[Candidate]:
+    """With two GPU types, (profile, GPUs, GPUs per node) each: one pool generates and the other trains, each way
+    round, with every schedule that lets separate GPUs overlap and every engine size that fits in a node (RollArt's
+    "hardware affinity" at the level of roles: generation where memory bandwidth is cheap, training where FLOPs are)."""
+    placement = base.get("placement") or {}
+    rollout_base = {k: v for k, v in (placement.get("rollout") or {}).items() if k not in ("gpus", "tp", "pool")}
+    training_base = {k: v for k, v in (placement.get("training") or {}).items() if k in TRAINING_LAYOUT_KEYS}
+    found = []
+    for (rollout_gpu, rollout_count, rollout_node), (train_gpu, train_count, train_node) in ((first, second),
+                                                                                            (second, first)):
+        cluster = [_pool("rollout", rollout_gpu, rollout_count, rollout_node),
+                   _pool("train", train_gpu, train_count, train_node)]
+        for tp in (t for t in ROLLOUT_TPS if t <= min(rollout_node, rollout_count) and rollout_count % t == 0):
+            layout = {"mode": "disaggregated",
+                      "rollout": {**rollout_base, "pool": "rollout", "gpus": rollout_count, "tp": tp,
+                                  "gpu_memory_utilization": DEDICATED_MEMORY_UTILIZATION},
+                      "training": {**training_base, "pool": "train", "gpus": train_count}}
+            for schedule in SCHEDULES:
+                found.append(Candidate("disaggregated", schedule, rollout_count, train_count, tp,
+                                       rollout_count + train_count,
+                                       {"cluster.pools": cluster, "placement": layout, **schedule.overrides()},
+                                       pools=(rollout_gpu, train_gpu)))
+    return found
+
+
+def _pool(name: str, gpu: str, count: int, per_node: int) -> dict[str, Any]:
+    nodes, per = (count // per_node, per_node) if count >= per_node else (1, count)
+    return {"name": name, "gpu": gpu, "nodes": nodes, "gpus_per_node": per}
 
 
 def _roles_used(base: dict) -> set[str]:

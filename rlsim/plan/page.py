@@ -19,7 +19,7 @@ def plan_html(plans: list[Plan]) -> str:
         body += ['<section id="budgets"><h2>The winner of each budget</h2>',
                  f'<pre class="plan">{html.escape(budget_summary(plans))}</pre></section>']
     for result in plans:
-        body += [f'<section id="plan-{result.gpus}"><h2>{result.gpus} × {html.escape(result.gpu)}</h2>',
+        body += [f'<section id="plan-{result.gpus}"><h2>{html.escape(result.cluster)}</h2>',
                  f'<pre class="plan">{html.escape(plan_text(result))}</pre>',
                  figure_div(gpu_time_figure(result), f"gpu-time-{result.gpus}"), "</section>"]
     # The ranking's rows are wider than a page: they scroll inside their box, not the page.

@@ -29,7 +29,16 @@ from rlsim.costs.memory import GIB
 from rlsim.errors import Problem, ScenarioError
 from rlsim.estimate import estimate_step
 from rlsim.hardware import HardwareCatalog
-from rlsim.plan.candidates import LAYOUTS, MEASURED_STEPS, REFINE, SPLITS, STALENESS, Candidate, candidates
+from rlsim.plan.candidates import (
+    LAYOUTS,
+    MEASURED_STEPS,
+    REFINE,
+    SPLITS,
+    STALENESS,
+    Candidate,
+    candidates,
+    cross_pool_candidates,
+)
 from rlsim.plan.layouts import layout_label, training_layouts
 from rlsim.pricing.memory import memory_report
 from rlsim.progress import Progress
@@ -74,6 +83,17 @@ class Plan:
     ranked: tuple[Evaluated, ...]  # simulated candidates, best first
     measured_steps: int  # per simulation, after its schedule's pipeline fill
     notes: tuple[str, ...] = field(default=())
+    pool: tuple[str, int] | None = None  # a second pool of another GPU type: (profile, GPUs)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus + (self.pool[1] if self.pool else 0)
+
+    @property
+    def cluster(self) -> str:
+        """The GPUs planned for, as a reader says it: `16 × h100-sxm`, or `32 × h800-sxm + 64 × h20`."""
+        second = f" + {self.pool[1]} × {self.pool[0]}" if self.pool else ""
+        return f"{self.gpus} × {self.gpu}{second}"
 
     @property
     def winner(self) -> Evaluated:
@@ -83,7 +103,8 @@ class Plan:
 def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *, gpus: int, gpu: str | None = None,
          model: str | None = None, overrides: Mapping[str, Any] | None = None,
          schedules: tuple[str, ...] | None = None, simulate: int = 4, measured_steps: int = MEASURED_STEPS,
-         workers: int = 1, refine: int = REFINE, layouts: int = LAYOUTS, progress: TextIO | None = None) -> Plan:
+         workers: int = 1, refine: int = REFINE, layouts: int = LAYOUTS, pool: tuple[str, int] | None = None,
+         progress: TextIO | None = None) -> Plan:
     """Plan the model, algorithm and workload of `base` (a scenario file, or its parsed document with the folder its
     relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
     the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
@@ -91,7 +112,9 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     staleness bound or way of updating weights; `layouts` the simulations spent on the winner's training layouts
     (parallel degrees, ZeRO stage, recompute: rlsim/plan/layouts.py), the best estimates of those that fit. Each
     candidate is simulated for `measured_steps` after its own schedule's pipeline fill (rlsim.config.run_length), so
-    an async η = 4 warms up longer than a one-step-off run."""
+    an async η = 4 warms up longer than a one-step-off run. `pool`: a second pool of another GPU type, (profile, GPUs),
+    beside the `gpus` of `gpu`: the candidates then also give one pool the rollout and the other the training, each
+    way round (`cross_pool_candidates`)."""
     if not isinstance(base, YamlDocument):
         base_dir = Path(base).resolve().parent
         base = read_yaml(base)
@@ -106,13 +129,10 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
                                          valid="a rule, sandbox or reward_model reward"))
     gpu = gpu or _first_pool_gpu(base)
     hardware = HardwareCatalog.load()
-    try:
-        per_node = hardware.gpu(gpu).node.gpus_per_node.value
-    except LookupError as err:
-        raise ScenarioError(Problem(str(err), file="rlsim plan --gpu", value=gpu)) from None
-    if gpus < 2 or (gpus > per_node and gpus % per_node):
-        raise ScenarioError(Problem(f"{gpus} GPUs of {gpu} are not whole nodes of {per_node}", file="rlsim plan --gpus",
-                                    value=gpus, valid=f"2 to {per_node}, or a multiple of {per_node}"))
+    per_node = _whole_nodes(hardware, gpu, gpus, "rlsim plan --gpus", "rlsim plan --gpu", minimum=2)
+    second = None
+    if pool is not None:
+        second = (pool[0], pool[1], _whole_nodes(hardware, pool[0], pool[1], "rlsim plan --pool", "rlsim plan --pool"))
     # The run length is each candidate's own (set below), whatever the base file says.
     fixed: dict[str, Any] = {"run.steps": None, "run.warmup_steps": None}
     if model:
@@ -120,7 +140,10 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     invalid: dict[str, int] = {}
     infeasible: dict[str, int] = {}
     estimated = []
-    found = [c for c in candidates(data, gpus, gpu, per_node) if schedules is None or c.schedule.mode in schedules]
+    found = candidates(data, gpus, gpu, per_node)
+    if second is not None:
+        found += cross_pool_candidates(data, (gpu, gpus, per_node), second)
+    found = [c for c in found if schedules is None or c.schedule.mode in schedules]
     pricing = _Pricing(base, fixed, base_dir, measured_steps, invalid, infeasible)
     for candidate in found:
         evaluated = pricing.evaluate(candidate)
@@ -150,8 +173,8 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     workload = (f"{first.model.name} {first.algorithm.name.upper()}: {first.algorithm.prompts_per_step} prompts × "
                 f"{first.algorithm.samples_per_prompt} samples per step, prompts ≤ {first.algorithm.max_prompt_tokens}"
                 f" and responses ≤ {first.algorithm.max_response_tokens} tokens")
-    return Plan(gpus, gpu, first.model.name, workload, len(found), invalid, infeasible, tuple(estimated), ranked, measured_steps,
-                tuple(notes))
+    return Plan(gpus, gpu, first.model.name, workload, len(found), invalid, infeasible, tuple(estimated), ranked,
+                measured_steps, tuple(notes), pool)
 
 
 @dataclass
@@ -217,6 +240,19 @@ def _try_training_layouts(ranked: tuple[Evaluated, ...], pricing: _Pricing, budg
     return tuple(sorted((*ranked, *simulated), key=lambda e: (-e.tokens_per_s, e.candidate.label))), [note, *failed]
 
 
+def _whole_nodes(hardware: HardwareCatalog, gpu: str, count: int, count_flag: str, gpu_flag: str, *,
+                 minimum: int = 1) -> int:
+    """GPUs per node of profile `gpu`, once `count` of them are checked to be whole nodes (or fit in one)."""
+    try:
+        per_node = hardware.gpu(gpu).node.gpus_per_node.value
+    except LookupError as err:
+        raise ScenarioError(Problem(str(err), file=gpu_flag, value=gpu)) from None
+    if count < minimum or (count > per_node and count % per_node):
+        raise ScenarioError(Problem(f"{count} GPUs of {gpu} are not whole nodes of {per_node}", file=count_flag,
+                                    value=count, valid=f"{minimum} to {per_node}, or a multiple of {per_node}"))
+    return per_node
+
+
 def _first_pool_gpu(base: YamlDocument) -> str:
     try:
         return str(base.data["cluster"]["pools"][0]["gpu"])
@@ -246,7 +282,7 @@ def _shortlist(estimated: list[Evaluated], count: int) -> list[Evaluated]:
 def _is_neighbour(best: Candidate, other: Candidate) -> bool:
     """`other` is the same as `best` but for its split moved one eighth of the GPUs, or (async) the next staleness
     bound up or down, or the other way of taking new weights."""
-    if other.placement != best.placement or other.rollout_tp != best.rollout_tp:
+    if other.placement != best.placement or other.rollout_tp != best.rollout_tp or other.pools != best.pools:
         return False
     if other.schedule == best.schedule:
         return abs(other.training_gpus - best.training_gpus) == best.gpus // SPLITS

@@ -13,7 +13,7 @@ RANKING_HEADERS = ("rank", "candidate", "est. step s", "step s", "tokens/s", "pe
 def plan_text(result: Plan) -> str:
     """The ranked table and why the winner wins, as `rlsim plan` prints it."""
     pruned = sum(result.invalid.values()) + sum(result.infeasible.values())
-    lines = [f"plan for {result.workload} on {result.gpus} × {result.gpu}",
+    lines = [f"plan for {result.workload} on {result.cluster}",
              f"{result.considered} candidates: {sum(result.invalid.values())} invalid, "
              f"{sum(result.infeasible.values())} do not fit in memory, {len(result.estimated)} estimated "
              f"({pruned} pruned); simulated the best {len(result.ranked)} for {result.measured_steps} steps each "
@@ -36,7 +36,8 @@ def plan_text(result: Plan) -> str:
 
 def plan_dict(result: Plan) -> dict:
     """The plan as JSON-ready data (`rlsim plan --json`)."""
-    return {"gpus": result.gpus, "gpu": result.gpu, "workload": result.workload, "considered": result.considered,
+    pool = {"pool": {"gpu": result.pool[0], "gpus": result.pool[1]}} if result.pool else {}
+    return {"gpus": result.gpus, "gpu": result.gpu, **pool, "workload": result.workload, "considered": result.considered,
             "invalid": result.invalid, "infeasible": result.infeasible, "estimated": len(result.estimated),
             "ranked": [{"candidate": e.candidate.label, "placement": e.candidate.placement,
                         "schedule": e.candidate.schedule.label, "rollout_gpus": e.candidate.rollout_gpus,
@@ -50,5 +51,5 @@ def plan_dict(result: Plan) -> dict:
 def budget_summary(plans: list[Plan]) -> str:
     """The winner of each GPU budget, one line each: how the best choice and its throughput change with scale."""
     rows = [(result.gpus, result.winner.candidate.label, f"{result.winner.tokens_per_s:,.0f}",
-             f"{result.winner.tokens_per_s / result.gpus:,.0f}", f"{result.winner.step_s:.1f}") for result in plans]
+             f"{result.winner.tokens_per_s / result.total_gpus:,.0f}", f"{result.winner.step_s:.1f}") for result in plans]
     return text_table(("GPUs", "winner", "tokens/s", "per GPU", "step s"), rows, left=(1,))
