@@ -288,7 +288,7 @@ def training_memory_of(
     holds more (its own micro-batches' logits). `reference`: a resident reference policy."""
     state = training_model_state(spec, layout)
     shared = {}
-    if reference:
+    if reference and reference_weight_bytes(spec, layout):  # under LoRA the reference is the base: no copy
         shared["reference weights"] = reference_weight_bytes(spec, layout)
     gathered = fsdp_gathered_bytes(spec, layout)
     if gathered:
