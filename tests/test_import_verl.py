@@ -269,3 +269,16 @@ def test_an_unknown_quantization_exits_2_naming_the_key(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "actor_rollout_ref.rollout.quantization" in err and "Traceback" not in err
+
+
+def test_hf_rollout_maps_to_hf_generate_engines(tmp_path):
+    """verl's HFRollout: each training GPU calls generate() on its share of the prompts (or micro_batch_size prompts
+    at a time), n sequences each, prompts padded to data.max_prompt_length."""
+    script = GRPO_SCRIPT.replace("actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.name=hf")
+    code, out = _import(tmp_path, ("run.sh", script))
+    assert code == 0
+    r = rlsim.load_scenario(out).placement.rollout
+    assert (r.engine, r.tp, r.pad_prompts, r.max_num_seqs) == ("hf", 1, "max_prompt_tokens", 512 // 16 * 8)
+    code, out = _import(tmp_path, ("run.sh", script.replace("trainer.nnodes=2 $@", "trainer.nnodes=2 "
+                                                                "+actor_rollout_ref.rollout.micro_batch_size=4 $@")))
+    assert code == 0 and rlsim.load_scenario(out).placement.rollout.max_num_seqs == 4 * 8

@@ -70,6 +70,7 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
     f"{ROLLOUT}.max_num_batched_tokens": (8192, PPO),
     f"{ROLLOUT}.max_model_len": (None, PPO),
     f"{ROLLOUT}.enforce_eager": (False, PPO),
+    f"{ROLLOUT}.micro_batch_size": (None, PPO),
     f"{ROLLOUT}.quantization": (None, PPO),
     f"{ROLLOUT}.use_block_quant_rollout": (None, PPO),
     f"{ROLLOUT}.engine_kwargs.vllm.kv_cache_dtype": (None, PPO),
@@ -123,7 +124,10 @@ RULES: tuple[KeyRule, ...] = (
             "true → colocated; false (split pools) → disaggregated"),
     KeyRule("rollout.nnodes", "placement.rollout.gpus", "split pools: rollout.nnodes × rollout.n_gpus_per_node"),
     KeyRule("rollout.n_gpus_per_node", "placement.rollout.gpus", "split pools: rollout GPUs per node"),
-    KeyRule(f"{ROLLOUT}.name", "placement.rollout.engine", "vllm or sglang"),
+    KeyRule(f"{ROLLOUT}.name", "placement.rollout.engine", "vllm, sglang, or hf (verl's HFRollout: tp 1, prompts "
+            "padded to data.max_prompt_length)"),
+    KeyRule(f"{ROLLOUT}.micro_batch_size", "placement.rollout.max_num_seqs",
+            "hf: prompts per generate() call × rollout.n (default: each GPU's share of the batch)"),
     KeyRule(f"{ROLLOUT}.tensor_model_parallel_size", "placement.rollout.tp", "as is"),
     KeyRule(f"{ROLLOUT}.expert_parallel_size", "placement.rollout.ep", "as is"),
     KeyRule(f"{ROLLOUT}.gpu_memory_utilization", "placement.rollout.gpu_memory_utilization", "as is"),
@@ -417,9 +421,12 @@ def _reward(draft: Draft, reader: Reader) -> None:
 
 def _rollout(draft: Draft, reader: Reader) -> None:
     engine, engine_from = reader.text(f"{ROLLOUT}.name")
+    if engine == "hf":
+        _hf_rollout(draft, reader, engine_from)
+        return
     if engine not in ("vllm", "sglang"):
-        raise ScenarioError(reader.problem(f"{ROLLOUT}.name", f"rlsim models vLLM and SGLang engines, not {engine!r}",
-                                           valid="vllm, sglang"))
+        raise ScenarioError(reader.problem(f"{ROLLOUT}.name", f"rlsim models vLLM, SGLang and Hugging Face generate() "
+                                           f"engines, not {engine!r}", valid="vllm, sglang, hf"))
     draft.set("placement.rollout.engine", engine, engine_from)
     for key, field in (("tensor_model_parallel_size", "tp"), ("expert_parallel_size", "ep"),
                        ("max_num_seqs", "max_num_seqs"), ("max_num_batched_tokens", "max_num_batched_tokens")):
@@ -443,6 +450,27 @@ def _rollout(draft: Draft, reader: Reader) -> None:
             raise ScenarioError(reader.problem(key, "rlsim models 16-bit and FP8 KV caches",
                                                valid="auto, fp8, fp8_e4m3, fp8_e5m2"))
         draft.set("placement.rollout.kv_cache_dtype", "fp8", kv.origin)
+
+
+def _hf_rollout(draft: Draft, reader: Reader, engine_from: str) -> None:
+    """verl's HFRollout (verl/workers/rollout/hf_rollout.py): every training rank calls generate() on its own GPU over
+    its share of the prompts, micro_batch_size prompts at a time (default: the whole share), each with n return
+    sequences, the prompts left-padded to data.max_prompt_length by verl's dataset."""
+    at = "placement.rollout"
+    draft.set(f"{at}.engine", "hf", engine_from)
+    draft.set(f"{at}.tp", 1, "verl's HFRollout generates on each training GPU alone")
+    draft.set(f"{at}.pad_prompts", "max_prompt_tokens", "verl's dataset left-pads prompts to data.max_prompt_length")
+    samples = draft.value("algorithm.samples_per_prompt")
+    micro = reader.get(f"{ROLLOUT}.micro_batch_size")
+    if micro.value is not None:
+        prompts, prompts_from = reader.integer(f"{ROLLOUT}.micro_batch_size")
+        draft.set(f"{at}.max_num_seqs", prompts * samples, f"{prompts_from} prompts × rollout.n per generate() call")
+    else:
+        share = -(-draft.value("algorithm.prompts_per_step") // draft.value(f"{at}.gpus"))
+        draft.set(f"{at}.max_num_seqs", share * samples, f"{micro.origin}: each GPU's share of the prompts "
+                  "(train_batch_size / GPUs) × rollout.n in one generate() call")
+    memory, memory_from = reader.number(f"{ROLLOUT}.gpu_memory_utilization")
+    draft.set(f"{at}.gpu_memory_utilization", memory, memory_from)
 
 
 def _training(draft: Draft, reader: Reader) -> None:
