@@ -13,7 +13,7 @@ import rlsim
 from rlsim.cli import main
 from rlsim.config.bound import bind
 from rlsim.plan import candidates, plan
-from rlsim.plan.candidates import STALENESS, cross_pool_candidates
+from rlsim.plan.candidates import LAYOUTS, STALENESS, cross_pool_candidates
 from rlsim.plan.layouts import layout_label, training_layouts
 from rlsim.plan.planner import REFINE
 from rlsim.yamlsource import read_yaml
@@ -76,8 +76,10 @@ def test_plan_ranks_simulated_candidates_and_explains_the_winner(small_workload,
     assert main(["plan", str(small_workload), "--gpus", "16", "--simulate", "3", "--workers", "2", "--json"]) == 0
     [result] = json.loads(capsys.readouterr().out)
     ranked = result["ranked"]
-    # The shortlist (one per placement), plus at most REFINE refinements of the best candidate.
-    assert 3 <= len(ranked) <= 3 + REFINE and {r["placement"] for r in ranked} == {"colocated", "disaggregated", "hybrid"}
+    # The shortlist (one per placement), plus at most REFINE refinements of the best candidate and LAYOUTS training
+    # layouts of each placement's best.
+    assert 3 <= len(ranked) <= 3 + REFINE + 3 * LAYOUTS
+    assert {r["placement"] for r in ranked} == {"colocated", "disaggregated", "hybrid"}
     throughputs = [r["tokens_per_s"] for r in ranked]
     assert throughputs == sorted(throughputs, reverse=True)
     assert result["considered"] == result["estimated"] + sum(result["invalid"].values()) + sum(
@@ -257,8 +259,9 @@ def test_training_layouts_are_ones_a_framework_can_run():
 
 
 def test_the_winner_is_tried_with_other_training_layouts(small_workload):
-    """After the placement and schedule are chosen, the winner's training layouts are estimated, those that do not
-    fit pruned, and the best estimates simulated; the winner is the best simulated, and a note says what was tried."""
+    """After the placements and schedules are simulated, the best candidate of each placement is tried with other
+    training layouts: estimated, those that do not fit pruned, the best estimates simulated; the winner is the best
+    simulated, and a note says what was tried."""
     without = plan(small_workload, gpus=16, schedules=("sync",), simulate=1, refine=0, layouts=0, workers=2)
     searched = plan(small_workload, gpus=16, schedules=("sync",), simulate=1, refine=0, layouts=2, workers=2)
     assert not any(e.candidate.training for e in without.ranked)
@@ -266,7 +269,7 @@ def test_the_winner_is_tried_with_other_training_layouts(small_workload):
     assert len(tried) == 2
     assert {e.candidate.placement for e in tried} == {without.winner.candidate.placement}
     assert searched.winner.tokens_per_s == max(e.tokens_per_s for e in searched.ranked) >= without.winner.tokens_per_s
-    assert any(note.startswith("training layouts of the winner:") for note in searched.notes)
+    assert any(note.startswith("training layouts of the best colocated candidate:") for note in searched.notes)
 
 
 def test_two_gpu_types_give_one_the_rollout_and_the_other_the_training(small_workload, capsys):

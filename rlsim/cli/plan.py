@@ -49,9 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "async winner's staleness bound one step or its weight updates between interrupt and in-flight, "
                         "while it improves; 0 ranks the shortlist only (default: %(default)s)")
     parser.add_argument("--layouts", type=int, default=LAYOUTS,
-                        help="extra simulations of the winner with other training layouts (tensor, pipeline, context "
-                        "and expert parallelism, ZeRO stage, activation recompute), the best estimates of those that "
-                        "fit in memory; 0 keeps the scenario's layout (default: %(default)s)")
+                        help="extra simulations of each placement's best candidate with other training layouts "
+                        "(tensor, pipeline, context and expert parallelism, ZeRO stage, activation recompute), the "
+                        "best estimates of those that fit in memory; 0 keeps the scenario's layout (default: "
+                        "%(default)s)")
     parser.add_argument("--steps", type=int, default=MEASURED_STEPS,
                         help="steps each simulation measures, after its schedule's pipeline fill (a one-step-off run "
                         "warms up for 2 steps, an async one for its staleness bound + 1) (default: %(default)s)")

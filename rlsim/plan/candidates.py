@@ -30,8 +30,9 @@ TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_
 # the other way of taking weights), so 12 allow two full rounds and most of a third. On the documented workload at 64
 # H100s, 4 stopped after one round at η=2 interrupted (201k tokens/s); the climb ends at η=2 in flight (212k) after 11.
 REFINE = 12
-# Simulations spent on the winner's training layouts once its placement and schedule are chosen: the two best
-# estimates of the layouts that fit (the estimate prices training layouts from the same cost model as the simulation).
+# Simulations spent on each placement's best candidate with other training layouts, once placements and schedules
+# are simulated: the two best estimates of the layouts that fit (the estimate prices training layouts from the same
+# cost model as the simulation).
 LAYOUTS = 2
 # Steps each shortlisted simulation measures after its warm-up (its schedule's fill), as validation cases do.
 MEASURED_STEPS = 2

@@ -10,8 +10,9 @@
    bound either side and the other way of taking new weights (same split) — and move to the best — the estimate
    prices stages on representative sequences, tells staleness bounds apart only roughly (a shared tail) and ways
    of taking new weights not at all, and cannot see how long one role starves the other;
-6. try the winner's training layouts (rlsim/plan/layouts.py: tensor, pipeline, context and expert parallelism, ZeRO
-   stage, activation recompute), pruned by memory and ranked by the estimate, and simulate the best few;
+6. try the best candidate of each placement with other training layouts (rlsim/plan/layouts.py: tensor, pipeline,
+   context and expert parallelism, ZeRO stage, activation recompute), pruned by memory and ranked by the estimate,
+   and simulate the best few of each, so placements are compared each at its best layout;
 7. rank the simulated candidates by trained tokens per second, and explain the winner against the runner-up.
 """
 from __future__ import annotations
@@ -109,8 +110,9 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
     the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
     one_step_off, async); `refine` bounds the extra simulations spent moving the winner to a neighbouring split,
-    staleness bound or way of updating weights; `layouts` the simulations spent on the winner's training layouts
-    (parallel degrees, ZeRO stage, recompute: rlsim/plan/layouts.py), the best estimates of those that fit. Each
+    staleness bound or way of updating weights; `layouts` the simulations spent on each placement's best candidate
+    with other training layouts (parallel degrees, ZeRO stage, recompute: rlsim/plan/layouts.py), the best
+    estimates of those that fit. Each
     candidate is simulated for `measured_steps` after its own schedule's pipeline fill (rlsim.config.run_length), so
     an async η = 4 warms up longer than a one-step-off run. `pool`: a second pool of another GPU type, (profile, GPUs),
     beside the `gpus` of `gpu`: the candidates then also give one pool the rollout and the other the training, each
@@ -214,30 +216,42 @@ class _Pricing:
 
 def _try_training_layouts(ranked: tuple[Evaluated, ...], pricing: _Pricing, budget: int, per_node: int, workers: int,
                           base_dir: Path, progress: TextIO | None) -> tuple[tuple[Evaluated, ...], list[str]]:
-    """The winner with other training layouts (rlsim/plan/layouts.py): each validated, memory-pruned and estimated,
-    the `budget` best estimates simulated; the ranking takes them in, and a note says how many were tried."""
-    winner = ranked[0]
-    spec = bind(winner.scenario).model
+    """The best simulated candidate of each placement with other training layouts (rlsim/plan/layouts.py), so that
+    placements are compared each at its best layout, as HybridFlow's auto-mapping compares them: each layout
+    validated, memory-pruned and estimated, the `budget` best estimates of each simulated; the ranking takes them in,
+    and a note per placement says how many were tried."""
+    best_of_each = {e.candidate.placement: e for e in reversed(ranked)}
+    chosen: list[Evaluated] = []
+    notes: list[str] = []
+    for best in sorted(best_of_each.values(), key=lambda e: (-e.tokens_per_s, e.candidate.label)):
+        tried, note = _layouts_of(best, pricing, per_node)
+        chosen += tried[:budget]
+        notes.append(f"{note}, the best {min(budget, len(tried))} of {len(tried)} estimates simulated")
+    if not chosen:
+        return ranked, notes
+    bar = Progress(len(chosen), f"{ranked[0].candidate.gpus}-GPU training layouts", progress)
+    simulated, failed = _simulate(chosen, workers, base_dir, bar)
+    return tuple(sorted((*ranked, *simulated), key=lambda e: (-e.tokens_per_s, e.candidate.label))), [*notes, *failed]
+
+
+def _layouts_of(best: Evaluated, pricing: _Pricing, per_node: int) -> tuple[list[Evaluated], str]:
+    """`best` with each other training layout that validates and fits, best estimate first, and what was tried."""
+    spec = bind(best.scenario).model
     # Counted apart: the plan's own counts are of the placement-and-schedule candidates.
     pricing = replace(pricing, invalid={}, infeasible={})
-    layouts = training_layouts(spec, winner.scenario.placement.training, per_node)[1:]
+    layouts = training_layouts(spec, best.scenario.placement.training, per_node)[1:]
     tried = []
     for layout in layouts:
         changes = {f"placement.training.{key}": value for key, value in layout.items() if key != "dp"}
-        candidate = replace(winner.candidate, overrides={**winner.candidate.overrides, **changes},
+        candidate = replace(best.candidate, overrides={**best.candidate.overrides, **changes},
                             training=layout_label(layout))
         evaluated = pricing.evaluate(candidate)
         if evaluated is not None:
             tried.append(evaluated)
     tried.sort(key=lambda e: (-e.estimate_tokens_per_s, e.candidate.label))
     left_out = sum(pricing.invalid.values()) + sum(pricing.infeasible.values())
-    note = (f"training layouts of the winner: {len(layouts)} tried, {left_out} invalid or too large, the best "
-            f"{min(budget, len(tried))} of {len(tried)} estimates simulated")
-    if not tried:
-        return ranked, [note]
-    bar = Progress(min(budget, len(tried)), f"{winner.candidate.gpus}-GPU training layouts", progress)
-    simulated, failed = _simulate(tried[:budget], workers, base_dir, bar)
-    return tuple(sorted((*ranked, *simulated), key=lambda e: (-e.tokens_per_s, e.candidate.label))), [note, *failed]
+    return tried, (f"training layouts of the best {best.candidate.placement} candidate: {len(layouts)} tried, "
+                   f"{left_out} invalid or too large")
 
 
 def _whole_nodes(hardware: HardwareCatalog, gpu: str, count: int, count_flag: str, gpu_flag: str, *,
