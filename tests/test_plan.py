@@ -13,7 +13,7 @@ import rlsim
 from rlsim.cli import main
 from rlsim.config.bound import bind
 from rlsim.plan import candidates, plan
-from rlsim.plan.candidates import LAYOUTS, STALENESS, cross_pool_candidates
+from rlsim.plan.candidates import LAYOUTS, STALENESS, cross_pool_candidates, judge_candidates
 from rlsim.plan.layouts import layout_label, training_layouts
 from rlsim.plan.planner import REFINE
 from rlsim.yamlsource import read_yaml
@@ -288,3 +288,19 @@ def test_two_gpu_types_give_one_the_rollout_and_the_other_the_training(small_wor
     assert any(e.candidate.pools for e in result.estimated) and result.cluster == "8 × h800-sxm + 8 × h20"
     assert main(["plan", str(small_workload), "--gpus", "8", "--gpu", "h800-sxm", "--pool", "h20", "--simulate", "1"]) == 2
     assert "GPU:COUNT" in capsys.readouterr().err
+
+
+def test_an_llm_judge_gets_gpus_of_its_own_carved_from_the_budget():
+    """An LLM judge's engines need GPUs of their own: the plan carves about an eighth or a quarter of the budget for
+    them (whole nodes), plans rollout and training on the rest, and names the judge's share in each label."""
+    judged = ROOT / "scenarios" / "production-math-joint-judge.yaml"
+    found = judge_candidates(read_yaml(judged).data, 64, "h100-sxm", 8)
+    assert {c.judge_gpus for c in found} == {8, 16}
+    for candidate in found:
+        assert candidate.gpus == 64 and candidate.overrides["placement"]["reward_model"]["gpus"] == candidate.judge_gpus
+        assert sum(p["nodes"] * p["gpus_per_node"] for p in candidate.overrides["cluster.pools"]) == 64
+        assert candidate.rollout_gpus + (0 if candidate.placement in ("colocated", "hybrid") else
+                                         candidate.training_gpus) <= 64 - candidate.judge_gpus
+    result = plan(judged, gpus=32, schedules=("one_step_off",), simulate=2, refine=0, layouts=0, workers=2,
+                  overrides={"algorithm.prompts_per_step": 16, "algorithm.max_response_tokens": 8192})
+    assert result.winner.candidate.judge_gpus == 8 and "judge on 8" in result.winner.candidate.label

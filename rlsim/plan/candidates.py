@@ -15,7 +15,7 @@ GPUs, and so does a placed critic or reference on its group.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 SPLITS = 8  # GPU shares in eighths: coarse enough to simulate the best few, fine enough for a ¾ rollout split
@@ -89,6 +89,7 @@ class Candidate:
     role_groups: tuple[tuple[str, ...], ...] = ()  # split and standalone: the roles of each GPU group
     training: str = ""  # a training layout other than the base scenario's (rlsim/plan/layouts.py), else empty
     pools: tuple[str, str] = ()  # with two GPU types: the rollout's GPU and the training's, each its own pool
+    judge_gpus: int = 0  # an LLM judge's GPUs of its own, carved from the budget
 
     @property
     def family(self) -> str:
@@ -97,7 +98,7 @@ class Candidate:
     @property
     def label(self) -> str:
         if self.placement == "colocated":
-            split = f"all {self.gpus}"
+            split = f"all {self.gpus - self.judge_gpus}"
         elif self.role_groups:
             split = " / ".join(f"{self.training_gpus} {'+'.join(ROLE_NAMES[role] for role in group)}"
                                for group in self.role_groups)
@@ -108,7 +109,8 @@ class Candidate:
         else:
             split = f"{self.training_gpus} shared + {self.rollout_gpus - self.training_gpus} rollout-only"
         layout = f", {self.training}" if self.training else ""
-        return f"{self.placement} {split}, rollout tp{self.rollout_tp}, {self.schedule.label}{layout}"
+        judge = f", judge on {self.judge_gpus}" if self.judge_gpus else ""
+        return f"{self.placement} {split}, rollout tp{self.rollout_tp}, {self.schedule.label}{judge}{layout}"
 
     @property
     def rollout_share(self) -> float:
@@ -192,6 +194,30 @@ def cross_pool_candidates(base: dict, first: tuple[str, int, int], second: tuple
                                        rollout_count + train_count,
                                        {"cluster.pools": cluster, "placement": layout, **schedule.overrides()},
                                        pools=(rollout_gpu, train_gpu)))
+    return found
+
+
+# An LLM judge's share of the GPU budget: engines of its own, carved from the GPUs rollout and training would get.
+JUDGE_SHARES = (1 / 8, 1 / 4)
+
+
+def judge_candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Candidate]:
+    """With an LLM judge (workload.reward.kind llm_judge): every candidate of the GPUs left once the judge has about
+    an eighth or a quarter of them (whole nodes beyond one node, whole engines of the base's judge tp), the judge's
+    GPUs placed after the policy's."""
+    judge_tp = ((base.get("placement") or {}).get("reward_model") or {}).get("tp", 1)
+    unit = gpus_per_node if gpus > gpus_per_node else 1
+    sizes = sorted({max(unit, round(gpus * share / unit) * unit) for share in JUDGE_SHARES})
+    found = []
+    for judge in sizes:
+        left = gpus - judge
+        if judge % judge_tp or left < 2:
+            continue
+        whole = [_pool("main", gpu, gpus, gpus_per_node)]
+        for candidate in candidates(base, left, gpu, gpus_per_node):
+            placement = {**candidate.overrides["placement"], "reward_model": {"gpus": judge, "tp": judge_tp}}
+            found.append(replace(candidate, gpus=gpus, judge_gpus=judge,
+                                 overrides={**candidate.overrides, "cluster.pools": whole, "placement": placement}))
     return found
 
 

@@ -39,6 +39,7 @@ from rlsim.plan.candidates import (
     Candidate,
     candidates,
     cross_pool_candidates,
+    judge_candidates,
 )
 from rlsim.plan.layouts import layout_label, training_layouts
 from rlsim.pricing.memory import memory_report
@@ -124,11 +125,7 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     if overrides:
         base = base.with_overrides(dict(overrides))
     data = base.data if isinstance(base.data, dict) else {}
-    if (((data.get("workload") or {}).get("reward") or {}).get("kind")) == "llm_judge":
-        raise ScenarioError(base.problem(("workload", "reward", "kind"), "rlsim plan places rollout, training, the "
-                                         "critic, the reference and a reward model; an LLM judge's engines are not "
-                                         "planned yet", value="llm_judge",
-                                         valid="a rule, sandbox or reward_model reward"))
+    judged = (((data.get("workload") or {}).get("reward") or {}).get("kind")) == "llm_judge"
     gpu = gpu or _first_pool_gpu(base)
     hardware = HardwareCatalog.load()
     per_node = _whole_nodes(hardware, gpu, gpus, "rlsim plan --gpus", "rlsim plan --gpu", minimum=2)
@@ -142,7 +139,7 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     invalid: dict[str, int] = {}
     infeasible: dict[str, int] = {}
     estimated = []
-    found = candidates(data, gpus, gpu, per_node)
+    found = (judge_candidates if judged else candidates)(data, gpus, gpu, per_node)
     if second is not None:
         found += cross_pool_candidates(data, (gpu, gpus, per_node), second)
     found = [c for c in found if schedules is None or c.schedule.mode in schedules]
@@ -296,10 +293,11 @@ def _shortlist(estimated: list[Evaluated], count: int) -> list[Evaluated]:
 def _is_neighbour(best: Candidate, other: Candidate) -> bool:
     """`other` is the same as `best` but for its split moved one eighth of the GPUs, or (async) the next staleness
     bound up or down, or the other way of taking new weights."""
-    if other.placement != best.placement or other.rollout_tp != best.rollout_tp or other.pools != best.pools:
+    if (other.placement != best.placement or other.rollout_tp != best.rollout_tp or other.pools != best.pools
+            or other.judge_gpus != best.judge_gpus):
         return False
     if other.schedule == best.schedule:
-        return abs(other.training_gpus - best.training_gpus) == best.gpus // SPLITS
+        return abs(other.training_gpus - best.training_gpus) == (best.gpus - best.judge_gpus) // SPLITS
     mine, theirs = best.schedule, other.schedule
     if mine.mode != "async" or theirs.mode != "async" or other.training_gpus != best.training_gpus:
         return False
