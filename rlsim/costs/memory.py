@@ -288,8 +288,9 @@ def training_memory_of(
     holds more (its own micro-batches' logits). `reference`: a resident reference policy."""
     state = training_model_state(spec, layout)
     shared = {}
-    if reference and reference_weight_bytes(spec, layout):  # under LoRA the reference is the base: no copy
-        shared["reference weights"] = reference_weight_bytes(spec, layout)
+    reference_bytes = reference_weight_bytes(spec, layout) if reference else 0.0
+    if reference_bytes:  # none under LoRA: the reference is the base with the adapters off
+        shared["reference weights"] = reference_bytes
     gathered = fsdp_gathered_bytes(spec, layout)
     if gathered:
         shared["gathered weights and gradients (FSDP)"] = gathered

@@ -41,7 +41,6 @@ is booked, so across engines they may not be.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Generator
 from typing import Literal
 
@@ -72,36 +71,22 @@ class RolloutEngine(EngineControls):
     `generated` is brought up to date when it finishes or is preempted.
     """
 
-    __slots__ = ("env", "index", "costs", "max_num_seqs", "max_num_batched_tokens", "first_gpu", "gpu_count", "mode",
-                 "on_finish", "on_queue_empty", "kv", "batch", "telemetry", "tools", "scheduler", "state",
-                 "lifecycle", "_waiting", "_running", "_chain")
+    __slots__ = ("max_num_batched_tokens", "kv", "batch", "telemetry", "tools", "scheduler", "state", "lifecycle",
+                 "_chain")
 
     def __init__(self, env: simpy.Environment, index: int, costs: IterationCosts, kv_capacity_tokens: int,
                  max_num_seqs: int, max_num_batched_tokens: int, first_gpu: int, gpu_count: int, recorder: Recorder,
                  on_finish: Callable[[Rollout], None], mode: Literal["fast", "exact"] = "fast",
                  prefix_sharing: bool = True, probe: Probe | None = None, tool_wait: str = "hold",
                  busy_labels: tuple[str, str, str] = ("prefill", "decode", "gen"), unit: str | None = None):
-        if mode not in ("fast", "exact"):
-            raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
         if kv_capacity_tokens < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError(
                 f"engine {index}: kv_capacity_tokens, max_num_seqs and max_num_batched_tokens must be >= 1, got "
                 f"{kv_capacity_tokens}, {max_num_seqs}, {max_num_batched_tokens}"
             )
-        self.env = env
-        self.index = index
-        self.costs = costs
-        self.max_num_seqs = max_num_seqs
+        # The queue and running sequences are the scheduler's, read here for the load figures.
+        self._set_common(env, index, costs, max_num_seqs, first_gpu, gpu_count, mode, on_finish)
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.first_gpu = first_gpu
-        self.gpu_count = gpu_count
-        self.mode = mode
-        self.on_finish = on_finish
-        self.on_queue_empty: Callable[[RolloutEngine], None] | None = None
-        self.version = 0  # policy version of the weights it holds
-        # The scheduler's queue and running sequences (in admission order), read here for the load figures.
-        self._waiting: deque[Rollout] = deque()
-        self._running: dict[Rollout, Slot] = {}
         self._chain: PreemptionChain | None = None  # the preemption chain the process sleeps through
 
         self.lifecycle = SequenceLifecycle(self)

@@ -18,7 +18,6 @@ appended, to be prefilled whole in a later batch (a `generate()` call keeps no c
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Generator
 from typing import Literal
 
@@ -44,36 +43,21 @@ class StaticBatchEngine(EngineControls):
     is called for each rollout that reaches its target, `on_queue_empty` (work stealing) when its queue runs dry.
     """
 
-    __slots__ = ("env", "index", "costs", "max_num_seqs", "max_new_tokens", "padded_prompt", "first_gpu",
-                 "gpu_count", "mode", "on_finish", "on_queue_empty", "kv", "batch", "telemetry", "state", "tool_calls",
-                 "_waiting", "_running", "_predicted", "_predicted_total", "_generated_total", "_queued_tokens",
-                 "_admissions")
+    __slots__ = ("max_new_tokens", "padded_prompt", "kv", "batch", "telemetry", "state", "tool_calls", "_predicted",
+                 "_predicted_total", "_generated_total", "_queued_tokens", "_admissions")
 
     def __init__(self, env: simpy.Environment, index: int, costs: IterationCosts, kv_capacity_tokens: int,
                  max_num_seqs: int, max_new_tokens: int, first_gpu: int, gpu_count: int, recorder: Recorder,
                  on_finish: Callable[[Rollout], None], mode: Literal["fast", "exact"] = "fast",
                  probe: Probe | None = None, busy_labels: tuple[str, str, str] = ("prefill", "decode", "gen"),
                  unit: str | None = None, padded_prompt: int = 0):
-        if mode not in ("fast", "exact"):
-            raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
         if kv_capacity_tokens < 1 or max_num_seqs < 1 or max_new_tokens < 1:
             raise ValueError(f"engine {index}: kv_capacity_tokens, max_num_seqs and max_new_tokens must be >= 1, got "
                              f"{kv_capacity_tokens}, {max_num_seqs}, {max_new_tokens}")
-        self.env = env
-        self.index = index
-        self.costs = costs
-        self.max_num_seqs = max_num_seqs
+        self._set_common(env, index, costs, max_num_seqs, first_gpu, gpu_count, mode, on_finish)
         self.max_new_tokens = max_new_tokens
         self.padded_prompt = padded_prompt
-        self.first_gpu = first_gpu
-        self.gpu_count = gpu_count
-        self.mode = mode
-        self.on_finish = on_finish
-        self.on_queue_empty: Callable[[StaticBatchEngine], None] | None = None
-        self.version = 0  # policy version of the weights it holds
         self.tool_calls = 0  # turns that ended in tool calls
-        self._waiting: deque[Rollout] = deque()
-        self._running: dict[Rollout, Slot] = {}  # the batch's rows, in admission order
         self._predicted: dict[Rollout, float] = {}  # outstanding rollouts' predicted lengths (length-aware balancing)
         self._predicted_total = 0.0
         self._generated_total = 0  # tokens the outstanding rollouts generated, padding rows' steps included (booked)

@@ -4,7 +4,12 @@ resumption with new weights, its KV capacity and its probe."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
+import simpy
+
+from rlsim.sim.engine.decode_batch import IterationCosts
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import PAUSED, EngineState
@@ -16,14 +21,37 @@ class EngineControls:
     """Members an engine shares, over the parts it builds: its `state`, `telemetry`, `kv`, queue and running
     sequences."""
 
-    __slots__ = ("version",)  # the policy version of the weights it holds
+    # `version`: the policy version of the weights it holds.
+    __slots__ = ("env", "index", "costs", "max_num_seqs", "first_gpu", "gpu_count", "mode", "on_finish",
+                 "on_queue_empty", "version", "_waiting", "_running")
 
+    env: simpy.Environment
     index: int
+    costs: IterationCosts
+    max_num_seqs: int
+    first_gpu: int
+    gpu_count: int
+    mode: str
+    on_finish: Callable[[Rollout], None]
+    on_queue_empty: Callable[[Any], None] | None
     state: EngineState
     telemetry: EngineTelemetry
     kv: KVLedger
     _waiting: deque[Rollout]
     _running: dict[Rollout, Slot]
+
+    def _set_common(self, env: simpy.Environment, index: int, costs: IterationCosts, max_num_seqs: int,
+                    first_gpu: int, gpu_count: int, mode: str, on_finish: Callable[[Rollout], None]) -> None:
+        """The members every kind of engine sets alike, on GPUs [first_gpu, first_gpu + gpu_count), with an empty
+        queue, no rollout running and policy version 0; the parts each builds are its own."""
+        if mode not in ("fast", "exact"):
+            raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
+        self.env, self.index, self.costs, self.max_num_seqs = env, index, costs, max_num_seqs
+        self.first_gpu, self.gpu_count, self.mode, self.on_finish = first_gpu, gpu_count, mode, on_finish
+        self.on_queue_empty = None  # set by work stealing
+        self.version = 0
+        self._waiting = deque()
+        self._running = {}  # in admission order
 
     @property
     def outstanding(self) -> int:
