@@ -30,7 +30,8 @@ iteration counter, so booking is O(1) and a finish O(log batch): events scale wi
 When the KV cache fills before any turn ends, the preemptions that follow until the next turn end are determined,
 so the stretch covers the whole chain (`rlsim.sim.engine.preemption_chain`): its boundaries are planned in closed
 form, slept through in one event, and booked once simulated time has passed them — when the chain ends, when a
-wake-up cuts it short, or when anything reads or changes the engine first (`settle`). `mode="exact"` steps one
+wake-up cuts it short, or when anything reads or changes the engine first (`settle`). A long prefill's chunks over
+a fixed batch are planned and booked the same way (`rlsim.sim.engine.prefill_run`). `mode="exact"` steps one
 iteration per event instead, the reference the fast mode must agree with.
 
 Samples (`rlsim.sim.engine.telemetry`) are recorded at every boundary where the batch changed — admission, prefill
@@ -52,9 +53,10 @@ from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, Stretch
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.lifecycle import SequenceLifecycle
 from rlsim.sim.engine.preemption_chain import Boundary, PreemptionChain, plan_chain
+from rlsim.sim.engine.prefill_run import PrefillRun, plan_prefill_run
 from rlsim.sim.engine.scheduler import Scheduler
 from rlsim.sim.engine.slot import Slot
-from rlsim.sim.engine.state import BUSY, DECODING, EngineState, PauseMode
+from rlsim.sim.engine.state import BUSY, DECODING, PREFILLING, EngineState, PauseMode
 from rlsim.sim.engine.telemetry import EngineTelemetry, Probe
 from rlsim.sim.engine.tool_waits import TOOL_WAIT_POLICIES, ToolWait, ToolWaits
 from rlsim.sim.recorder import Recorder
@@ -72,7 +74,7 @@ class RolloutEngine(EngineControls):
     """
 
     __slots__ = ("max_num_batched_tokens", "kv", "batch", "telemetry", "tools", "scheduler", "state", "lifecycle",
-                 "_chain")
+                 "_chain", "_book")
 
     def __init__(self, env: simpy.Environment, index: int, costs: IterationCosts, kv_capacity_tokens: int,
                  max_num_seqs: int, max_num_batched_tokens: int, first_gpu: int, gpu_count: int, recorder: Recorder,
@@ -87,7 +89,9 @@ class RolloutEngine(EngineControls):
         # The queue and running sequences are the scheduler's, read here for the load figures.
         self._set_common(env, index, costs, max_num_seqs, first_gpu, gpu_count, mode, on_finish)
         self.max_num_batched_tokens = max_num_batched_tokens
-        self._chain: PreemptionChain | None = None  # the preemption chain the process sleeps through
+        # The preemption chain or prefill run the process sleeps through, and how each of its boundaries is booked.
+        self._chain: PreemptionChain | PrefillRun | None = None
+        self._book: Callable = self._preemption_boundary
 
         self.lifecycle = SequenceLifecycle(self)
         self.kv = KVLedger(kv_capacity_tokens, prefix_sharing)
@@ -208,8 +212,9 @@ class RolloutEngine(EngineControls):
         reads or changes the engine now finds it as the step-by-step path would have left it."""
         chain = self._chain
         if chain is not None:
+            book = self._book
             for boundary in chain.due(self.env.now):
-                self._preemption_boundary(boundary)
+                book(boundary)
 
     # ---- the engine process -----------------------------------------------------------------------------------
 
@@ -252,7 +257,13 @@ class RolloutEngine(EngineControls):
         chunks = [PrefillChunk(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan]
         telemetry, batch = self.telemetry, self.batch
         telemetry.begin(telemetry.prefill_label)
-        yield self.env.timeout(self.costs.iteration_seconds(batch.size, batch.context, chunks))
+        seconds = self.costs.iteration_seconds(batch.size, batch.context, chunks)
+        run = self._plan_prefill_run(plan, seconds)
+        if run is None:
+            yield self.env.timeout(seconds)
+        else:
+            yield from self._sleep_through(run)
+            plan = run.last
         telemetry.end(self.version)
         self._advance(1, decode=False)
         telemetry.changed = True
@@ -279,6 +290,7 @@ class RolloutEngine(EngineControls):
         batch, state, env = self.batch, self.state, self.env
         stretch = self._begin_stretch(env.now)
         chain = self._chain = self._plan_chain()
+        self._book = self._preemption_boundary
         state.activity = DECODING
         try:
             yield env.timeout(stretch.seconds if chain is None else _delay_until(env.now, chain.end))
@@ -319,6 +331,48 @@ class RolloutEngine(EngineControls):
         if chain is None or self.env.now + _delay_until(self.env.now, chain.end) != chain.end:
             return None
         return chain
+
+    def _plan_prefill_run(self, plan: list[tuple[Slot, int]], seconds: float) -> PrefillRun | None:
+        """The prefill run the iteration just begun opens, where one can be booked after the fact: nothing may
+        observe its boundaries as they pass (a probe), nor change the batch in between (held tool calls, a pause)."""
+        if (self.mode == "exact" or self.telemetry.probe is not None or self.tools.held
+                or self.state.pause is not None):
+            return None
+        now, scheduler, waiting = self.env.now, self.scheduler, self._waiting
+        run = plan_prefill_run(now, seconds, plan, self.batch, self.kv, alone=len(scheduler.prefilling) == 1,
+                               head=waiting[0] if waiting else None,
+                               slots_free=len(self._running) < self.max_num_seqs, costs=self.costs)
+        if run is None or now + _delay_until(now, run.end) != run.end:
+            return None
+        return run
+
+    def _sleep_through(self, run: PrefillRun) -> Generator[simpy.Event, object, None]:
+        """Sleep until the run's last iteration ends, or, woken earlier, until the iteration then in flight ends; the
+        boundaries passed are booked."""
+        state, env = self.state, self.env
+        self._chain, self._book = run, self._prefill_boundary
+        state.activity = PREFILLING
+        try:
+            yield env.timeout(_delay_until(env.now, run.end))
+            state.activity = BUSY
+        except simpy.Interrupt:
+            self.settle()
+            yield env.timeout(_delay_until(env.now, run.cut()))
+        self.settle()
+        self._chain = None
+
+    def _prefill_boundary(self, at: float) -> None:
+        """A boundary of the prefill run, booked as the step-by-step path books it at its time: the iteration ends,
+        nothing changes but the counters, and the next chunk starts."""
+        telemetry = self.telemetry
+        chain = self._chain
+        assert isinstance(chain, PrefillRun)
+        telemetry.end(self.version, at)
+        self._advance(1, decode=False)
+        self.scheduler.prefilled(chain.chunk)
+        self.kv.trim(self.batch.size)  # the boundary's make_room, which has nothing to preempt
+        telemetry.sample(at)
+        telemetry.begin(telemetry.prefill_label, at)
 
     def _preemption_boundary(self, boundary: Boundary) -> None:
         """A boundary of the chain, booked as the step-by-step path books it at its time: the stretch ends, the cache

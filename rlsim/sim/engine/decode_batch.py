@@ -8,6 +8,7 @@ full KV cache is priced in closed form and slept through in one event.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -123,6 +124,14 @@ class DecodeBatch:
             if slot.live:
                 self.leave(slot)
                 self.on_turn_end(slot)
+
+    def first_finish(self) -> float:
+        """The iteration at which the batch's first turn ends (infinity for an empty batch); stale entries at the
+        heap's head are dropped on the way."""
+        heap = self._finishes
+        while heap and not heap[0][2].live:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
 
     def pending_finishes(self) -> list[tuple[int, int, Slot]]:
         """A copy of the finish heap, stale entries included, to plan ahead on without touching the batch."""

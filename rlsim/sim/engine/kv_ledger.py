@@ -33,11 +33,12 @@ class KVLedger:
         self._released: OrderedDict[Rollout, tuple[int, bool]] = OrderedDict()
         self._released_tokens = 0
 
-    def fits(self, rollout: Rollout, room: int) -> bool:
-        """Whether admitting `rollout` fits beside `room` more tokens the running sequences will write."""
+    def fits(self, rollout: Rollout, room: int, used: int | None = None) -> bool:
+        """Whether admitting `rollout` fits beside `room` more tokens the running sequences will write (with `used`
+        tokens in use: a plan ahead's; default: now)."""
         shared = self.sharing and rollout.group in self._groups
         need = rollout.context_tokens - rollout.prompt_tokens + 1 + (0 if shared else rollout.prompt_tokens)
-        return self.used + room + need <= self.capacity
+        return (self.used if used is None else used) + room + need <= self.capacity
 
     def admit(self, slot: Slot, room: int) -> None:
         """Reserve the KV of the slot's rollout, and set what it prefills: the cached prefix is its group's prompt

@@ -12,7 +12,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from rlsim.sim.engine.slot import Slot
-from rlsim.sim.engine.state import DECODING, IDLE
+from rlsim.sim.engine.state import DECODING, IDLE, PREFILLING
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
 
 if TYPE_CHECKING:
@@ -32,12 +32,14 @@ class SequenceLifecycle:
 
     def queued(self, rollout: Rollout) -> None:
         """The rollout joined the back of the queue: record a sample, and wake the engine if it idles, or if it
-        decodes a stretch the rollout could join at the next boundary."""
+        decodes a stretch (or prefills a run, whose last chunk may leave room) the rollout could join at the next
+        boundary."""
         engine = self.engine
         engine.telemetry.sample()
         state, scheduler = engine.state, engine.scheduler
         activity = state.activity
-        if activity is IDLE or (activity is DECODING and len(scheduler.waiting) == 1 and scheduler.admissible(rollout)):
+        if activity is IDLE or ((activity is DECODING or activity is PREFILLING) and len(scheduler.waiting) == 1
+                                and scheduler.admissible(rollout)):
             state.wake()
 
     def first_token(self, slot: Slot) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts
 from rlsim.sim.engine.kv_ledger import KVLedger
+from rlsim.sim.engine.planned import PlannedBoundaries
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
 
@@ -42,26 +43,14 @@ class Boundary:
         self.seconds = seconds
 
 
-class PreemptionChain:
+class PreemptionChain(PlannedBoundaries[Boundary]):
     """Planned preemption `boundaries` (in time order), of which the first `booked` are booked; the chain's last
     stretch ends at `end`."""
 
-    __slots__ = ("boundaries", "booked", "end")
+    __slots__ = ()
 
     def __init__(self, boundaries: list[Boundary], end: float):
-        self.boundaries = boundaries
-        self.booked = 0
-        self.end = end
-
-    def due(self, now: float) -> list[Boundary]:
-        """The boundaries not yet booked that fell strictly before `now` (one at `now` is the step-by-step path's
-        next event, which a wake-up or an observer at the same instant precedes), now counted as booked."""
-        boundaries, booked = self.boundaries, self.booked
-        due = booked
-        while due < len(boundaries) and boundaries[due].at < now:
-            due += 1
-        self.booked = due
-        return boundaries[booked:due]
+        super().__init__(boundaries, [boundary.at for boundary in boundaries], end)
 
 
 class _Victims:

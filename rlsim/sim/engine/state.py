@@ -16,12 +16,16 @@ class Activity(Enum):
 
     BUSY = "busy"  # at a boundary or in an iteration (or a stretch already woken): the next boundary sees the change
     DECODING = "decoding"  # sleeping through a fast decode stretch: a wake-up cuts it short
+    # Sleeping through a long prefill's chunks (rlsim.sim.engine.prefill_run): a wake-up cuts it short, but a queued
+    # rollout does not wake it, as nothing can be admitted before the prefill's last chunk.
+    PREFILLING = "prefilling"
     IDLE = "idle"  # nothing to run: a wake-up starts the next boundary
     PAUSED = "paused"  # stopped until resumed
 
 
 # An enum member looked up on its class costs several times a global: the engine checks its activity on every event.
-BUSY, DECODING, IDLE, PAUSED = Activity.BUSY, Activity.DECODING, Activity.IDLE, Activity.PAUSED
+BUSY, DECODING, PREFILLING, IDLE, PAUSED = (Activity.BUSY, Activity.DECODING, Activity.PREFILLING, Activity.IDLE,
+                                            Activity.PAUSED)
 
 
 class PauseRequest:
@@ -54,12 +58,13 @@ class EngineState:
 
     def wake(self) -> None:
         """Something changed that the process should see now: an idle process starts a boundary, a fast decode
-        stretch is cut short; a busy process sees it at its next boundary anyway, a paused one once resumed."""
+        stretch or prefill run is cut short; a busy process sees it at its next boundary anyway, a paused one once
+        resumed."""
         if self.activity is IDLE:
             assert self._wakeup is not None
             if not self._wakeup.triggered:
                 self._wakeup.succeed()
-        elif self.activity is DECODING:
+        elif self.activity is DECODING or self.activity is PREFILLING:
             self.activity = BUSY  # one interrupt per stretch
             self.process.interrupt()
 
