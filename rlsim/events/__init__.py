@@ -21,6 +21,8 @@ LABELS = BUSY_LABELS + COMMUNICATION_LABELS + MEMORY_LABELS + IDLE_LABELS
 
 # What `SequenceRecord.dropped_by` says of a rollout still generating or waiting when the last step ended.
 RUN_END = "run_end"
+# What it says of a complete group the staleness bound dropped: generated on a policy too many versions old.
+STALENESS_BOUND = "staleness_bound"
 # Stage names as verl logs them (timing_s/...).
 STAGES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_actor", "update_critic", "weight_sync", "wait")
 # The stages of a step the trainer's side runs, in order: the forward passes, the driver's advantage work, the updates.
@@ -65,6 +67,9 @@ class SequenceRecord:
     dropped_by: str = ""  # the policy that dropped it, when it was not trained (RUN_END: still in flight at the end)
     admitted: float = -1.0  # when an engine first admitted it (-1: never)
     readmissions: int = 0  # admissions after the first: after a preemption, an interruption, or a released tool call
+    # Its group's rewards differ (not all right nor all wrong), so GRPO gives it a non-zero advantage: the workload's
+    # informative model draws it per group (workload.informative, or informative_group_fraction).
+    informative: bool = True
 
     @property
     def staleness(self) -> int:

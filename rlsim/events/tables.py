@@ -267,7 +267,7 @@ class SampleTable:
 SEQUENCE_COLUMNS = (("seq_id", "q"), ("group", "q"), ("engine", "i"), ("prompt_tokens", "q"), ("response_tokens", "q"),
                     ("truncated", "b"), ("submitted", "d"), ("finished", "d"), ("version_started", "i"),
                     ("version_trained", "i"), ("step_trained", "i"), ("preemptions", "i"), ("dropped_by", "b"),
-                    ("admitted", "d"), ("readmissions", "i"))
+                    ("admitted", "d"), ("readmissions", "i"), ("informative", "b"))
 
 
 class SequenceColumns:
@@ -288,7 +288,8 @@ class SequenceColumns:
 
     def table(self) -> SequenceTable:
         arrays = {name: _frozen(column) for name, column in self.columns.items()}
-        arrays["truncated"] = arrays["truncated"].astype(bool)
+        for flag in ("truncated", "informative"):
+            arrays[flag] = arrays[flag].astype(bool)
         return SequenceTable(arrays, tuple(self.dropped_by.names))
 
 

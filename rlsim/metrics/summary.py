@@ -12,6 +12,7 @@ from rlsim.metrics.efficiency import decode_hbm_utilisation, mfu, model_flops
 from rlsim.metrics.engines import engine_summary
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.labels import gpu_seconds_by_label, pool_label_seconds, utilisation
+from rlsim.metrics.sample_use import sample_use
 from rlsim.metrics.sequences import response_length_stats, staleness, staleness_histogram, trained
 from rlsim.metrics.steps import long_tail, measured_steps, stage_means, throughput
 
@@ -61,6 +62,7 @@ def run_metrics(log: EventLog, facts: RunFacts) -> dict:
                       "bubble_s_max": max((t["bubble_s"] for t in tails), default=0.0),
                       "tail_gpu_s_per_step": float(np.mean([t["tail_gpu_s"] for t in tails])) if tails else 0.0},
         "response_tokens": response_length_stats(log),
+        "sample_use": sample_use(log),
         "cost": cost(metrics["step_time_s"]["mean"], facts),
         "measured": measured(log, facts),
     })

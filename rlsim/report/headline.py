@@ -43,6 +43,11 @@ HEADLINES = (
     Headline(("long_tail", "tail_gpu_s_per_step"), "tail GPU-seconds per step", "s", "lower"),
     Headline(("staleness", "mean"), "mean staleness", "versions", "neither"),
     Headline(("staleness", "max"), "max staleness", "versions", "neither"),
+    Headline(("sample_use", "useful_gradient", "group_share"), "trained groups with a useful gradient", "fraction",
+             "higher"),
+    Headline(("sample_use", "never_trained", "token_share"), "generated tokens never trained", "fraction", "lower"),
+    Headline(("sample_use", "staleness_length_bias", "long_minus_short_drop_rate"),
+             "stale drops, longest − shortest quartile", "fraction", "lower"),
 )
 
 

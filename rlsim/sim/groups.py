@@ -173,15 +173,17 @@ class GroupLedger:
     def consume(self, groups: list[int], version: int, step: int) -> None:
         for group in groups:
             members = self._members.pop(group)
+            informative = self._informative[group]
             for r in members:
-                self.recorder.sequence(_record(r, version, step))
+                self.recorder.sequence(_record(r, version, step, informative=informative))
             self._trained[group] = members
             del self._left[group]
             del self._informative[group]
 
     def drop(self, group: int, policy: str) -> None:
+        informative = self._informative[group]
         for r in self._members.pop(group):
-            self.recorder.sequence(_record(r, -1, -1, dropped_by=policy))
+            self.recorder.sequence(_record(r, -1, -1, dropped_by=policy, informative=informative))
         del self._left[group]
         del self._informative[group]
 
@@ -197,8 +199,8 @@ def trained_tokens(r: Rollout, max_response_tokens: int) -> int:
     return r.prompt_tokens + min(r.context_tokens - r.prompt_tokens, max_response_tokens)
 
 
-def _record(r: Rollout, version: int, step: int, dropped_by: str = "") -> SequenceRecord:
+def _record(r: Rollout, version: int, step: int, dropped_by: str = "", *, informative: bool) -> SequenceRecord:
     # A trajectory's prompt tokens are all it did not generate: its prompt and every tool response appended.
     return SequenceRecord(r.seq_id, r.group, r.engine, r.context_tokens - r.generated, r.generated, r.truncated,
                           r.submitted, r.finished, r.version_started, version, step, r.preemptions, dropped_by,
-                          r.admitted, max(0, r.admissions - 1))
+                          r.admitted, max(0, r.admissions - 1), informative)

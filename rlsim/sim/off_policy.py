@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import simpy
 
 from rlsim.config.schema import Scenario
+from rlsim.events import STALENESS_BOUND
 from rlsim.sim.admission import StalenessAdmission
 from rlsim.sim.build import Simulation
 from rlsim.sim.controller import Controller
@@ -119,7 +120,7 @@ class OffPolicyController(Controller):
             yield from groups.settle()
             group = groups.take(1)[0]
             if not self.admission.fresh(groups.oldest_version(group), self.version):
-                groups.drop(group, "staleness_bound")
+                groups.drop(group, STALENESS_BOUND)
                 self._replace_dropped()
                 continue
             taken.append(group)
