@@ -49,6 +49,7 @@ import simpy
 from rlsim.costs.rollout import PrefillChunk
 from rlsim.sim.engine.controls import EngineControls
 from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, Stretch
+from rlsim.sim.engine.kv_fetch import KVFetch, PrefillRouter
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.lifecycle import SequenceLifecycle
 from rlsim.sim.engine.preemption_chain import Boundary, PreemptionChain, plan_chain
@@ -72,7 +73,7 @@ class RolloutEngine(EngineControls):
     """
 
     __slots__ = ("max_num_batched_tokens", "kv", "batch", "telemetry", "tools", "scheduler", "state", "lifecycle",
-                 "_chain")
+                 "kv_fetch", "_chain")
 
     def __init__(self, env: simpy.Environment, index: int, costs: IterationCosts, kv_capacity_tokens: int,
                  max_num_seqs: int, max_num_batched_tokens: int, first_gpu: int, gpu_count: int, recorder: Recorder,
@@ -88,6 +89,7 @@ class RolloutEngine(EngineControls):
         self._set_common(env, index, costs, max_num_seqs, first_gpu, gpu_count, mode, on_finish)
         self.max_num_batched_tokens = max_num_batched_tokens
         self._chain: PreemptionChain | None = None  # the preemption chain the process sleeps through
+        self.kv_fetch: KVFetch | None = None  # set when its prompts are prefilled elsewhere (`take_prefills_from`)
 
         self.lifecycle = SequenceLifecycle(self)
         self.kv = KVLedger(kv_capacity_tokens, prefix_sharing)
@@ -100,7 +102,18 @@ class RolloutEngine(EngineControls):
                                    self.telemetry, self._waiting, self._running)
         self.state = EngineState(env, self._run())
 
+    def take_prefills_from(self, router: PrefillRouter) -> None:
+        """Prefill/decode disaggregation: this engine decodes what `router`'s prefill engines prefilled, fetching each
+        rollout's KV cache once it has room (`rlsim.sim.engine.kv_fetch`)."""
+        self.kv_fetch = self.scheduler.fetch = KVFetch(self, router)
+
     # ---- what the controller and balancers use ----------------------------------------------------------------
+
+    @property
+    def outstanding(self) -> int:
+        """Rollouts submitted and not finished: waiting, running, or at a prefill engine or its link."""
+        here = len(self._waiting) + len(self._running)
+        return here if self.kv_fetch is None else here + self.kv_fetch.elsewhere
 
     @property
     def queued(self) -> int:
@@ -117,7 +130,8 @@ class RolloutEngine(EngineControls):
     def queued_tokens(self) -> int:
         """Context tokens of the waiting rollouts (what admitting them would cache)."""
         self.settle()
-        return self.scheduler.queued_tokens
+        queued = self.scheduler.queued_tokens
+        return queued if self.kv_fetch is None else queued + self.kv_fetch.pending_tokens
 
     @property
     def kv_used_tokens(self) -> int:
@@ -175,7 +189,12 @@ class RolloutEngine(EngineControls):
                 f"engine {self.index}'s whole cache of {self.kv.capacity}"
             )
         rollout.engine = self.index
-        self.scheduler.submit(rollout, rollout.target_tokens if predicted_tokens is None else predicted_tokens)
+        predicted = rollout.target_tokens if predicted_tokens is None else predicted_tokens
+        if self.kv_fetch is not None:
+            self.scheduler.submit(rollout, predicted, queue=False)
+            self.kv_fetch.send(rollout)
+            return
+        self.scheduler.submit(rollout, predicted)
         self.lifecycle.queued(rollout)
 
     def steal(self, n: int) -> list[Rollout]:
@@ -240,12 +259,17 @@ class RolloutEngine(EngineControls):
                                                     and scheduler.admissible(self._waiting[0], growth=batch.size))
                 yield from self._decode_exact() if step_one else self._decode_fast()
             else:
-                # Waiting rollouts may be blocked only by a pause, or by slots and KV held through tool calls.
-                assert not self._waiting or state.pause is not None or self.tools.held, (
+                # Waiting rollouts may be blocked only by a pause, or by slots and KV held through tool calls or
+                # by KV caches on their way in or out.
+                assert not self._waiting or state.pause is not None or self._holds_kv_in_transit(), (
                     f"engine {self.index} idles with {len(self._waiting)} rollouts waiting")
                 telemetry.flush(self.version)
                 yield state.idle()
                 state.activity = BUSY
+
+    def _holds_kv_in_transit(self) -> bool:
+        """Whether slots or KV cache the queue may wait for are held by sequences in tool calls or in transfer."""
+        return bool(self.tools.held) or (self.kv_fetch is not None and self.kv_fetch.fetching > 0)
 
     def _prefill_iteration(self, plan: list[tuple[Slot, int]]) -> Generator[simpy.Event, object, None]:
         """One iteration mixing the decode batch with prefill chunks."""
@@ -311,7 +335,7 @@ class RolloutEngine(EngineControls):
         observe the boundaries as they pass (a probe), nor change the batch in between (prefills, held tool calls, a
         pause)."""
         scheduler = self.scheduler
-        if (self.telemetry.probe is not None or scheduler.prefilling or self.tools.held
+        if (self.telemetry.probe is not None or scheduler.prefilling or self._holds_kv_in_transit()
                 or self.state.pause is not None):
             return None
         chain = plan_chain(self.env.now, self.batch, self.kv, self._running, self.max_num_seqs,
