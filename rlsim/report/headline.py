@@ -14,6 +14,7 @@ class Headline:
     title: str
     unit: Unit
     better: Literal["lower", "higher", "neither"]
+    optional: bool = False  # only some runs have it (prefill engines): shown where present
 
     @property
     def key(self) -> str:
@@ -43,7 +44,16 @@ HEADLINES = (
     Headline(("long_tail", "tail_gpu_s_per_step"), "tail GPU-seconds per step", "s", "lower"),
     Headline(("staleness", "mean"), "mean staleness", "versions", "neither"),
     Headline(("staleness", "max"), "max staleness", "versions", "neither"),
+    Headline(("prefill_decode", "prefill_utilisation", "busy"), "prefill GPUs busy", "fraction", "higher",
+             optional=True),
+    Headline(("prefill_decode", "kv_transfer", "seconds_per_step"), "KV-cache transfer seconds per step", "s", "neither",
+             optional=True),
 )
+
+
+def shown(*metrics: dict) -> tuple[Headline, ...]:
+    """The headlines to show for these runs: every one, but an optional figure only where some run has it."""
+    return tuple(h for h in HEADLINES if not h.optional or any(lookup(m, h.path) is not None for m in metrics))
 
 
 def lookup(metrics: dict, path: tuple[str, ...]):
