@@ -42,6 +42,7 @@ class RoleGPUs:
     reward: tuple[GPU, ...] = ()  # a reward model's or judge's GPUs; none without
     critic: tuple[GPU, ...] = ()  # the critic's GPUs (the training GPUs unless it has its own); none without
     reference: tuple[GPU, ...] = ()  # the reference policy's GPUs, likewise
+    prefill: tuple[GPU, ...] = ()  # prefill engines' GPUs (prefill/decode disaggregation); none without
 
 
 _SOURCE = ("source",)
@@ -183,23 +184,23 @@ class ClusterTopology:
 
     def place_roles(self, rollout: tuple[str, int], training: tuple[str, int], reward: tuple[str, int] | None = None,
                     *, training_after_rollout: bool, critic: tuple[str, int] | None = None,
-                    reference: tuple[str, int] | None = None) -> RoleGPUs:
+                    reference: tuple[str, int] | None = None, prefill: tuple[str, int] | None = None) -> RoleGPUs:
         """Where each role's (pool, GPU count) lands: the engines first in their pool; training after them when
         `training_after_rollout` (the two share a pool but not GPUs), else from the start of its pool (sharing the
         engines' GPUs when the pool is theirs); a critic, then a reference policy, with GPUs of their own after every
-        policy GPU in their pool, and a reward model or judge after those. A role given no GPUs of its own gets none
-        here (rlsim.pricing.weight_sync.role_gpus gives it those of the role it shares)."""
+        policy GPU in their pool, a reward model or judge after those, and prefill engines last. A role given no GPUs
+        of its own gets none here (rlsim.pricing.weight_sync.role_gpus gives it those of the role it shares)."""
         placed = self.allocate(rollout[0], rollout[1])
         training_gpus = self.allocate(training[0], training[1], rollout[1] if training_after_rollout else 0)
         placed += training_gpus
         own: list[tuple[GPU, ...]] = []
-        for role in (critic, reference, reward):
+        for role in (critic, reference, reward, prefill):
             gpus: tuple[GPU, ...] = ()
             if role is not None:
                 gpus = self.allocate(role[0], role[1], len({g for g in placed if g.pool == role[0]}))
                 placed += gpus
             own.append(gpus)
-        return RoleGPUs(placed[:rollout[1]], training_gpus, own[2], own[0], own[1])
+        return RoleGPUs(placed[:rollout[1]], training_gpus, own[2], own[0], own[1], own[3])
 
     def domain(self, gpu: GPU) -> tuple[str, int]:
         """The scale-up domain a GPU belongs to, as (pool, index)."""

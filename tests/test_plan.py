@@ -276,7 +276,7 @@ def test_two_gpu_types_give_one_the_rollout_and_the_other_the_training(small_wor
     """With a second pool of another GPU type, the candidates also place generation on one pool and training on the
     other, each way round, with every schedule that overlaps them; the plan names both pools."""
     found = cross_pool_candidates(read_yaml(small_workload).data, ("h800-sxm", 16, 8), ("h20", 32, 8))
-    directions = {(c.pools, c.rollout_gpus, c.training_gpus) for c in found}
+    directions = {(c.pools, c.rollout_gpus, c.training_gpus) for c in found if not c.prefill_gpus}
     assert directions == {(("h800-sxm", "h20"), 16, 32), (("h20", "h800-sxm"), 32, 16)}
     h20_rollout = next(c for c in found if c.pools[0] == "h20" and c.rollout_tp == 2 and c.schedule.mode == "async")
     assert h20_rollout.label.startswith("disaggregated 32 h20 rollout + 16 h800-sxm train, rollout tp2, async")
@@ -288,6 +288,25 @@ def test_two_gpu_types_give_one_the_rollout_and_the_other_the_training(small_wor
     assert any(e.candidate.pools for e in result.estimated) and result.cluster == "8 × h800-sxm + 8 × h20"
     assert main(["plan", str(small_workload), "--gpus", "8", "--gpu", "h800-sxm", "--pool", "h20", "--simulate", "1"]) == 2
     assert "GPU:COUNT" in capsys.readouterr().err
+
+
+def test_two_gpu_types_also_split_prefill_from_decode(small_workload):
+    """With two GPU types the plan also tries RollArt's affinity inside generation: decode on one pool, the prompts
+    prefilled on an eighth or a quarter of the other pool's GPUs, which train with the rest; the estimate screens
+    them like any candidate."""
+    found = cross_pool_candidates(read_yaml(small_workload).data, ("h800-sxm", 16, 8), ("h20", 32, 8))
+    split = {(c.pools, c.rollout_gpus, c.prefill_gpus, c.training_gpus, c.rollout_tp) for c in found if c.prefill_gpus}
+    assert (("h20", "h800-sxm"), 32, 2, 14, 1) in split and (("h20", "h800-sxm"), 32, 4, 12, 1) in split
+    assert (("h800-sxm", "h20"), 16, 4, 28, 1) in split
+    chosen = next(c for c in found if c.pools[0] == "h20" and c.prefill_gpus == 4 and c.rollout_tp == 1
+                  and c.schedule.mode == "sync")
+    assert chosen.label.startswith("disaggregated 32 h20 decode + 4 h800-sxm prefill + 12 h800-sxm train")
+    placement = chosen.overrides["placement"]
+    assert placement["rollout"]["prefill"] == {"pool": "train", "gpus": 4, "tp": 1}
+    assert placement["training"]["gpus"] == 12
+    result = plan(small_workload, gpus=8, gpu="h800-sxm", pool=("h20", 8), schedules=("sync",), simulate=1,
+                  refine=0, layouts=0, workers=1)
+    assert any(e.candidate.prefill_gpus for e in result.estimated)
 
 
 def test_an_llm_judge_gets_gpus_of_its_own_carved_from_the_budget():

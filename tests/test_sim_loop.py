@@ -286,14 +286,19 @@ def small_scenario(draw):
             if draw(st.booleans()):
                 kwargs.update(streaming=True, mini_batches=2, every_updates=draw(st.sampled_from([1, 2])))
         kwargs["partial"] = draw(st.sampled_from(["off", "interrupt", "in_flight"]))
-    if kwargs["mode"] == "disaggregated":
+    if kwargs["mode"] == "disaggregated" and draw(st.booleans()):
+        # Prefill/decode disaggregation: two prefill engines feed two decode engines.
+        kwargs.update(rollout_gpus=2, training_gpus=4, prefill=f"gpus: 2, max_num_seqs: {draw(st.sampled_from([2, 16]))}")
+    elif kwargs["mode"] == "disaggregated":
         kwargs.update(rollout_gpus=4, training_gpus=4)
     elif kwargs["mode"] == "hybrid":
         kwargs.update(rollout_gpus=8, training_gpus=4)
     variant = draw(st.sampled_from(sorted(WORKLOAD_VARIANTS)))
     response, workload = WORKLOAD_VARIANTS[variant]
     if variant == "multiturn":
-        workload += f"\ntool_wait: {draw(st.sampled_from(['hold', 'release']))}"
+        # With prefill engines every turn is a new request: nothing holds a decode slot through its tool calls.
+        waits = ["release"] if "prefill" in kwargs else ["hold", "release"]
+        workload += f"\ntool_wait: {draw(st.sampled_from(waits))}"
     if response != "keep":
         kwargs["response"] = response
     kwargs["workload"] = workload

@@ -76,6 +76,12 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
                  f"ZeRO-{t.zero_stage}, recompute {t.activation_recompute}"
                  + (f", LoRA rank {t.lora_rank} (adapters train and sync)" if t.lora_rank else "")
                  + (", FP8 GEMMs" if t.precision == "fp8" else ""))
+    if r.prefill is not None:
+        p = r.prefill
+        lines.append(f"           prefill/decode disaggregated: prompts prefill on {p.gpus} GPUs on {p.pool} = "
+                     f"{p.engines} prefill engines × tp{p.tp} (≤ {p.max_num_batched_tokens} tokens an iteration); "
+                     f"the {r.engines} engines above only decode, fetching each KV cache "
+                     f"({bound.model.kv_bytes_per_token / 1024:.1f} KiB/token) over the link between them")
     if r.engine == "hf":
         padded = "the longest prompt" if r.pad_prompts == "longest" else f"{a.max_prompt_tokens} prompt tokens"
         lines.append(f"           HF generate(): static batches of up to {r.max_num_seqs} rows, each padded to "

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rlsim.config.prefill import check_prefill, prefill_gpus, resolve_prefill
 from rlsim.config.role_groups import check_role_groups, data_parallel, own_gpus, resolve_role_groups
 from rlsim.config.run_length import max_lead, resolve_run_length
 from rlsim.config.schedule_kind import modes, schedule_kind
@@ -73,6 +74,7 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
             _check_draft_model(resolved, check)
             _check_training_precision(resolved, hardware, check)
             _check_hf_engine(resolved, spec, check)
+            check_prefill(resolved, spec, hardware, check.fail)
     _check_algorithm(resolved, check)
     _check_schedule(scenario, resolved, check)
     _check_reward(resolved, check)
@@ -202,7 +204,7 @@ def _resolve_placement(placement: Placement, pools: list[Pool], check: _Checker)
     if reward is not None and reward.share_with is None:
         reward = reward.model_copy(update={"pool": pool_name(at + ("reward_model", "pool"), reward.pool, rollout_pool)})
     resolved = placement.model_copy(update={"rollout": rollout, "training": training, "reward_model": reward})
-    return resolve_role_groups(resolved, pool_name, check.fail)
+    return resolve_prefill(resolve_role_groups(resolved, pool_name, check.fail), pool_name)
 
 
 def _check_capacity(scenario: Scenario, check: _Checker) -> None:
@@ -255,7 +257,8 @@ def _check_capacity(scenario: Scenario, check: _Checker) -> None:
 
 def placed_gpus(placement: Placement) -> dict[str, int]:
     """GPUs the roles occupy in each pool: colocated and hybrid training share the rollout GPUs, disaggregated
-    training has its own, and so do a critic, reference or reward model placed on GPUs of their own."""
+    training has its own, and so do a critic, reference or reward model placed on GPUs of their own, and prefill
+    engines."""
     rollout, training = placement.rollout, placement.training
     assert rollout.pool is not None and training.pool is not None and training.gpus is not None
     placed = {rollout.pool: rollout.gpus}
@@ -266,6 +269,9 @@ def placed_gpus(placement: Placement) -> dict[str, int]:
     if reward is not None and reward.share_with is None:
         assert reward.pool is not None and reward.gpus is not None
         own.append((reward.pool, reward.gpus))
+    prefill = prefill_gpus(placement)
+    if prefill is not None:
+        own.append(prefill)
     for pool, gpus in own:
         placed[pool] = placed.get(pool, 0) + gpus
     return placed

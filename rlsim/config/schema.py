@@ -211,8 +211,34 @@ class SpeculativeDecoding(Frozen):
         return value
 
 
+class PrefillPlacement(Frozen):
+    """Prefill engines of a prefill/decode-disaggregated rollout (vLLM's kv_role kv_producer with a KV connector,
+    SGLang's --disaggregation-mode prefill): `gpus` GPUs, possibly of another pool, cut into engines of `tp` GPUs that
+    only prefill; each request's KV cache then moves to a decode engine (placement.rollout's engines)."""
+
+    pool: str | None = Field(
+        None, description="pool of the prefill GPUs (RollArt's hardware affinity: compute-bound prefill on H800/H100-"
+        "class GPUs, bandwidth-bound decode on H20-class ones); default: the rollout pool")
+    gpus: PositiveInt = Field(description="GPUs that run prefill engines, beside the decode engines' placement.rollout.gpus")
+    tp: PositiveInt = Field(1, description="tensor-parallel GPUs per prefill engine")
+    gpu_memory_utilization: Fraction = Field(
+        0.9, description="fraction of HBM a prefill engine may use, weights and the KV cache of the prompts it "
+        "prefills and holds until their transfer (vLLM's gpu_memory_utilization)")
+    max_num_seqs: PositiveInt = Field(
+        256, description="cap on sequences a prefill engine holds, prefilling or waiting for their KV cache to be "
+        "fetched (vLLM's max_num_seqs on the prefill instance)")
+    max_num_batched_tokens: PositiveInt = Field(
+        8192, description="prompt tokens a prefill iteration processes, longer prompts chunked to fit (vLLM's "
+        "max_num_batched_tokens on the prefill instance, SGLang's --chunked-prefill-size)")
+
+    @property
+    def engines(self) -> int:
+        return self.gpus // self.tp
+
+
 class RolloutPlacement(Frozen):
-    """Generation engines (vLLM/SGLang): `gpus` GPUs cut into engines of `tp` GPUs each."""
+    """Generation engines (vLLM/SGLang): `gpus` GPUs cut into engines of `tp` GPUs each; with `prefill`, these are the
+    decode engines and the prompts are prefilled on engines of their own."""
 
     pool: str | None = Field(None, description="default: the first pool")
     gpus: PositiveInt = Field(description="GPUs that run generation engines (colocated: every GPU of the placement)")
@@ -253,6 +279,11 @@ class RolloutPlacement(Frozen):
     cuda_graphs: Flag = Field(
         True, description="decode steps replay captured CUDA graphs instead of launching kernels one by one (false is verl "
         "actor_rollout_ref.rollout.enforce_eager: true)")
+    prefill: PrefillPlacement | None = Field(
+        None, description="prefill/decode disaggregation: prompts (and each later turn's new tokens) are prefilled on "
+        "engines of their own, possibly on another GPU type, and their KV cache is shipped to these engines, which "
+        "only decode (vLLM's NixlConnector P/D, SGLang's disaggregation mode; Splitwise, DistServe, RollArt); null: "
+        "every engine prefills its own requests")
     sleep_level: Literal[1, 2] = Field(
         2, description="what a colocated engine keeps while training runs: 1 copies its weights into pinned host "
         "memory when it sleeps and back when it wakes (vLLM sleep level 1: verl's default until verl#3019, summer 2025, and "

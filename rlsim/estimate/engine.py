@@ -14,6 +14,10 @@ This is what makes the long tail: an engine ends with the sequences that run lon
 Left out: prefix sharing within a group (a group's samples are spread over engines by default), multi-turn tool calls
 (the caller adds a trajectory's tool waits) and interruption by weight updates.
 
+A decode engine of a prefill/decode-disaggregated rollout (`prefilled`) admits sequences whose first token a prefill
+engine sampled: they join the decode batch at admission with nothing to prefill, as `rlsim.sim.engine.kv_fetch` has
+them; one preempted later recomputes its context here (vLLM fetches a KV cache once).
+
 HF generate() engines (`static_batch_run`) follow `rlsim.sim.static_batch` instead: static batches of padded rows,
 each decoded until its longest response ends.
 """
@@ -45,7 +49,7 @@ class EngineRun:
 
 
 class _Seq:
-    __slots__ = ("index", "prompt", "target", "generated", "prefill_left", "finish", "base")
+    __slots__ = ("index", "prompt", "target", "generated", "prefill_left", "finish", "base", "fetched")
 
     def __init__(self, index: int, prompt: int, target: int):
         self.index = index  # submission order: breaks ties between finishes
@@ -55,6 +59,7 @@ class _Seq:
         self.prefill_left = 0
         self.finish = -1  # iteration at which it finishes while decoding; -1 otherwise
         self.base = 0  # generated = base + iteration while decoding
+        self.fetched = False  # its KV cache came from a prefill engine (once: a preempted sequence recomputes)
 
     @property
     def context(self) -> int:
@@ -64,8 +69,9 @@ class _Seq:
 class _Engine:
     """The engine's state between iterations; `run` advances it until every sequence is done."""
 
-    def __init__(self, costs: EngineCosts, limits: EngineLimits, sequences: Sequence[tuple[int, int]]):
-        self.costs, self.limits = costs, limits
+    def __init__(self, costs: EngineCosts, limits: EngineLimits, sequences: Sequence[tuple[int, int]],
+                 prefilled: bool = False):
+        self.costs, self.limits, self.prefilled = costs, limits, prefilled
         for prompt, target in sequences:
             if prompt + target > limits.kv_tokens:
                 raise ValueError(f"a sequence of {prompt + target} tokens does not fit a KV cache of "
@@ -81,12 +87,13 @@ class _Engine:
     def run(self) -> EngineRun:
         while self.waiting or self.running:
             preempted = self._make_room()
+            waiting = len(self.waiting)
             plan = self._schedule(admit=not preempted or not self.running)
             if plan:
                 self._prefill_iteration(plan)
             elif self.decoding:
                 self._decode()
-            else:
+            elif len(self.waiting) == waiting:  # (prefilled sequences may be admitted and end at once)
                 raise ValueError("the engine cannot admit its next sequence")  # only with a cache too small
         return _summary(self.seconds, self.batches, self.preemptions)
 
@@ -109,9 +116,15 @@ class _Engine:
             budget -= plan[-1][1]
         while admit and budget > 0 and self.waiting and self._admissible(self.waiting[0]):
             seq = self.waiting.popleft()
+            self.running[seq] = None
+            if self.prefilled and not seq.fetched:
+                # A prefill engine sampled its first token; its KV cache arrives in place of a prefill.
+                seq.fetched = True
+                self.kv_used += seq.context + 1
+                self._first_token(seq)
+                continue
             seq.prefill_left = seq.context
             self.kv_used += seq.context + 1
-            self.running[seq] = None
             self.prefilling.append(seq)
             plan.append((seq, min(seq.prefill_left, budget)))
             budget -= plan[-1][1]
@@ -196,9 +209,11 @@ class _Engine:
         self.waiting.appendleft(seq)
 
 
-def engine_run(costs: EngineCosts, limits: EngineLimits, sequences: Sequence[tuple[int, int]]) -> EngineRun:
-    """Generate `sequences` ((prompt tokens, response tokens), in submission order) on one engine from empty."""
-    return _Engine(costs, limits, sequences).run()
+def engine_run(costs: EngineCosts, limits: EngineLimits, sequences: Sequence[tuple[int, int]],
+               prefilled: bool = False) -> EngineRun:
+    """Generate `sequences` ((prompt tokens, response tokens), in submission order) on one engine from empty;
+    `prefilled`: a decode engine fed by prefill engines."""
+    return _Engine(costs, limits, sequences, prefilled).run()
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -25,8 +25,10 @@ from scipy import stats
 from rlsim.config.bound import Bound
 from rlsim.costs.rollout import EngineCosts
 from rlsim.estimate.engine import EngineLimits, EngineRun, StaticBatches, engine_run, static_batch_run
+from rlsim.estimate.prefill import PrefillSide, prefill_side
 from rlsim.pricing.engines import engine_costs, policy_kv_tokens
 from rlsim.pricing.layouts import engine_layout, padded_prompt_tokens
+from rlsim.pricing.weight_sync import role_gpus
 from rlsim.topology import ClusterTopology
 from rlsim.workload.lengths import LengthDistribution
 
@@ -100,21 +102,30 @@ class Engine:
     limits: EngineLimits
     count: int  # engines of the placement
     static: StaticBatches | None = None  # HF generate() engines: how they size their static batches
+    prefill: PrefillSide | None = None  # the prefill engines that feed these (decode) engines, when disaggregated
 
     def slowest(self, responses: Responses, sequences: float) -> EngineRun:
         """The engine that ends a batch of `sequences` last: the one holding the batch's longest response (submitted
-        last: the later a long response starts, the later it ends), or the one with the most tokens to generate."""
+        last: the later a long response starts, the later it ends), or the one with the most tokens to generate.
+        Fed by prefill engines, it decodes once the first KV cache arrives, and no sooner than the prefill engines
+        prefill the batch and its links carry its share of the caches."""
         share = max(1, math.ceil(sequences / self.count))
         longest = [*responses.quantiles(share - 1), responses.longest(sequences)]
         heaviest = responses.heaviest_quantiles(share, self.count)
         runs = [self._run([(responses.prompt, n) for n in lengths]) for lengths in (longest, heaviest)]
-        return max(runs, key=lambda run: run.seconds)
+        run = max(runs, key=lambda run: run.seconds)
+        prefill = self.prefill
+        if prefill is None:
+            return run
+        fed = max(run.seconds, prefill.seconds(responses.prompt, sequences),
+                  prefill.transfers(responses.prompt, sequences))
+        return replace(run, seconds=prefill.first_arrival(responses.prompt) + fed)
 
 
     def _run(self, sequences: list[tuple[int, int]]) -> EngineRun:
         if self.static is not None:
             return static_batch_run(self.costs, self.limits, sequences, self.static)
-        return engine_run(self.costs, self.limits, sequences)
+        return engine_run(self.costs, self.limits, sequences, prefilled=self.prefill is not None)
 
 
 def rollout_engine(bound: Bound, topology: ClusterTopology, rollout_gpus, max_num_seqs: int | None = None) -> Engine:
@@ -126,7 +137,9 @@ def rollout_engine(bound: Bound, topology: ClusterTopology, rollout_gpus, max_nu
     scenario = bound.scenario
     static = (StaticBatches(scenario.algorithm.max_response_tokens, padded_prompt_tokens(scenario))
               if layout.engine == "hf" else None)
-    return Engine(costs, EngineLimits(slots, layout.max_num_batched_tokens, kv_tokens), layout.engines, static)
+    prefill = prefill_side(bound, topology, role_gpus(bound, topology).prefill, tuple(rollout_gpus))
+    return Engine(costs, EngineLimits(slots, layout.max_num_batched_tokens, kv_tokens), layout.engines, static,
+                  prefill)
 
 
 def generation_rounds(target: int, first: int, kept: float, batch: int | None,

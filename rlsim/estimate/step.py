@@ -220,6 +220,9 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
         seconds, note = _batches(engine, responses, lengths, scenario)
     if groups_per_engine is not None:
         note += f"; at most {groups_per_engine:g} groups per engine at once"
+    if engine.prefill is not None:
+        note += (f"; prompts prefilled on {engine.prefill.engines} prefill engines, KV caches fetched by the "
+                 f"{engine.count} decode engines")
     if lengths.truncated > 0.001:
         note += f"; {lengths.truncated:.1%} of responses hit the cap"
     if lengths.tool_s > 0:

@@ -77,6 +77,19 @@ class SequenceRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class KVTransfer:
+    """A KV cache moved from a prefill engine to a decode engine (prefill/decode disaggregation)."""
+
+    seq_id: int
+    source: str  # the prefill engine's unit, prefill0, …
+    destination: str  # the decode engine's unit, engine0, …
+    start: float  # when it began crossing the link (after transfers ahead of it into the same engine)
+    end: float
+    tokens: int  # tokens whose KV cache moved (those the decode engine's prefix cache lacked)
+    bytes: float
+
+
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """One RL step as the trainer saw it: when it started and ended, and seconds per verl stage."""
 
@@ -129,6 +142,7 @@ class EventLog:
     wall_s: float  # simulated time from the start to the end of the last step
     events: int  # SimPy events processed: the simulator's work, independent of tokens in fast mode
     engine_samples: SampleTable = ()  # type: ignore[assignment]  # in time order
+    kv_transfers: tuple[KVTransfer, ...] = ()  # prefill/decode disaggregation: in the order they ended
 
     def __post_init__(self) -> None:
         from rlsim.events.tables import SampleTable, SequenceTable, SpanTable  # the tables build on these records

@@ -8,6 +8,7 @@ import numpy as np
 from rlsim.config.run_length import RunLength, measured_window, short_warmup_warning
 from rlsim.events import RUN_END, EventLog
 from rlsim.metrics.cost import cost
+from rlsim.metrics.disaggregation import prefill_decode
 from rlsim.metrics.efficiency import decode_hbm_utilisation, mfu, model_flops
 from rlsim.metrics.engines import engine_summary
 from rlsim.metrics.facts import RunFacts
@@ -66,6 +67,9 @@ def run_metrics(log: EventLog, facts: RunFacts) -> dict:
         "cost": cost(metrics["step_time_s"]["mean"], facts),
         "measured": measured(log, facts),
     })
+    disaggregated = prefill_decode(log)
+    if disaggregated is not None:
+        metrics["prefill_decode"] = disaggregated
     return metrics
 
 

@@ -90,6 +90,7 @@ class Candidate:
     training: str = ""  # a training layout other than the base scenario's (rlsim/plan/layouts.py), else empty
     pools: tuple[str, str] = ()  # with two GPU types: the rollout's GPU and the training's, each its own pool
     judge_gpus: int = 0  # an LLM judge's GPUs of its own, carved from the budget
+    prefill_gpus: int = 0  # prefill engines' GPUs (prefill/decode disaggregation), in the training's pool
 
     @property
     def family(self) -> str:
@@ -102,6 +103,9 @@ class Candidate:
         elif self.role_groups:
             split = " / ".join(f"{self.training_gpus} {'+'.join(ROLE_NAMES[role] for role in group)}"
                                for group in self.role_groups)
+        elif self.pools and self.prefill_gpus:
+            split = (f"{self.rollout_gpus} {self.pools[0]} decode + {self.prefill_gpus} {self.pools[1]} prefill + "
+                     f"{self.training_gpus} {self.pools[1]} train")
         elif self.pools:
             split = f"{self.rollout_gpus} {self.pools[0]} rollout + {self.training_gpus} {self.pools[1]} train"
         elif self.placement == "disaggregated":
@@ -175,7 +179,9 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
 def cross_pool_candidates(base: dict, first: tuple[str, int, int], second: tuple[str, int, int]) -> list[Candidate]:
     """With two GPU types, (profile, GPUs, GPUs per node) each: one pool generates and the other trains, each way
     round, with every schedule that lets separate GPUs overlap and every engine size that fits in a node (RollArt's
-    "hardware affinity" at the level of roles: generation where memory bandwidth is cheap, training where FLOPs are)."""
+    "hardware affinity" at the level of roles: generation where memory bandwidth is cheap, training where FLOPs are);
+    and the same with the prompts prefilled on an eighth or a quarter of the training pool's GPUs (RollArt's affinity
+    within generation: compute-bound prefill beside training, bandwidth-bound decode on the other type)."""
     placement = base.get("placement") or {}
     rollout_base = {k: v for k, v in (placement.get("rollout") or {}).items() if k not in ("gpus", "tp", "pool")}
     training_base = {k: v for k, v in (placement.get("training") or {}).items() if k in TRAINING_LAYOUT_KEYS}
@@ -189,12 +195,28 @@ def cross_pool_candidates(base: dict, first: tuple[str, int, int], second: tuple
                       "rollout": {**rollout_base, "pool": "rollout", "gpus": rollout_count, "tp": tp,
                                   "gpu_memory_utilization": DEDICATED_MEMORY_UTILIZATION},
                       "training": {**training_base, "pool": "train", "gpus": train_count}}
-            for schedule in SCHEDULES:
-                found.append(Candidate("disaggregated", schedule, rollout_count, train_count, tp,
-                                       rollout_count + train_count,
-                                       {"cluster.pools": cluster, "placement": layout, **schedule.overrides()},
-                                       pools=(rollout_gpu, train_gpu)))
+            for prefill in [0, *_prefill_shares(train_count, tp)]:
+                placed = layout if not prefill else {
+                    **layout, "rollout": {**layout["rollout"], "prefill": {"pool": "train", "gpus": prefill, "tp": tp}},
+                    "training": {**layout["training"], "gpus": train_count - prefill}}
+                for schedule in SCHEDULES:
+                    found.append(Candidate("disaggregated", schedule, rollout_count, train_count - prefill, tp,
+                                           rollout_count + train_count,
+                                           {"cluster.pools": cluster, "placement": placed, **schedule.overrides()},
+                                           pools=(rollout_gpu, train_gpu), prefill_gpus=prefill))
     return found
+
+
+# Shares of the training pool a P/D candidate gives its prefill engines: prefill is a small part of generation's
+# work (a prompt's tokens in a few large iterations against thousands of decode steps), so a few GPUs serve many
+# decode engines (RollArt: prefill on a fraction of the H800s, decode on the H20s).
+PREFILL_SHARES = (1 / 8, 1 / 4)
+
+
+def _prefill_shares(train_count: int, tp: int) -> list[int]:
+    """Prefill GPU counts for a training pool of `train_count` GPUs: whole engines of `tp`, training keeping most."""
+    counts = {max(tp, round(train_count * share / tp) * tp) for share in PREFILL_SHARES}
+    return sorted(count for count in counts if count < train_count // 2)
 
 
 # An LLM judge's share of the GPU budget: engines of its own, carved from the GPUs rollout and training would get.

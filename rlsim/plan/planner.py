@@ -294,7 +294,7 @@ def _is_neighbour(best: Candidate, other: Candidate) -> bool:
     """`other` is the same as `best` but for its split moved one eighth of the GPUs, or (async) the next staleness
     bound up or down, or the other way of taking new weights."""
     if (other.placement != best.placement or other.rollout_tp != best.rollout_tp or other.pools != best.pools
-            or other.judge_gpus != best.judge_gpus):
+            or other.judge_gpus != best.judge_gpus or other.prefill_gpus != best.prefill_gpus):
         return False
     if other.schedule == best.schedule:
         return abs(other.training_gpus - best.training_gpus) == (best.gpus - best.judge_gpus) // SPLITS

@@ -3,7 +3,7 @@ layouts of every GPU role a scenario places: the policy's engines and training, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rlsim.config.bound import Bound
 from rlsim.config.framework import Framework
@@ -54,6 +54,19 @@ def engine_layout(placement: RolloutPlacement) -> EngineLayout:
         max_num_batched_tokens=placement.max_num_batched_tokens, engine=placement.engine,
         cuda_graphs=placement.cuda_graphs, sleep_level=placement.sleep_level,
     )
+
+
+def prefill_layout(placement: RolloutPlacement) -> EngineLayout | None:
+    """The prefill engines of a prefill/decode-disaggregated rollout (load_scenario fills their pool), of the decode
+    engines' kind, without experts split apart (a prefill batch is large enough to keep every expert busy on one
+    engine's TP GPUs); None without them."""
+    prefill = placement.prefill
+    if prefill is None:
+        return None
+    if prefill.pool is None:
+        raise ValueError("the prefill placement is not resolved; load scenarios with rlsim.config.load_scenario")
+    return replace(engine_layout(placement), ep=1, **prefill.model_dump(include={
+        "pool", "gpus", "tp", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens"}))
 
 
 def padded_prompt_tokens(scenario: Scenario) -> int:
@@ -125,6 +138,7 @@ class Roles:
     critic: TrainingLayout | None = None  # a critic placed with a layout of its own; None: the actor's layout
     reference: TrainingLayout | None = None  # a reference policy placed so; None: the actor's layout
     groups: tuple[tuple[str, str], ...] = (("critic", "actor"), ("reference", "actor"), ("reward_model", "reward_model"))
+    prefill: EngineLayout | None = None  # prefill engines of a prefill/decode-disaggregated rollout; None: none
 
     def group_of(self, role: str) -> str:
         return "actor" if role == "actor" else dict(self.groups)[role]
@@ -146,7 +160,8 @@ def roles(bound: Bound) -> Roles:
     critic = training_layout(placement.critic) if placement.critic is not None else None
     reference = training_layout(placement.reference) if placement.reference is not None else None
     groups = tuple((role, placement.group_of(role)) for role in ("critic", "reference", "reward_model"))
-    return Roles(engine_layout(placement.rollout), training_layout(placement.training), own, critic, reference, groups)
+    return Roles(engine_layout(placement.rollout), training_layout(placement.training), own, critic, reference, groups,
+                 prefill_layout(placement.rollout))
 
 
 def reward_model_layout(placement: RewardModelPlacement) -> TrainingLayout:

@@ -4,9 +4,11 @@ models' memory (rlsim.costs.memory) before proposing it."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from rlsim.config.schema import OffloadWhileGenerating, Scenario, TrainingPlacement
+from rlsim.costs.layout import EngineLayout
 from rlsim.costs.memory import (
     GIB,
     RoleMemory,
@@ -17,7 +19,7 @@ from rlsim.costs.memory import (
 from rlsim.hardware import GPUProfile
 from rlsim.models import Architecture, ModelSpec
 from rlsim.pricing.drafter import drafter_spec
-from rlsim.pricing.layouts import engine_layout, training_layout
+from rlsim.pricing.layouts import engine_layout, prefill_layout, training_layout
 from rlsim.pricing.precision import engine_weight_bytes
 from rlsim.pricing.role_memory import group_memory_of, guest_state, roles_on
 from rlsim.pricing.role_memory import with_guests as _with_guests
@@ -170,6 +172,46 @@ def rollout_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile,
                       kv_cache_bytes=memory.kv_cache_bytes, notes=memory.notes, hints=hints)
 
 
+def prefill_memory(scenario: Scenario, spec: ModelSpec, gpu: GPUProfile) -> RoleMemory | None:
+    """A prefill engine's GPU (prefill/decode disaggregation): weights, workspace and at least one longest context it
+    prefills inside its gpu_memory_utilization share; the rest holds the prompts it prefills and those whose KV cache
+    waits to be fetched by a decode engine. None without prefill engines. When it does not fit, the hints are changes
+    of its own fields that were checked to fit."""
+    layout = prefill_layout(scenario.placement.rollout)
+    if layout is None:
+        return None
+    workload = scenario.workload
+    # A later turn of a multi-turn trajectory prefills its whole context there (a new request to the prefill engine).
+    longest = (scenario.algorithm.model_len if workload.multiturn is not None or workload.replay is not None
+               else scenario.algorithm.max_prompt_tokens + 1)
+
+    def memory_of(candidate: EngineLayout) -> RoleMemory:
+        found = engine_memory(spec, candidate, gpu.memory_bytes, weight_bytes=engine_weight_bytes(spec, scenario.model.dtype),
+                              resident_training_bytes=0.0, longest_sequence=longest)
+        return replace(found, role="prefill")
+
+    memory = memory_of(layout)
+    if memory.fits:
+        return memory
+    options: list[dict[str, Any]] = []
+    tp = layout.tp * 2
+    while tp <= layout.gpus and layout.gpus % tp == 0 and spec.architecture.num_attention_heads % tp == 0:
+        options.append({"tp": tp})
+        tp *= 2
+    if layout.gpu_memory_utilization < 0.95:
+        options.append({"gpu_memory_utilization": 0.95})
+    tokens = layout.max_num_batched_tokens // 2
+    while tokens >= MIN_HINT_MICRO_BATCH_TOKENS:
+        options.append({"max_num_batched_tokens": tokens})
+        tokens //= 2
+
+    def fits(changes: dict[str, Any]) -> float | None:
+        candidate = memory_of(replace(layout, **changes))
+        return candidate.total_bytes if candidate.fits else None
+
+    return replace(memory, hints=_verified_hints("placement.rollout.prefill", options, fits))
+
+
 def _with_placement(scenario: Scenario, changes: dict[str, Any]) -> Scenario:
     """The scenario with `section.field` placement changes applied (no re-validation: only for re-evaluating memory)."""
     placement = scenario.placement
@@ -276,11 +318,15 @@ def _yaml(value: object) -> str:
 def memory_report(scenario: Scenario, spec: ModelSpec, gpus: dict[str, GPUProfile],
                   reward_spec: ModelSpec | None = None) -> list[RoleMemory]:
     """Per-GPU memory of each GPU role in the scenario, then of each GPU group of the critic, the reference or a
-    reward model placed apart from the actor (rlsim.pricing.role_memory); `gpus` maps pool name to its GPU profile,
+    reward model placed apart from the actor (rlsim.pricing.role_memory), then of the prefill engines of a
+    prefill/decode-disaggregated rollout; `gpus` maps pool name to its GPU profile,
     `reward_spec` is the reward model's (bound.reward_model)."""
     placement = scenario.placement
+    prefill = placement.rollout.prefill
+    prefilling = prefill_memory(scenario, spec, gpus[prefill.pool or ""]) if prefill is not None else None
     return [
         rollout_memory(scenario, spec, gpus[placement.rollout.pool or ""], reward_spec),
         training_memory(scenario, spec, gpus[placement.training.pool or ""], reward_spec),
         *group_memories(scenario, spec, gpus, reward_spec),
+        *([prefilling] if prefilling is not None else []),
     ]

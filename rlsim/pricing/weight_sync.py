@@ -24,7 +24,8 @@ def role_gpus(bound: Bound, topology: ClusterTopology, placed: Roles | None = No
     gpus = topology.place_roles(
         (rollout.pool, rollout.gpus), (training.pool, training.gpus),
         own("reward_model", placed.reward.layout if placed.reward is not None else None),
-        training_after_rollout=separate, critic=own("critic", placed.critic), reference=own("reference", placed.reference))
+        training_after_rollout=separate, critic=own("critic", placed.critic), reference=own("reference", placed.reference),
+        prefill=(placed.prefill.pool, placed.prefill.gpus) if placed.prefill is not None else None)
     # A role without GPUs of its own runs on those of the role it shares (critic and reference: the actor's).
     groups = {"actor": gpus.training, "critic": gpus.critic, "reference": gpus.reference, "reward_model": gpus.reward}
     algorithm = bound.scenario.algorithm
@@ -45,14 +46,15 @@ def reference_load_seconds(bound: Bound, topology: ClusterTopology | None = None
 
 def disaggregated_sync_for(bound: Bound, topology: ClusterTopology | None = None) -> WeightSyncCost:
     """`disaggregated_sync` for a bound scenario: to every rollout GPU when disaggregated, to the dedicated rollout
-    GPUs (those that do not train) when hybrid."""
+    GPUs (those that do not train) when hybrid; and to the prefill engines' GPUs, which run the policy too (one
+    broadcast reaches both, as NeMo-RL's and verl's collective weight update reaches every engine in its group)."""
     scenario = bound.scenario
     if scenario.placement.mode == "colocated":
         raise ValueError("a colocated placement has no separate rollout GPUs to sync; use colocated_switch_for")
     topology = topology or ClusterTopology.build(bound)
     placed = roles(bound)
     gpus = role_gpus(bound, topology, placed)
-    dedicated = tuple(g for g in gpus.rollout if g not in set(gpus.training))
+    dedicated = tuple(g for g in gpus.rollout if g not in set(gpus.training)) + gpus.prefill
     return disaggregated_sync(bound.model, placed.training, gpus.training, placed.rollout, dedicated,
                               weight_export(scenario.schedule.weight_sync), topology)
 

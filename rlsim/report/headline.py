@@ -14,6 +14,7 @@ class Headline:
     title: str
     unit: Unit
     better: Literal["lower", "higher", "neither"]
+    optional: bool = False  # only some runs have it (prefill engines): shown where present
 
     @property
     def key(self) -> str:
@@ -48,7 +49,16 @@ HEADLINES = (
     Headline(("sample_use", "never_trained", "token_share"), "generated tokens never trained", "fraction", "lower"),
     Headline(("sample_use", "staleness_length_bias", "long_minus_short_drop_rate"),
              "stale drops, longest − shortest quartile", "fraction", "lower"),
+    Headline(("prefill_decode", "prefill_utilisation", "busy"), "prefill GPUs busy", "fraction", "higher",
+             optional=True),
+    Headline(("prefill_decode", "kv_transfer", "seconds_per_step"), "KV-cache transfer seconds per step", "s", "neither",
+             optional=True),
 )
+
+
+def shown(*metrics: dict) -> tuple[Headline, ...]:
+    """The headlines to show for these runs: every one, but an optional figure only where some run has it."""
+    return tuple(h for h in HEADLINES if not h.optional or any(lookup(m, h.path) is not None for m in metrics))
 
 
 def lookup(metrics: dict, path: tuple[str, ...]):

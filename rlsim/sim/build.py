@@ -3,7 +3,8 @@ KV budgets, the trainer with actor/critic costs, the reward stage (CPU pool, rew
 workload's group sampler, and weight-sync / switching costs."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
@@ -17,11 +18,13 @@ from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memory import engine_kv_tokens, require_all
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
 from rlsim.costs.weight_sync import SwitchCost, WeightSyncCost
+from rlsim.pricing.disaggregation import kv_transfer_seconds, prefill_costs, prefill_kv_tokens
 from rlsim.pricing.engines import engine_costs, judge_kv_tokens
 from rlsim.pricing.layouts import JudgeRole, RewardModelRole, padded_prompt_tokens, roles
 from rlsim.pricing.memory import memory_report
 from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.sim.engines import GenerationEngine
+from rlsim.sim.prefill import PrefillEngine, PrefillRouter
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.reward import RewardPool
 from rlsim.sim.role_groups import ROLES, RoleGroups
@@ -59,6 +62,15 @@ class Simulation:
     sampler: GroupSampler
     balancer_rng: np.random.Generator
     reward_rng: np.random.Generator  # the judge's verdict lengths
+    # Prefill/decode disaggregation: the prefill engines (`engines` then decode) and their GPUs; none without.
+    prefill_engines: list[PrefillEngine] = field(default_factory=list)
+    prefill_gpus: tuple[int, int] | None = None
+
+    @property
+    def rollout_engines(self) -> list[RolloutEngine | StaticBatchEngine]:
+        """Every engine that runs the policy's generation, which pauses for and takes each weight update: the
+        engines, and the prefill engines that feed them."""
+        return [*self.engines, *self.prefill_engines]
 
 
 def build(bound: Bound, *, mode: str = "fast") -> Simulation:
@@ -96,6 +108,8 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
         engines.append(RolloutEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
                                      engine_layout.max_num_batched_tokens, index[mine[0]], len(mine), recorder,
                                      _not_connected, mode=mode, tool_wait=scenario.workload.tool_wait))
+
+    prefill_engines = _prefill_engines(env, bound, topology, index, recorder, gpus.prefill, rollout, engines, mode)
 
     layout = placed.training
     group = TrainingGroup(index[training[0]], layout)
@@ -136,7 +150,37 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     return Simulation(env, bound, recorder, engines, (index[rollout[0]], len(rollout)), group, trainer, actor, critic,
                       critic_trainer, reference, reference_trainer, groups,
                       reward, reward_model, judges, reference_load_seconds(bound, topology), switch, sync, sampler,
-                      np.random.default_rng(balancer_seed), reward_rng)
+                      np.random.default_rng(balancer_seed), reward_rng, prefill_engines,
+                      (index[gpus.prefill[0]], len(gpus.prefill)) if gpus.prefill else None)
+
+
+def _prefill_engines(env: simpy.Environment, bound: Bound, topology: ClusterTopology, index: dict[GPU, int],
+                     recorder: Recorder, gpus: tuple[GPU, ...], decode_gpus: tuple[GPU, ...],
+                     decode: list[GenerationEngine], mode: str) -> list[PrefillEngine]:
+    """Prefill/decode disaggregation: prefill engines on their GPUs (named `prefill0`, …), routed to by every decode
+    engine, which then fetches the KV caches over the links between them; none without `placement.rollout.prefill`."""
+    prefill = bound.scenario.placement.rollout.prefill
+    if prefill is None:
+        return []
+    costs = prefill_costs(bound, topology, gpus, _memoised)
+    kv_tokens = prefill_kv_tokens(bound)
+    # Recorded first, so every later context (a weight update, the staleness bound, the trainer's wait) wins over it:
+    # a prefill engine with nothing to prefill while the decode engines generate is done with its share of the work.
+    recorder.context(index[gpus[0]], len(gpus), 0.0, math.inf, "tail", "gen")
+    engines = []
+    for e in range(prefill.engines):
+        mine = gpus[e * prefill.tp:(e + 1) * prefill.tp]
+        engines.append(PrefillEngine(env, e, costs, kv_tokens, prefill.max_num_seqs, prefill.max_num_batched_tokens,
+                                     index[mine[0]], len(mine), recorder, mode=mode))
+    decode_tp = bound.scenario.placement.rollout.tp
+    seconds = kv_transfer_seconds(
+        bound, topology, [gpus[e * prefill.tp:(e + 1) * prefill.tp] for e in range(prefill.engines)],
+        [decode_gpus[e * decode_tp:(e + 1) * decode_tp] for e in range(len(decode))])
+    router = PrefillRouter(engines, seconds, bound.model.kv_bytes_per_token, recorder)
+    for engine in decode:
+        assert isinstance(engine, RolloutEngine), "the config checks refuse HF engines with prefill engines"
+        engine.take_prefills_from(router)
+    return engines
 
 
 def _not_connected(rollout: Rollout) -> None:

@@ -47,7 +47,8 @@ class Controller:
         # The RL driver runs on a training node's host.
         self.driver = sim.bound.framework(self.scenario.placement.training.pool)
         self.hand_off = driver_hand_off(self.driver, self.algorithm)
-        self.roles = RoleGPUs(self.env, sim.recorder, sim.rollout_gpus, (sim.training.first_gpu, sim.training.gpus))
+        self.roles = RoleGPUs(self.env, sim.recorder, sim.rollout_gpus, (sim.training.first_gpu, sim.training.gpus),
+                              sim.prefill_gpus)
         self.groups = GroupLedger(self.env, sim.sampler, Dispatcher(self.schedule, sim.engines, sim.balancer_rng),
                                   sim.engines, sim.recorder, self.schedule.group_cap(len(sim.engines)),
                                   self.algorithm.max_response_tokens, self._group_done)
@@ -244,7 +245,7 @@ class Controller:
         spent waiting for the engines to stop, which verl reports apart from the transfer."""
         sim, env = self.sim, self.env
         began = env.now
-        yield simpy.AllOf(env, [engine.pause(self._pause) for engine in sim.engines])
+        yield simpy.AllOf(env, [engine.pause(self._pause) for engine in sim.rollout_engines])
         waited = env.now - began
         self.roles.training_context(began, env.now, "barrier", "weight_sync")
         if sim.switch is not None:
@@ -256,7 +257,7 @@ class Controller:
                 yield from self.roles.span_all(label, seconds, "weight_sync")
         else:
             yield from self.roles.span_all("weight_sync", sim.sync.total_s, "weight_sync")
-        for engine in sim.engines:
+        for engine in sim.rollout_engines:
             engine.resume(self.version)
         return waited
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlsim.events import LABELS, EventLog, SequenceRecord, Span, StepRecord
+from rlsim.events import LABELS, EventLog, KVTransfer, SequenceRecord, Span, StepRecord
 from rlsim.events.tables import SPAN_COLUMNS, SampleColumns, SequenceColumns, SpanColumns, SpanTable
 from rlsim.sim.idle_labels import idle_spans
 
@@ -35,6 +35,7 @@ class Recorder:
         self._contexts: list[Span] = []
         self._sequences = SequenceColumns()
         self._steps: list[StepRecord] = []
+        self._kv_transfers: list[KVTransfer] = []
         self.engine_samples = SampleColumns()  # engines append theirs as the run goes on
         self.on_step: Callable[[StepRecord], None] | None = None  # told of each RL step as it ends (live output)
 
@@ -60,6 +61,9 @@ class Recorder:
     def sequence(self, record: SequenceRecord) -> None:
         self._sequences.append(record)
 
+    def kv_transfer(self, record: KVTransfer) -> None:
+        self._kv_transfers.append(record)
+
     def step(self, record: StepRecord) -> None:
         self._steps.append(record)
         if self.on_step is not None:
@@ -76,7 +80,7 @@ class Recorder:
         sequences = records.take(np.argsort(records.seq_id, kind="stable"))
         return EventLog(spans=spans, sequences=sequences,
                         steps=tuple(sorted(self._steps, key=lambda r: r.step)), gpus=self.gpus, wall_s=wall_s,
-                        events=events, engine_samples=samples)
+                        events=events, engine_samples=samples, kv_transfers=tuple(self._kv_transfers))
 
     def _frozen_spans(self, wall_s: float) -> SpanTable:
         """Busy spans that start in the run (clipped to it) and the idle spans between them, by GPU then time, busy

@@ -13,11 +13,16 @@ GPURange = tuple[int, int]  # first GPU index and count
 
 
 class RoleGPUs:
-    def __init__(self, env: simpy.Environment, recorder: Recorder, rollout: GPURange, training: GPURange):
+    """`prefill`: the prefill engines' GPUs of a prefill/decode-disaggregated rollout, which take the rollout GPUs'
+    weight updates and idle labels (they generate, and wait as the decode engines do)."""
+
+    def __init__(self, env: simpy.Environment, recorder: Recorder, rollout: GPURange, training: GPURange,
+                 prefill: GPURange | None = None):
         self.env = env
         self.recorder = recorder
         self.rollout = rollout
         self.training = training
+        self.prefill = prefill
 
     def span(self, blocks: list[GPURange], label: str, seconds: float, stage: str) -> Generator:
         """The GPU ranges `blocks` busy with `label` for `seconds`, then on."""
@@ -35,18 +40,19 @@ class RoleGPUs:
         """GPU ranges of rollout and training, without counting shared GPUs twice."""
         first, count = self.rollout
         t_first, t_count = self.training
+        prefill = [self.prefill] if self.prefill is not None else []
         if t_first >= first + count or t_first + t_count <= first:
-            return [(first, count), (t_first, t_count)]
+            return [(first, count), (t_first, t_count), *prefill]
         lo, hi = min(first, t_first), max(first + count, t_first + t_count)
-        return [(lo, hi - lo)]
+        return [(lo, hi - lo), *prefill]
 
     def all_context(self, start: float, end: float, label: str, stage: str) -> None:
         for first, count in self.both():
             self.recorder.context(first, count, start, end, label, stage)
 
     def rollout_context(self, start: float, end: float, label: str, stage: str) -> None:
-        first, count = self.rollout
-        self.recorder.context(first, count, start, end, label, stage)
+        for first, count in self._rollout_ranges():
+            self.recorder.context(first, count, start, end, label, stage)
 
     def training_context(self, start: float, end: float, label: str, stage: str) -> None:
         """Training GPUs that do not also generate (colocated GPUs keep the rollout's context)."""
@@ -55,8 +61,12 @@ class RoleGPUs:
 
     def rollout_only_context(self, start: float, end: float, label: str, stage: str) -> None:
         """Rollout GPUs that do not train (they wait for new weights while training runs)."""
-        for first, count in minus_range(self.rollout, self.training):
+        for first, count in minus_range(self.rollout, self.training) + self._rollout_ranges()[1:]:
             self.recorder.context(first, count, start, end, label, stage)
+
+    def _rollout_ranges(self) -> list[GPURange]:
+        """The rollout engines' GPUs, then the prefill engines' (always GPUs of their own)."""
+        return [self.rollout] if self.prefill is None else [self.rollout, self.prefill]
 
 
 def overlap(a: GPURange, b: GPURange) -> bool:

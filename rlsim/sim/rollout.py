@@ -50,6 +50,7 @@ import simpy
 from rlsim.costs.rollout import PrefillChunk
 from rlsim.sim.engine.controls import EngineControls
 from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, Stretch
+from rlsim.sim.engine.kv_fetch import KVFetch, PrefillRouter
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.lifecycle import SequenceLifecycle
 from rlsim.sim.engine.preemption_chain import Boundary, PreemptionChain, plan_chain
@@ -74,7 +75,7 @@ class RolloutEngine(EngineControls):
     """
 
     __slots__ = ("max_num_batched_tokens", "kv", "batch", "telemetry", "tools", "scheduler", "state", "lifecycle",
-                 "_chain", "_book")
+                 "kv_fetch", "_chain", "_book")
 
     def __init__(self, env: simpy.Environment, index: int, costs: IterationCosts, kv_capacity_tokens: int,
                  max_num_seqs: int, max_num_batched_tokens: int, first_gpu: int, gpu_count: int, recorder: Recorder,
@@ -92,6 +93,7 @@ class RolloutEngine(EngineControls):
         # The preemption chain or prefill run the process sleeps through, and how each of its boundaries is booked.
         self._chain: PreemptionChain | PrefillRun | None = None
         self._book: Callable = self._preemption_boundary
+        self.kv_fetch: KVFetch | None = None  # set when its prompts are prefilled elsewhere (`take_prefills_from`)
 
         self.lifecycle = SequenceLifecycle(self)
         self.kv = KVLedger(kv_capacity_tokens, prefix_sharing)
@@ -104,7 +106,18 @@ class RolloutEngine(EngineControls):
                                    self.telemetry, self._waiting, self._running)
         self.state = EngineState(env, self._run())
 
+    def take_prefills_from(self, router: PrefillRouter) -> None:
+        """Prefill/decode disaggregation: this engine decodes what `router`'s prefill engines prefilled, fetching each
+        rollout's KV cache once it has room (`rlsim.sim.engine.kv_fetch`)."""
+        self.kv_fetch = self.scheduler.fetch = KVFetch(self, router)
+
     # ---- what the controller and balancers use ----------------------------------------------------------------
+
+    @property
+    def outstanding(self) -> int:
+        """Rollouts submitted and not finished: waiting, running, or at a prefill engine or its link."""
+        here = len(self._waiting) + len(self._running)
+        return here if self.kv_fetch is None else here + self.kv_fetch.elsewhere
 
     @property
     def queued(self) -> int:
@@ -121,7 +134,8 @@ class RolloutEngine(EngineControls):
     def queued_tokens(self) -> int:
         """Context tokens of the waiting rollouts (what admitting them would cache)."""
         self.settle()
-        return self.scheduler.queued_tokens
+        queued = self.scheduler.queued_tokens
+        return queued if self.kv_fetch is None else queued + self.kv_fetch.pending_tokens
 
     @property
     def kv_used_tokens(self) -> int:
@@ -179,7 +193,12 @@ class RolloutEngine(EngineControls):
                 f"engine {self.index}'s whole cache of {self.kv.capacity}"
             )
         rollout.engine = self.index
-        self.scheduler.submit(rollout, rollout.target_tokens if predicted_tokens is None else predicted_tokens)
+        predicted = rollout.target_tokens if predicted_tokens is None else predicted_tokens
+        if self.kv_fetch is not None:
+            self.scheduler.submit(rollout, predicted, queue=False)
+            self.kv_fetch.send(rollout)
+            return
+        self.scheduler.submit(rollout, predicted)
         self.lifecycle.queued(rollout)
 
     def steal(self, n: int) -> list[Rollout]:
@@ -245,12 +264,17 @@ class RolloutEngine(EngineControls):
                                                     and scheduler.admissible(self._waiting[0], growth=batch.size))
                 yield from self._decode_exact() if step_one else self._decode_fast()
             else:
-                # Waiting rollouts may be blocked only by a pause, or by slots and KV held through tool calls.
-                assert not self._waiting or state.pause is not None or self.tools.held, (
+                # Waiting rollouts may be blocked only by a pause, or by slots and KV held through tool calls or
+                # by KV caches on their way in or out.
+                assert not self._waiting or state.pause is not None or self._holds_kv_in_transit(), (
                     f"engine {self.index} idles with {len(self._waiting)} rollouts waiting")
                 telemetry.flush(self.version)
                 yield state.idle()
                 state.activity = BUSY
+
+    def _holds_kv_in_transit(self) -> bool:
+        """Whether slots or KV cache the queue may wait for are held by sequences in tool calls or in transfer."""
+        return bool(self.tools.held) or (self.kv_fetch is not None and self.kv_fetch.fetching > 0)
 
     def _prefill_iteration(self, plan: list[tuple[Slot, int]]) -> Generator[simpy.Event, object, None]:
         """One iteration mixing the decode batch with prefill chunks."""
@@ -323,7 +347,7 @@ class RolloutEngine(EngineControls):
         observe the boundaries as they pass (a probe), nor change the batch in between (prefills, held tool calls, a
         pause)."""
         scheduler = self.scheduler
-        if (self.telemetry.probe is not None or scheduler.prefilling or self.tools.held
+        if (self.telemetry.probe is not None or scheduler.prefilling or self._holds_kv_in_transit()
                 or self.state.pause is not None):
             return None
         chain = plan_chain(self.env.now, self.batch, self.kv, self._running, self.max_num_seqs,
@@ -334,8 +358,9 @@ class RolloutEngine(EngineControls):
 
     def _plan_prefill_run(self, plan: list[tuple[Slot, int]], seconds: float) -> PrefillRun | None:
         """The prefill run the iteration just begun opens, where one can be booked after the fact: nothing may
-        observe its boundaries as they pass (a probe), nor change the batch in between (held tool calls, a pause)."""
-        if (self.mode == "exact" or self.telemetry.probe is not None or self.tools.held
+        observe its boundaries as they pass (a probe), nor change the batch or the cache in between (held tool calls,
+        KV caches in transfer, a pause)."""
+        if (self.mode == "exact" or self.telemetry.probe is not None or self._holds_kv_in_transit()
                 or self.state.pause is not None):
             return None
         now, scheduler, waiting = self.env.now, self.scheduler, self._waiting

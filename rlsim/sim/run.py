@@ -63,7 +63,7 @@ def _simulate_log(bound: Bound, mode: Literal["fast", "exact"],
                                "left: a process waits for an event nothing will trigger (a bug in rlsim)")
         env.step()
         events += 1
-    for engine in sim.engines:
+    for engine in sim.rollout_engines:
         engine.close()
     log = sim.recorder.freeze(env.now, events)
     return RunOutput(log, time.perf_counter() - began)

@@ -73,7 +73,7 @@ class AprilController(SyncController):
             yield groups.changed
             yield from groups.settle()
         # The target is met; stop the stragglers and carry them into the next step.
-        yield simpy.AllOf(self.env, [engine.pause("interrupt") for engine in self.sim.engines])
+        yield simpy.AllOf(self.env, [engine.pause("interrupt") for engine in self.sim.rollout_engines])
 
     def _choose(self, target: int) -> list[int]:
         return self.groups.take(target)  # the first to complete

@@ -44,6 +44,14 @@ class SequenceLifecycle:
 
     def first_token(self, slot: Slot) -> None:
         """The last prefill chunk sampled the sequence's next token: it decodes from now on, or its turn is over."""
+        rollout = self.sampled(slot)
+        if rollout.remaining <= 0:
+            self.turn_end(slot)
+            return
+        self.engine.batch.join(slot)
+
+    def sampled(self, slot: Slot) -> Rollout:
+        """Book the token the slot's last prefill chunk sampled; its rollout."""
         engine = self.engine
         rollout = slot.rollout
         rollout.generated += 1
@@ -51,10 +59,7 @@ class SequenceLifecycle:
         if rollout.version_started < 0:
             rollout.version_started = engine.version  # staleness counts from the oldest token
         engine.telemetry.observe("prefilled", rollout)
-        if rollout.remaining <= 0:
-            self.turn_end(slot)
-            return
-        engine.batch.join(slot)
+        return rollout
 
     def turn_end(self, slot: Slot) -> None:
         """The sequence generated the last token of its turn, and is out of the decode batch: it is done, or its tool
@@ -79,6 +84,8 @@ class SequenceLifecycle:
         engine.settle()  # the queue it may join is sampled, so the boundaries before now come first
         if engine.tools.back(rollout, tokens):
             engine.state.wake()  # it continues at the next boundary, like every batch change
+        elif engine.kv_fetch is not None:
+            engine.kv_fetch.send(rollout)  # its next turn is a new request, prefilled on a prefill engine
         else:
             engine.scheduler.queue(rollout)
             self.queued(rollout)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import simpy
 
@@ -11,6 +12,9 @@ from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.telemetry import EngineTelemetry
 from rlsim.sim.engine.tool_waits import ToolWaits
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
+
+if TYPE_CHECKING:
+    from rlsim.sim.engine.kv_fetch import KVFetch
 
 
 class Scheduler:
@@ -26,7 +30,7 @@ class Scheduler:
 
     __slots__ = ("env", "max_num_seqs", "max_num_batched_tokens", "kv", "batch", "tools", "telemetry", "waiting",
                  "running", "prefilling", "queued_tokens", "preemptions", "interruptions", "left", "predicted_total",
-                 "generated_total", "_predicted", "_admissions")
+                 "generated_total", "fetch", "_predicted", "_admissions")
 
     def __init__(self, env: simpy.Environment, max_num_seqs: int, max_num_batched_tokens: int, kv: KVLedger,
                  batch: DecodeBatch, tools: ToolWaits, telemetry: EngineTelemetry, waiting: deque[Rollout],
@@ -48,14 +52,17 @@ class Scheduler:
         self._predicted: dict[Rollout, float] = {}
         self.predicted_total = 0.0  # predicted lengths of the outstanding rollouts
         self.generated_total = 0  # tokens they generated (booked)
+        self.fetch: KVFetch | None = None  # a decode engine's rollouts prefilled elsewhere (prefill/decode disaggregation)
         self._admissions = 0
 
-    def submit(self, rollout: Rollout, predicted: float) -> None:
-        """A new outstanding rollout, predicted to generate `predicted` tokens in all, queued at the back."""
+    def submit(self, rollout: Rollout, predicted: float, queue: bool = True) -> None:
+        """A new outstanding rollout, predicted to generate `predicted` tokens in all, queued at the back (or, with
+        `queue` false, once a prefill engine has prefilled it)."""
         self._predicted[rollout] = predicted
         self.predicted_total += predicted
         self.generated_total += rollout.generated
-        self.queue(rollout)
+        if queue:
+            self.queue(rollout)
 
     def queue(self, rollout: Rollout) -> None:
         """Queue at the back: submitted, or back from tool calls that released its slot."""
@@ -75,6 +82,17 @@ class Scheduler:
         self.predicted_total -= self._predicted.pop(rollout)
         self.left = True
 
+    def hand_off(self, slot: Slot) -> None:
+        """A prefill engine's slot sampled its first token and leaves for a decode engine; its KV stays cached here
+        until the decode engine has fetched it."""
+        rollout = slot.rollout
+        del self.running[rollout]
+        slot.live = False
+        self.telemetry.changed = True
+        self.generated_total -= rollout.generated
+        self.predicted_total -= self._predicted.pop(rollout)
+        self.left = True
+
     def release(self, slot: Slot) -> None:
         """The slot's trajectory leaves for its tool calls without holding its slot, its context left cached."""
         del self.running[slot.rollout]
@@ -87,6 +105,8 @@ class Scheduler:
         empties the engine; otherwise preempt until the next iteration's tokens fit. Whether anything was preempted."""
         if self.tools.returned:
             self.tools.resume_held(self.prefilling)
+        if self.fetch is not None and self.fetch.arrived:
+            self.fetch.join_arrived()
         running = self.running
         if interrupt and running:
             for slot in reversed(list(running.values())):
@@ -123,8 +143,11 @@ class Scheduler:
             plan.append((slot, tokens))
             budget -= tokens
         waiting = self.waiting
+        fetch = self.fetch
         while admit and budget > 0 and waiting and self.admissible(waiting[0]):
             slot = self._admit(waiting.popleft())
+            if fetch is not None and fetch.takes(slot):
+                continue  # its KV cache comes from a prefill engine
             tokens = min(slot.prefill_left, budget)
             plan.append((slot, tokens))
             budget -= tokens
@@ -144,7 +167,8 @@ class Scheduler:
         """A free slot, and room in the KV cache for its context after the decodes of the next iteration; `growth`:
         at the boundary after the cache has grown by that many more tokens."""
         decoding = self.batch.size
-        return (len(self.running) < self.max_num_seqs and decoding < self.max_num_batched_tokens
+        running = len(self.running) if self.fetch is None else len(self.running) + self.fetch.fetching
+        return (running < self.max_num_seqs and decoding < self.max_num_batched_tokens
                 and self.kv.fits(rollout, growth + decoding))
 
     def steal(self, n: int) -> list[Rollout]:
