@@ -69,4 +69,5 @@ def environment_summary(log: EventLog, warmup_steps: int, step_time_s: float) ->
         "cold_start_s_mean": float(cold.mean()) if cold.size else 0.0,
         "sandbox_hours_per_step": sandbox_hours_per_step,
         "usd_per_step": sandbox_hours_per_step * record.usd_per_sandbox_hour,
+        "usd_per_1000_steps": 1000.0 * sandbox_hours_per_step * record.usd_per_sandbox_hour,
     }

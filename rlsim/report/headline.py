@@ -46,6 +46,23 @@ HEADLINES = (
 )
 
 
+# The environment pool's figures (workload.environments), shown for runs that have one.
+ENVIRONMENT_HEADLINES = (
+    Headline(("environments", "utilisation"), "environment utilisation (sandboxes running calls)", "fraction", "higher"),
+    Headline(("environments", "held_fraction"), "sandbox time held by trajectories", "fraction", "neither"),
+    Headline(("environments", "queue_wait_s", "mean"), "tool-call wait for a sandbox, mean", "s", "lower"),
+    Headline(("environments", "queue_wait_s", "p99"), "tool-call wait for a sandbox, p99", "s", "lower"),
+    Headline(("environments", "cold_starts"), "sandbox cold starts (measured steps)", "count", "lower"),
+    Headline(("environments", "peak_sandboxes"), "peak sandboxes", "count", "neither"),
+    Headline(("environments", "usd_per_1000_steps"), "sandbox $ per 1,000 steps", "usd", "lower"),
+)
+
+
+def headlines_for(*runs: dict) -> tuple[Headline, ...]:
+    """The headline figures of these runs' metrics: the environment pool's too when any of them has one."""
+    return HEADLINES + ENVIRONMENT_HEADLINES if any("environments" in metrics for metrics in runs) else HEADLINES
+
+
 def lookup(metrics: dict, path: tuple[str, ...]):
     value = metrics
     for part in path:
