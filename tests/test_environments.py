@@ -232,3 +232,29 @@ def test_a_pool_without_tool_calls_is_refused():
     with pytest.raises(ScenarioError) as err:
         parse_scenario(scenario_yaml(workload="environments: {sandboxes: 4}"))
     assert "environments run tool calls" in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+
+
+def test_a_pooled_run_reports_its_pool_in_the_summary_the_cost_check_and_compare(tmp_path, capsys):
+    from rlsim.cli import main
+    from rlsim.report.compare import NamedMetrics, compare_text, read_run_metrics
+
+    pooled = MULTITURN + ("\nenvironments: {autoscaling: {max_sandboxes: 6, scale_up_delay_s: 1.0}, scope: trajectory, "
+                          "cold_start: {kind: fixed, seconds: 2.0}, usd_per_sandbox_hour: 3.6}")
+    for name, workload in (("plain", MULTITURN), ("pooled", pooled)):
+        (tmp_path / f"{name}.yaml").write_text(scenario_yaml(response=None, workload=workload, steps=2))
+        assert main(["run", str(tmp_path / f"{name}.yaml"), "--out", str(tmp_path / name), "--events", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "tool-call wait for a sandbox, p99" in out and "sandbox cold starts" in out
+    metrics = read_run_metrics(tmp_path / "pooled")
+    pool, cost = metrics["environments"], metrics["cost"]
+    assert pool["cold_starts"] > 0 and pool["peak_sandboxes"] <= 6
+    assert cost["environment_usd_per_step"] == pool["usd_per_step"] > 0
+    gpus_only = read_run_metrics(tmp_path / "plain")["cost"]
+    assert "environment_usd_per_step" not in gpus_only and "environments" not in read_run_metrics(tmp_path / "plain")
+    text = compare_text([NamedMetrics("plain", read_run_metrics(tmp_path / "plain")), NamedMetrics("pooled", metrics)])
+    assert "environment utilisation" in text and "env_wait" in text
+    assert main(["check", str(tmp_path / "pooled.yaml")]) == 0
+    assert "autoscaled 0–6 sandboxes" in capsys.readouterr().out
