@@ -234,6 +234,26 @@ def test_a_pool_without_tool_calls_is_refused():
     assert "environments run tool calls" in str(err.value)
 
 
+def test_trajectories_holding_every_sandbox_while_waiting_for_engines_are_a_deadlock_the_run_reports():
+    """Hybrid async: the engines sharing GPUs with training pause until a batch trains, with queued trajectories that
+    hold both sandboxes; the batch's other trajectories wait for those sandboxes. A real cluster would hang; rlsim
+    names the cause and what would run."""
+    pool = ("environments: {autoscaling: {min_sandboxes: 0, max_sandboxes: 2, keep_alive_s: 0.0}, scope: trajectory, "
+            "cold_start: {kind: lognormal, median_s: 0.3, sigma: 0.5}}")
+    workload = ("multiturn: {turns: {values: [1, 3, 6]}, max_turns: [{step: 0, turns: 2}], tool_turn_tokens: {kind: "
+                "lognormal, median_tokens: 40, sigma: 0.8}, answer_turn_tokens: {kind: lognormal, median_tokens: 100, "
+                "sigma: 1.0}, tool_latency: {kind: lognormal, median_s: 0.4, sigma: 1.0}, tool_response_tokens: "
+                "{kind: fixed, tokens: 60}}\n")
+    kwargs = dict(prompts=8, samples=2, steps=1, response=None, max_response=256, max_num_seqs=2,
+                  group_placement="together", dp_balance="none", informative=0.5, schedule="async", group_cap=1,
+                  mode="hybrid", staleness=1, rollout_gpus=8, training_gpus=4)
+    with pytest.raises(ScenarioError) as err:
+        run(warmup=0, workload=workload + pool, **kwargs)
+    assert "workload.environments" in str(err.value) and "deadlocked" in str(err.value)
+    log, _ = run(warmup=0, workload=workload + pool.replace("scope: trajectory", "scope: call"), **kwargs)
+    assert len(log.steps) == 1
+
+
 # ------------------------------------------------------------------------------------------------ outputs
 
 

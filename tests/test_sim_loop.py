@@ -8,7 +8,7 @@ import math
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 import rlsim.sim.run as run_module
@@ -349,7 +349,14 @@ WORKLOAD_VARIANTS = {
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_scenario())
 def test_invariants_over_random_small_scenarios(kwargs):
-    log, _ = run(warmup=0, **kwargs)
+    try:
+        log, _ = run(warmup=0, **kwargs)
+    except ScenarioError as err:
+        # Trajectory-scoped sandboxes fewer than the trajectories in flight can deadlock, as on a real cluster; the run
+        # says so (tests/test_environments.py pins it), and such a draw has no invariants to check.
+        if "scope: trajectory" in kwargs["workload"] and "deadlocked" in str(err):
+            reject()
+        raise
     # Every GPU-second has exactly one label, and the labels of each GPU sum to the simulated wall time.
     for seconds in gpu_label_seconds(log):
         assert set(seconds) <= set(LABELS)

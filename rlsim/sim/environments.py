@@ -61,6 +61,10 @@ class ToolLatency:
         """What the pool did up to wall_s, for the event log (None: there is no pool)."""
         return None
 
+    def deadlock(self) -> str | None:
+        """Why nothing can happen any more, when the pool is the cause (None: it is not)."""
+        return None
+
     def _leave(self, engine: Any) -> None:
         out = self._out.get(engine)
         if out is None:
@@ -150,6 +154,15 @@ class SandboxPool(ToolLatency):
         if self.running + self.starting < self.floor:
             self._start(0.0)
         self._scale_up()
+
+    def deadlock(self) -> str | None:
+        """Calls wait for a sandbox that no trajectory will give back: every one is held (scope trajectory) by a
+        trajectory waiting for an engine — queued behind, or paused with, the very trajectories that wait. Frameworks
+        avoid it by starting no more trajectories than they have environments."""
+        if self.waiting and not self.idle and self.starting == 0 and self.running >= self.limit:
+            return (f"{len(self.waiting)} tool calls wait for a sandbox while all {self.running} are held by "
+                    "trajectories that wait for an engine")
+        return None
 
     # ---- the ledger ---------------------------------------------------------------------------------------------
 
