@@ -102,6 +102,7 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
     staleness = f" (max staleness {sched.max_staleness:g})" if schedule_kind(sched.mode).takes_max_staleness else ""
     lines.append(f"schedule   {sched.mode}{staleness}; load balancer {sched.load_balancer}; partial rollout "
                  f"{sched.partial_rollout.mode}; weight sync {sched.weight_sync.method}")
+    lines.extend(_environment_lines(s))
     length = RunLength(s.run.steps, s.run.warmup_steps)
     warning = short_warmup_warning(length, fill_steps(sched), sched.mode)
     lines.append(f"run        {s.run.steps} step(s), measured over {measured_window(length)}"
@@ -130,6 +131,45 @@ def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:
         if not role.fits and role.hints:
             lines.append("    would fit with: " + "; ".join(role.hints))
     return "\n".join(lines)
+
+
+def _latency_text(model) -> str:
+    """A latency model in a few words: its kind and its median (or value)."""
+    if model.kind == "fixed":
+        return f"{model.seconds:g} s"
+    if model.kind == "lognormal":
+        return f"lognormal, median {model.median_s:g} s (σ {model.sigma:g})"
+    return model.kind
+
+
+def _environment_lines(s: Scenario) -> list[str]:
+    """The multi-turn horizon's curriculum and the environment pool, as the simulation will run them."""
+    lines = []
+    multiturn = s.workload.multiturn
+    if multiturn is not None and multiturn.max_turns is not None:
+        steps = ", ".join(f"≤ {limit.turns} from step {limit.step}" for limit in multiturn.max_turns)
+        lines.append(f"turns      at most: {steps} (trajectories past the limit end there, truncated)")
+    pool = s.workload.environments
+    if pool is None:
+        return lines
+    if pool.autoscaling is not None:
+        scaling = pool.autoscaling
+        size = (f"autoscaled {scaling.min_sandboxes}–{scaling.max_sandboxes} sandboxes (a start waits "
+                f"{scaling.scale_up_delay_s:g} s for the autoscaler; idle ones above the floor stop after "
+                f"{scaling.keep_alive_s:g} s)")
+    else:
+        size = f"{pool.sandboxes} sandboxes, all running the whole run"
+    held = ("a trajectory claims one at its first tool call and holds it to its end; a fresh one then starts"
+            if pool.scope == "trajectory" else "each tool-calling turn takes one, then frees it")
+    cold = f"; cold start {_latency_text(pool.cold_start)}" if pool.cold_start is not None else ""
+    cpu = ""
+    if pool.cpu_seconds_per_call:
+        cores = f" on {pool.cpu_cores} cores (calls wait for a free one)" if pool.cpu_cores else ""
+        cpu = f"; {pool.cpu_seconds_per_call:g} CPU-s per call{cores}"
+    price = f"; ${pool.usd_per_sandbox_hour:g} per sandbox-hour" if pool.usd_per_sandbox_hour else ""
+    lines.append(f"sandboxes  {size}; {held}; calls queue first come first served when none is free{cold}{cpu}"
+                 f"{price}")
+    return lines
 
 
 def _role_groups(s: Scenario) -> list[str]:

@@ -17,10 +17,19 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from rlsim.config.environments import EnvironmentPool
+from rlsim.config.latency import (  # noqa: F401  (re-exported: the latency kinds are workload fields)
+    EmpiricalLatency,
+    FixedLatency,
+    LatencyComponent,
+    LatencyModel,
+    LognormalLatency,
+    LognormalMixtureLatency,
+    check_weights,
+)
 from rlsim.fields import (
     FiniteFloat,
     Frozen,
-    LogSpread,
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
@@ -29,12 +38,6 @@ from rlsim.fields import (
     Variants,
 )
 from rlsim.registry import LENGTH_MODELS, TOOL_WAITS
-
-
-def check_weights(weights: list[float] | None, count: int, what: str) -> None:
-    if weights is not None and len(weights) != count:
-        raise ValueError(f"weights has {len(weights)} entries but {what} has {count}")
-
 
 # ------------------------------------------------------------------------------------------------ length models
 
@@ -127,43 +130,6 @@ class JointGaussianMixture(Frozen):
 # ------------------------------------------------------------------------------------------------ other distributions
 
 
-class FixedLatency(Frozen):
-    kind: Literal["fixed"] = Field(description="fixed: every call takes the same time")
-    seconds: NonNegativeFloat = Field(description="the latency, in seconds")
-
-
-class LognormalLatency(Frozen):
-    kind: Literal["lognormal"] = Field(description="lognormal: log-normally distributed latencies")
-    median_s: PositiveFloat = Field(description="median latency, in seconds")
-    sigma: LogSpread = Field(description="standard deviation of ln(latency)")
-
-
-class LatencyComponent(Frozen):
-    weight: PositiveFloat = Field(description="relative weight; weights are normalised to sum to 1")
-    median_s: PositiveFloat = Field(description="median latency of this component, in seconds")
-    sigma: LogSpread = Field(description="standard deviation of ln(latency) in this component")
-
-
-class LognormalMixtureLatency(Frozen):
-    kind: Literal["lognormal_mixture"] = Field(description="lognormal_mixture: a weighted mix of lognormal latencies")
-    components: list[LatencyComponent] = Field(min_length=1, description="the mixture's components")
-
-
-class EmpiricalLatency(Frozen):
-    kind: Literal["empirical"] = Field(description="empirical: latencies drawn from a list of observed values")
-    seconds: list[NonNegativeFloat] = Field(min_length=1, description="the observed latencies, in seconds")
-    weights: list[PositiveFloat] | None = Field(None, description="relative weight of each latency (default: equal)")
-
-    @model_validator(mode="after")
-    def _weights_match(self) -> EmpiricalLatency:
-        check_weights(self.weights, len(self.seconds), "seconds")
-        return self
-
-
-LatencyModel = Annotated[FixedLatency | LognormalLatency | LognormalMixtureLatency | EmpiricalLatency,
-                         Field(discriminator="kind")]
-
-
 class Categorical(Frozen):
     """A count drawn from listed values with relative weights (equal weights when none are given)."""
 
@@ -210,6 +176,11 @@ class Replay(Frozen):
 # ------------------------------------------------------------------------------------------------ multi-turn
 
 
+class TurnLimit(Frozen):
+    step: int = Field(ge=0, description="policy version (RL step) from which the limit holds")
+    turns: PositiveInt = Field(description="most generation turns a trajectory may take (tool-calling turns + the last)")
+
+
 class MultiTurn(Frozen):
     """Agentic rollouts (Search-R1-like): a trajectory generates a turn, calls tools, appends their responses to its
     context, and generates again, until its final (answer) turn. Turn and tool-response lengths are drawn per
@@ -224,6 +195,29 @@ class MultiTurn(Frozen):
     tool_response_tokens: LengthModel = Field(description="tokens one tool call appends to the context")
     within_trajectory_correlation: Probability = Field(
         0.0, description="correlation of the normal scores of a trajectory's turn and tool-response lengths")
+    max_turns: list[TurnLimit] | None = Field(
+        None, description="a curriculum over the interaction horizon (TTI, arXiv 2506.07976, grows it over "
+        "training): from each listed step on, a trajectory takes at most this many turns; one that would take more "
+        "ends after its last allowed turn, truncated. Before the first listed step the first limit holds")
+
+    @field_validator("max_turns")
+    @classmethod
+    def _increasing_steps(cls, limits: list[TurnLimit] | None) -> list[TurnLimit] | None:
+        if limits is not None:
+            steps = [limit.step for limit in limits]
+            if not steps or steps != sorted(set(steps)):
+                raise ValueError(f"steps must increase strictly, got {steps}")
+        return limits
+
+    def turn_limit(self, version: int) -> int | None:
+        """The most turns a trajectory of policy version `version` may take (None: no limit)."""
+        if self.max_turns is None:
+            return None
+        limit = self.max_turns[0].turns
+        for point in self.max_turns:
+            if point.step <= version:
+                limit = point.turns
+        return limit
 
 
 # ------------------------------------------------------------------------------------------------ budgets, success, filters
@@ -367,6 +361,9 @@ class Workload(Frozen):
     replay: Replay | None = Field(
         None, description="replay a recorded trace as recorded (lengths, groups, turns), instead of length models")
     multiturn: MultiTurn | None = Field(None, description="agentic rollouts: turns of generation separated by tool calls")
+    environments: EnvironmentPool | None = Field(
+        None, description="the sandboxes that run tool calls: concurrency, cold starts, CPU cost, autoscaling and "
+        "price (default: every call starts at once and takes only its latency)")
     tool_wait: ToolWaitName = Field(
         "hold", description="during a tool call a trajectory keeps its engine slot and KV cache (hold), or frees them "
         "and is re-admitted when the tool returns, re-using whatever of its prefix is still cached (release)")
@@ -409,6 +406,9 @@ class Workload(Frozen):
                 raise ValueError(f"{' and '.join(missing)} required (or joint_tokens, or replay of a trace)")
             if self.multiturn is not None and self.response_tokens is not None:
                 raise ValueError("multiturn gives the response as turns; remove response_tokens")
+        if self.environments is not None and self.replay is None and self.multiturn is None:
+            raise ValueError("environments run tool calls: give multiturn (or replay a multi-turn trace), or remove "
+                             "environments")
         if self.informative is not None and self.informative_group_fraction != 1.0:
             raise ValueError("give informative or informative_group_fraction, not both")
         return self

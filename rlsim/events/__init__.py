@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
+    from rlsim.events.environments import EnvironmentRecord
     from rlsim.events.tables import SampleTable, SequenceTable, SpanTable
 
 # The idle taxonomy (DESIGN.md): every GPU-second carries exactly one of these labels.
 BUSY_LABELS = ("prefill", "decode", "logprob", "train_forward", "train_backward", "optimizer", "reward_model")
 COMMUNICATION_LABELS = ("weight_sync", "reshard", "exposed_collective")
 MEMORY_LABELS = ("offload", "reload")
-IDLE_LABELS = ("tail", "starved", "barrier", "staleness_block", "pipeline_bubble", "unassigned")
+IDLE_LABELS = ("tail", "env_wait", "starved", "barrier", "staleness_block", "pipeline_bubble", "unassigned")
 LABELS = BUSY_LABELS + COMMUNICATION_LABELS + MEMORY_LABELS + IDLE_LABELS
 
 # What `SequenceRecord.dropped_by` says of a rollout still generating or waiting when the last step ended.
@@ -143,6 +144,7 @@ class EventLog:
     events: int  # SimPy events processed: the simulator's work, independent of tokens in fast mode
     engine_samples: SampleTable = ()  # type: ignore[assignment]  # in time order
     kv_transfers: tuple[KVTransfer, ...] = ()  # prefill/decode disaggregation: in the order they ended
+    environments: EnvironmentRecord | None = None  # the environment pool's ledger (workload.environments), if any
 
     def __post_init__(self) -> None:
         from rlsim.events.tables import SampleTable, SequenceTable, SpanTable  # the tables build on these records

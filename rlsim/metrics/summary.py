@@ -11,6 +11,7 @@ from rlsim.metrics.cost import cost
 from rlsim.metrics.disaggregation import prefill_decode
 from rlsim.metrics.efficiency import decode_hbm_utilisation, mfu, model_flops
 from rlsim.metrics.engines import engine_summary
+from rlsim.metrics.environments import environment_summary
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.labels import gpu_seconds_by_label, pool_label_seconds, utilisation
 from rlsim.metrics.sample_use import sample_use
@@ -46,6 +47,7 @@ def run_metrics(log: EventLog, facts: RunFacts) -> dict:
     """Everything `rlsim run` writes to metrics.json: `summary`'s keys, unchanged, plus the report's breakdowns."""
     metrics = summary(log, facts.warmup_steps)
     by_pool = pool_label_seconds(log, facts)
+    environments = environment_summary(log, facts.warmup_steps, metrics["step_time_s"]["mean"])
     tails = [row for row in long_tail(log) if row["step"] >= facts.warmup_steps] or long_tail(log)
     flops = model_flops(log, facts)
     metrics["staleness"]["histogram"] = staleness_histogram(log)
@@ -64,12 +66,15 @@ def run_metrics(log: EventLog, facts: RunFacts) -> dict:
                       "tail_gpu_s_per_step": float(np.mean([t["tail_gpu_s"] for t in tails])) if tails else 0.0},
         "response_tokens": response_length_stats(log),
         "sample_use": sample_use(log),
-        "cost": cost(metrics["step_time_s"]["mean"], facts),
+        "cost": cost(metrics["step_time_s"]["mean"], facts,
+                     None if environments is None else environments["usd_per_step"]),
         "measured": measured(log, facts),
     })
     disaggregated = prefill_decode(log)
     if disaggregated is not None:
         metrics["prefill_decode"] = disaggregated
+    if environments is not None:
+        metrics["environments"] = environments
     return metrics
 
 

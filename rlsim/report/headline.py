@@ -53,6 +53,16 @@ HEADLINES = (
              optional=True),
     Headline(("prefill_decode", "kv_transfer", "seconds_per_step"), "KV-cache transfer seconds per step", "s", "neither",
              optional=True),
+    # The environment pool's figures (workload.environments).
+    Headline(("environments", "utilisation"), "environment utilisation (sandboxes running calls)", "fraction", "higher",
+             optional=True),
+    Headline(("environments", "held_fraction"), "sandbox time held by trajectories", "fraction", "neither",
+             optional=True),
+    Headline(("environments", "queue_wait_s", "mean"), "tool-call wait for a sandbox, mean", "s", "lower", optional=True),
+    Headline(("environments", "queue_wait_s", "p99"), "tool-call wait for a sandbox, p99", "s", "lower", optional=True),
+    Headline(("environments", "cold_starts"), "sandbox cold starts (measured steps)", "count", "lower", optional=True),
+    Headline(("environments", "peak_sandboxes"), "peak sandboxes", "count", "neither", optional=True),
+    Headline(("environments", "usd_per_1000_steps"), "sandbox $ per 1,000 steps", "usd", "lower", optional=True),
 )
 
 

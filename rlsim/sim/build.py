@@ -24,6 +24,7 @@ from rlsim.pricing.layouts import JudgeRole, RewardModelRole, padded_prompt_toke
 from rlsim.pricing.memory import memory_report
 from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.sim.engines import GenerationEngine
+from rlsim.sim.environments import tool_calls_for
 from rlsim.sim.prefill import PrefillEngine, PrefillRouter
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.reward import RewardPool
@@ -89,7 +90,8 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     gpus = role_gpus(bound, topology, placed)
     rollout, training = gpus.rollout, gpus.training
     # One independent stream per component, so adding randomness to one never shifts another's draws.
-    workload_seed, balancer_seed, reward_seed, filter_seed, step_scale_seed = np.random.SeedSequence(scenario.seed).spawn(5)
+    (workload_seed, balancer_seed, reward_seed, filter_seed, step_scale_seed,
+     environment_seed) = np.random.SeedSequence(scenario.seed).spawn(6)
 
     engine_layout = placed.rollout
     kv_tokens = engine_kv_tokens(rollout_fit, spec, engine_layout.tp)
@@ -110,6 +112,9 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
                                      _not_connected, mode=mode, tool_wait=scenario.workload.tool_wait))
 
     prefill_engines = _prefill_engines(env, bound, topology, index, recorder, gpus.prefill, rollout, engines, mode)
+    tool_calls = tool_calls_for(env, recorder, scenario.workload.environments, np.random.default_rng(environment_seed))
+    for engine in engines:
+        engine.environment = tool_calls
 
     layout = placed.training
     group = TrainingGroup(index[training[0]], layout)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlsim.events import LABELS, EventLog, KVTransfer, SequenceRecord, Span, StepRecord
+from rlsim.events.environments import EnvironmentRecord
 from rlsim.events.tables import SPAN_COLUMNS, SampleColumns, SequenceColumns, SpanColumns, SpanTable
 from rlsim.sim.idle_labels import idle_spans
 
@@ -33,11 +34,14 @@ class Recorder:
         self.phase = Phase()
         self._spans = SpanColumns()
         self._contexts: list[Span] = []
+        self._late_contexts: list[Span] = []  # win over every other context (their own order kept among them)
         self._sequences = SequenceColumns()
         self._steps: list[StepRecord] = []
         self._kv_transfers: list[KVTransfer] = []
         self.engine_samples = SampleColumns()  # engines append theirs as the run goes on
         self.on_step: Callable[[StepRecord], None] | None = None  # told of each RL step as it ends (live output)
+        # What the run's environment pool did up to the wall time (None: no pool), asked for when the log freezes.
+        self.environments: Callable[[float], EnvironmentRecord | None] | None = None
 
     def busy(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str,
              *, unit: str = "", step: int | None = None, version: int | None = None) -> None:
@@ -57,6 +61,17 @@ class Recorder:
         assert label in LABELS, label
         self._contexts.append(Span(first_gpu, gpu_count, start, end, label, stage, self.phase.step,
                                    self.phase.version, unit))
+
+    def late_context(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str = "",
+                     *, unit: str = "") -> None:
+        """Like `context`, but over every context recorded before or after it: for a cause known only per engine
+        (it waits on its trajectories' tool calls) inside a phase the controller labels later (a generation tail)."""
+        contexts = self._contexts
+        self._contexts = self._late_contexts
+        try:
+            self.context(first_gpu, gpu_count, start, end, label, stage, unit=unit)
+        finally:
+            self._contexts = contexts
 
     def sequence(self, record: SequenceRecord) -> None:
         self._sequences.append(record)
@@ -78,9 +93,11 @@ class Recorder:
         records = self._sequences.table()
         self._sequences = SequenceColumns()
         sequences = records.take(np.argsort(records.seq_id, kind="stable"))
+        environments = self.environments(wall_s) if self.environments is not None else None
         return EventLog(spans=spans, sequences=sequences,
                         steps=tuple(sorted(self._steps, key=lambda r: r.step)), gpus=self.gpus, wall_s=wall_s,
-                        events=events, engine_samples=samples, kv_transfers=tuple(self._kv_transfers))
+                        events=events, engine_samples=samples, kv_transfers=tuple(self._kv_transfers),
+                        environments=environments)
 
     def _frozen_spans(self, wall_s: float) -> SpanTable:
         """Busy spans that start in the run (clipped to it) and the idle spans between them, by GPU then time, busy
@@ -89,7 +106,8 @@ class Recorder:
         shown = busy.start < wall_s  # work recorded past the end of the run is not in the log
         if not shown.all():
             busy = busy.take(shown)
-        idle = idle_spans(busy, wall_s, self.gpus, self._contexts, self._spans.stages, self._spans.units)
+        idle = idle_spans(busy, wall_s, self.gpus, self._contexts + self._late_contexts, self._spans.stages,
+                          self._spans.units)
         first_gpu = np.concatenate([busy.first_gpu, idle["first_gpu"]])
         start = np.concatenate([busy.start, idle["start"]])
         end = np.concatenate([np.minimum(busy.end, wall_s), idle["end"]])

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rlsim.config.bound import Bound
+from rlsim.errors import Problem, ScenarioError
 from rlsim.events import EventLog, StepRecord
-from rlsim.sim.build import build
+from rlsim.sim.build import Simulation, build
 from rlsim.sim.loop import controller_for
 
 
@@ -59,6 +60,7 @@ def _simulate_log(bound: Bound, mode: Literal["fast", "exact"],
     # Until the loop's end is *processed*: a loop that fails is triggered at once, and only processing re-raises.
     while not done.processed:
         if env.peek() == float("inf"):
+            _refuse_a_deadlocked_pool(sim, env.now)
             raise RuntimeError(f"the simulation of {bound.scenario.name!r} stalled at t={env.now:.3f} s with steps "
                                "left: a process waits for an event nothing will trigger (a bug in rlsim)")
         env.step()
@@ -67,3 +69,15 @@ def _simulate_log(bound: Bound, mode: Literal["fast", "exact"],
         engine.close()
     log = sim.recorder.freeze(env.now, events)
     return RunOutput(log, time.perf_counter() - began)
+
+
+def _refuse_a_deadlocked_pool(sim: Simulation, now: float) -> None:
+    """A run stuck because trajectories hold every sandbox while waiting for engines that wait for the trainer, which
+    waits for the trajectories that wait for a sandbox, is the scenario's (a real cluster would hang too): say so."""
+    stuck = sim.engines[0].environment.deadlock() if sim.engines else None
+    if stuck is not None:
+        raise ScenarioError(Problem(
+            f"the environment pool deadlocked at t={now:.3f} s: {stuck}", path="workload.environments",
+            valid="more sandboxes than trajectories in flight at once (prompts × samples, more with an off-policy "
+            "schedule), or scope: call"))
+

@@ -263,6 +263,7 @@ class StaticBatchEngine(EngineControls):
                 self._generated_total -= slot.start_generated
                 rollout.finished = self.env.now
                 self.telemetry.observe("finished", rollout)
+                self.environment.finished(rollout)
                 self.on_finish(rollout)
             else:
                 self._generated_total += rollout.generated - slot.start_generated
@@ -279,7 +280,7 @@ class StaticBatchEngine(EngineControls):
         self.env.process(self._tools_return(rollout, turn.tool_s, turn.tool_tokens))
 
     def _tools_return(self, rollout: MultiTurnRollout, seconds: float, tokens: int) -> Generator:
-        yield self.env.timeout(seconds)
+        yield from self.environment.calls(self, rollout, seconds)
         rollout.in_tool = False
         rollout.turn += 1
         rollout.appended += tokens

@@ -90,7 +90,8 @@ class TrajectorySampler:
     """Draws trajectories from a `MultiTurn` model. A trajectory's number of turns is the turns histogram's quantile
     at its sample's normal score in the GRPO copula (so a group's trajectories share a tendency to search more); its
     turn and tool-response lengths share a per-trajectory factor v: each one's score is √ρ·v + √(1 − ρ)·ε, ρ the
-    within-trajectory correlation."""
+    within-trajectory correlation. A turn limit in force at the version (`max_turns`) cuts the count, the last allowed
+    turn ending the trajectory, truncated."""
 
     def __init__(self, config: MultiTurn):
         from rlsim.workload.latency import latency_distribution
@@ -101,13 +102,16 @@ class TrajectorySampler:
         self.tool_tokens: LengthSchedule = length_schedule(config.tool_response_tokens)
         self.latency = latency_distribution(config.tool_latency)
         self.rho = config.within_trajectory_correlation
+        self.turn_limit = config.turn_limit
 
     def draw(self, rng: np.random.Generator, prompts: np.ndarray, scores: np.ndarray, version: int,
              max_new_tokens: int, model_len: int) -> list[Trajectory]:
         """One trajectory per (prompt length, normal score) pair; all drawn at once, so quantile searches batch."""
         from scipy.special import ndtr
 
-        turns = self.turns.at(ndtr(scores))
+        wanted = self.turns.at(ndtr(scores))
+        limit = self.turn_limit(version)
+        turns = wanted if limit is None else np.minimum(wanted, limit)
         calls = int(turns.sum() - len(turns))
         shared, own = math.sqrt(self.rho), math.sqrt(1 - self.rho)
         factor = rng.standard_normal(len(scores))
@@ -125,6 +129,9 @@ class TrajectorySampler:
             end = start + count - 1
             drawn = [Turn(int(tool_turn[j]), float(latency[j]), int(tool_tokens[j])) for j in range(start, end)]
             drawn.append(Turn(int(answer[k])))
-            out.append(cap_trajectory(int(prompts[k]), drawn, max_new_tokens, model_len))
+            trajectory = cap_trajectory(int(prompts[k]), drawn, max_new_tokens, model_len)
+            if count < wanted[k] and not trajectory.truncated:
+                trajectory = Trajectory(trajectory.turns, truncated=True)  # cut short by the turn limit
+            out.append(trajectory)
             start = end
         return out

@@ -14,6 +14,7 @@ from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import PAUSED, EngineState
 from rlsim.sim.engine.telemetry import EngineTelemetry, Probe
+from rlsim.sim.environments import ToolLatency
 from rlsim.sim.sequence import Rollout
 
 
@@ -23,7 +24,7 @@ class EngineControls:
 
     # `version`: the policy version of the weights it holds.
     __slots__ = ("env", "index", "costs", "max_num_seqs", "first_gpu", "gpu_count", "mode", "on_finish",
-                 "on_queue_empty", "version", "_waiting", "_running")
+                 "on_queue_empty", "version", "environment", "_waiting", "_running")
 
     env: simpy.Environment
     index: int
@@ -34,6 +35,7 @@ class EngineControls:
     mode: str
     on_finish: Callable[[Rollout], None]
     on_queue_empty: Callable[[Any], None] | None
+    environment: ToolLatency  # where its trajectories' tool calls run (rlsim.sim.environments)
     state: EngineState
     telemetry: EngineTelemetry
     kv: KVLedger
@@ -49,6 +51,7 @@ class EngineControls:
         self.env, self.index, self.costs, self.max_num_seqs = env, index, costs, max_num_seqs
         self.first_gpu, self.gpu_count, self.mode, self.on_finish = first_gpu, gpu_count, mode, on_finish
         self.on_queue_empty = None  # set by work stealing
+        self.environment = ToolLatency(env)  # the run's environment pool, when it is built, replaces it
         self.version = 0
         self._waiting = deque()
         self._running = {}  # in admission order

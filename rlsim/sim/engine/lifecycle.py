@@ -70,6 +70,7 @@ class SequenceLifecycle:
             engine.scheduler.finish(slot)
             rollout.finished = self.env.now
             engine.telemetry.observe("finished", rollout)
+            engine.environment.finished(rollout)
             engine.on_finish(rollout)
             return
         assert isinstance(rollout, MultiTurnRollout)
@@ -79,8 +80,8 @@ class SequenceLifecycle:
         self.env.process(self._tools_return(rollout, turn.tool_s, turn.tool_tokens))
 
     def _tools_return(self, rollout: MultiTurnRollout, seconds: float, tokens: int) -> Generator:
-        yield self.env.timeout(seconds)
         engine = self.engine
+        yield from engine.environment.calls(engine, rollout, seconds)
         engine.settle()  # the queue it may join is sampled, so the boundaries before now come first
         if engine.tools.back(rollout, tokens):
             engine.state.wake()  # it continues at the next boundary, like every batch change
