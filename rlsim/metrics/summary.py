@@ -11,6 +11,7 @@ from rlsim.metrics.cost import cost
 from rlsim.metrics.efficiency import decode_hbm_utilisation, mfu, model_flops
 from rlsim.metrics.engines import engine_summary
 from rlsim.metrics.facts import RunFacts
+from rlsim.metrics.goodput import goodput
 from rlsim.metrics.labels import gpu_seconds_by_label, pool_label_seconds, utilisation
 from rlsim.metrics.sequences import response_length_stats, staleness, staleness_histogram, trained
 from rlsim.metrics.steps import long_tail, measured_steps, stage_means, throughput
@@ -64,7 +65,21 @@ def run_metrics(log: EventLog, facts: RunFacts) -> dict:
         "cost": cost(metrics["step_time_s"]["mean"], facts),
         "measured": measured(log, facts),
     })
+    if facts.long_run is not None:
+        metrics["goodput"] = horizon_goodput(log, facts)
     return metrics
+
+
+def horizon_goodput(log: EventLog, facts: RunFacts) -> dict:
+    """Goodput over run.horizon around the measured steady-state step (rlsim.metrics.goodput)."""
+    assert facts.long_run is not None
+    steps = measured_steps(log, facts.warmup_steps) or list(log.steps)
+    step_s = float(np.mean([s.seconds for s in steps]))
+    tokens_per_step = float(np.mean([s.tokens for s in steps]))
+    long_run = facts.long_run
+    result = goodput(step_s, tokens_per_step, facts.gpus, long_run.times(step_s), long_run.seed)
+    result["checkpoint_gib"] = long_run.checkpoint_bytes / 2**30
+    return result
 
 
 def measured(log: EventLog, facts: RunFacts) -> dict:

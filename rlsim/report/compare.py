@@ -15,7 +15,7 @@ from rlsim.events import LABELS, STAGES
 from rlsim.metrics.labels import label_shares
 from rlsim.report.colors import LABEL_COLORS
 from rlsim.report.figures import LAYOUT, STAGE_COLORS
-from rlsim.report.headline import HEADLINES, Headline, format_value, lookup
+from rlsim.report.headline import Headline, format_value, lookup, shown
 from rlsim.report.html import figure_div, page
 from rlsim.report.terminal import text_table
 
@@ -91,7 +91,7 @@ def differences(runs: list[NamedMetrics]) -> list[Difference]:
     """Every headline figure with each run's value and change against the first run, largest change first (ties keep
     the headline order)."""
     rows = []
-    for headline in HEADLINES:
+    for headline in shown(*(run.metrics for run in runs)):
         values = tuple(lookup(run.metrics, headline.path) for run in runs)
         rows.append(Difference(headline, values, tuple(_change(v, values[0], headline.unit) for v in values)))
     return sorted(rows, key=lambda d: -d.largest)

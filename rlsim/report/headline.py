@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Unit = Literal["s", "fraction", "count", "per_s", "usd", "gpu_hours", "versions"]
+Unit = Literal["s", "fraction", "count", "per_s", "per_gpu_hour", "usd", "gpu_hours", "versions"]
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,8 @@ class Headline:
     title: str
     unit: Unit
     better: Literal["lower", "higher", "neither"]
+    # Shown only for runs that have it: goodput exists when the scenario sets run.horizon.
+    optional: bool = False
 
     @property
     def key(self) -> str:
@@ -28,6 +30,11 @@ HEADLINES = (
     Headline(("throughput", "tokens_per_s"), "trained tokens/s", "per_s", "higher"),
     Headline(("throughput", "tokens_per_s_per_gpu"), "trained tokens/s per GPU", "per_s", "higher"),
     Headline(("throughput", "samples_per_s"), "trained samples/s", "per_s", "higher"),
+    Headline(("goodput", "tokens_per_gpu_hour"), "goodput: trained tokens per GPU-hour over the horizon",
+             "per_gpu_hour", "higher", optional=True),
+    Headline(("goodput", "fraction"), "goodput: share of the horizon spent on kept steps", "fraction", "higher",
+             optional=True),
+    Headline(("goodput", "failures"), "failures over the horizon", "count", "lower", optional=True),
     Headline(("cost", "usd_per_1000_steps"), "$ per 1,000 steps", "usd", "lower"),
     Headline(("cost", "gpu_hours_per_1000_steps"), "GPU-hours per 1,000 steps", "gpu_hours", "lower"),
     Headline(("utilisation", "busy"), "GPU-time busy", "fraction", "higher"),
@@ -44,6 +51,11 @@ HEADLINES = (
     Headline(("staleness", "mean"), "mean staleness", "versions", "neither"),
     Headline(("staleness", "max"), "max staleness", "versions", "neither"),
 )
+
+
+def shown(*runs: dict) -> tuple[Headline, ...]:
+    """The headlines to show for these runs' metrics: every one but the optional ones no run has."""
+    return tuple(h for h in HEADLINES if not h.optional or any(lookup(m, h.path) is not None for m in runs))
 
 
 def lookup(metrics: dict, path: tuple[str, ...]):
@@ -64,6 +76,8 @@ def format_value(value: float | None, unit: Unit) -> str:
         return f"{value:.1%}"
     if unit == "per_s":
         return f"{value:,.1f}/s"
+    if unit == "per_gpu_hour":
+        return f"{value:,.0f}/GPU-h"
     if unit == "usd":
         return f"${value:,.2f}"
     if unit == "gpu_hours":

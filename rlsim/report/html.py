@@ -19,7 +19,7 @@ from rlsim.events import LABELS
 from rlsim.metrics.labels import CATEGORY_OF
 from rlsim.report.colors import LABEL_COLORS
 from rlsim.report.figures import FIGURES, RunData
-from rlsim.report.headline import HEADLINES, format_value, lookup
+from rlsim.report.headline import format_value, lookup, shown
 
 STYLE = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 24px auto; max-width: 1400px;
@@ -59,7 +59,7 @@ def _cell(metrics: dict, path: tuple[str, ...], text: str) -> str:
 
 def headline_table(metrics: dict) -> str:
     rows = "".join(f"<tr><td>{html.escape(h.title)}</td>"
-                   f"{_cell(metrics, h.path, format_value(lookup(metrics, h.path), h.unit))}</tr>" for h in HEADLINES)
+                   f"{_cell(metrics, h.path, format_value(lookup(metrics, h.path), h.unit))}</tr>" for h in shown(metrics))
     return f'<table id="headline"><tr><th>figure</th><th>value</th></tr>{rows}</table>'
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 import textwrap
 
 from rlsim.events import LABELS, STAGES, StepRecord
-from rlsim.report.headline import HEADLINES, format_value, lookup
+from rlsim.report.headline import format_value, lookup, shown
 
 
 def headline_text(metrics: dict) -> str:
     """Which steps were measured, the same figures as the HTML report's summary table, one per line, then where the
     GPU-time went."""
-    width = max(len(h.title) for h in HEADLINES)
-    lines = [f"{h.title:<{width}}  {format_value(lookup(metrics, h.path), h.unit)}" for h in HEADLINES]
+    headlines = shown(metrics)
+    width = max(len(h.title) for h in headlines)
+    lines = [f"{h.title:<{width}}  {format_value(lookup(metrics, h.path), h.unit)}" for h in headlines]
     measured = metrics.get("measured")  # run folders written before it existed have none
     if measured:
         lines.insert(0, f"{'measured over':<{width}}  {measured['window']}")
