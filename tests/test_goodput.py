@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rlsim
@@ -17,6 +17,7 @@ from rlsim.cli import main
 from rlsim.config import parse_scenario
 from rlsim.config.bound import bind
 from rlsim.errors import ScenarioError
+from rlsim.metrics import RunFacts, run_metrics
 from rlsim.metrics.goodput import (
     LOSS_CAUSES,
     SECONDS_PER_HOUR,
@@ -29,6 +30,9 @@ from rlsim.metrics.goodput import (
 from rlsim.metrics.long_run import LongRunFacts
 from rlsim.report.compare import NamedMetrics, compare_text
 from rlsim.report.text import headline_text
+from rlsim.sim.run import simulate_log
+from tests.sim_scenarios import scenario_yaml
+from tests.test_sim_loop import small_scenario
 
 DAY = 86400.0
 TOKENS_PER_STEP = 1e6
@@ -230,6 +234,8 @@ def test_more_nodes_expect_more_failures():
     (("{mtbf_gpu_hours: 100}", "{mtbf_gpu_hours: 100, failures_per_gpu_day: 0.001}"), "failures"),
     (("{mtbf_gpu_hours: 100}", "{failures_per_gpu_day: {gpu: 0.001}}"), "failures.failures_per_gpu_day.gpu"),
     (("run: {steps: 2, horizon: 30d}", "run: {steps: 2}"), "checkpoint"),
+    (("{mtbf_gpu_hours: 100}", "{failures_per_gpu_day: 1000}"), "failures"),
+    (("prompts: 64}", "prompts: 1000000000}"), "evaluation.prompts"),
     (("failures: {mtbf_gpu_hours: 100}", "failures: {}"), None),
 ])
 def test_bad_long_run_inputs_are_refused_naming_the_field(change, field):
@@ -293,3 +299,88 @@ def test_plan_refuses_to_rank_by_goodput_without_a_horizon(long_workload, capsys
     assert main(["plan", str(long_workload), "--gpus", "16", "--rank", "goodput"]) == 2
     err = capsys.readouterr().err
     assert "run.horizon" in err and "Traceback" not in err
+
+
+def test_the_report_shows_goodput_with_its_breakdown(runs):
+    from rlsim.report.html import goodput_table
+
+    long, short = runs
+    table = goodput_table(long.metrics)
+    assert 'data-key="/goodput/gpu_hours_lost/recomputed_work"' in table and "Young&#x27;s save_freq" in table
+    assert goodput_table(short.metrics) == ""
+    page = long.report_html()
+    assert 'id="goodput"' in page and 'data-key="/goodput/tokens_per_gpu_hour"' in page
+
+
+def test_a_checkpoint_holds_the_trained_state_and_an_async_save_blocks_for_the_host_copy():
+    from rlsim.costs.checkpoint import checkpoint_bytes, trained_parameters
+    from rlsim.costs.layout import TrainingLayout
+
+    bound = bind(parse_scenario(SCENARIO))
+    params = bound.model.total_params
+    # FSDP's fp32 parameters are the master copy: 4 + 8 bytes of Adam moments; Megatron adds its bf16 weights.
+    assert checkpoint_bytes(bound.model, TrainingLayout(backend="fsdp")) == 12 * params
+    assert checkpoint_bytes(bound.model, TrainingLayout(backend="megatron")) == 14 * params
+    assert 0 < trained_parameters(bound.model, TrainingLayout(lora_rank=8)) < params / 50
+    facts = LongRunFacts.from_bound(bound)
+    assert facts is not None and facts.checkpoint_bytes == 12 * params
+    # One node writes the whole state at the storage's per-node rate.
+    assert facts.write_s == pytest.approx(12 * params / (bound.scenario.checkpoint.write_gbyte_per_s_per_node * 1e9))
+    assert facts.save_s(1.0) == facts.write_s and facts.restore_s > 0
+    background = LongRunFacts.from_bound(bind(parse_scenario(SCENARIO.replace(
+        "save_freq: 20}", "save_freq: 20, async_save: true}"))))
+    assert background is not None
+    copy = background.groups[0].host_copy_s
+    assert 0 < copy < background.write_s
+    # Steps longer than the write hide it; shorter ones wait for what is left of it at the next save.
+    assert background.save_s(background.write_s) == copy
+    tiny = background.write_s / 40
+    assert background.save_s(tiny) == pytest.approx(copy + background.write_s - 20 * tiny)
+    ppo = LongRunFacts.from_bound(bind(parse_scenario(SCENARIO.replace("name: grpo", "name: ppo"))))
+    assert ppo is not None and ppo.groups[0].roles == ("actor", "critic")
+    assert ppo.checkpoint_bytes == 2 * facts.checkpoint_bytes
+
+
+# ------------------------------------------------------------------------------- invariants over random scenarios
+
+
+@st.composite
+def long_run_sections(draw) -> tuple[str, str, dict]:
+    """A horizon and the failures, checkpoint and evaluation sections (each possibly left out) of a small run."""
+    horizon = draw(st.sampled_from(["2h", "3d", "30d"]))
+    rate = draw(st.sampled_from([0.0, 4.74e-4, 0.05]))
+    lines = [f"failures: {{failures_per_gpu_day: {rate}, startup_s: {draw(st.sampled_from([0.0, 60.0, 900.0]))}}}"]
+    drawn: dict = {"rate": rate, "checkpoint": draw(st.booleans()), "evaluation": draw(st.booleans())}
+    if drawn["checkpoint"]:
+        lines.append(f"checkpoint: {{save_freq: {draw(st.sampled_from([1, 5, 50]))}, "
+                     f"async_save: {str(draw(st.booleans())).lower()}, write_gbyte_per_s_per_node: "
+                     f"{draw(st.sampled_from([0.01, 1.0]))}}}")
+    if drawn["evaluation"]:
+        lines.append(f"evaluation: {{test_freq: {draw(st.sampled_from([1, 7]))}, prompts: "
+                     f"{draw(st.sampled_from([4, 32]))}}}")
+    return horizon, "\n".join(lines), drawn
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_scenario(), long_run_sections())
+def test_goodput_invariants_over_random_small_scenarios(kwargs, sections):
+    horizon, lines, drawn = sections
+    text = scenario_yaml(**kwargs)
+    steps = f"run: {{steps: {kwargs['steps']}}}"
+    text = text.replace(steps, steps[:-1] + f", horizon: {horizon}}}") + "\n" + lines + "\n"
+    bound = bind(parse_scenario(text))
+    log = simulate_log(bound).log
+    facts = RunFacts.from_bound(bound)
+    metrics = run_metrics(log, facts)
+    result = metrics["goodput"]
+    lost = result["gpu_hours_lost"]
+    assert result["fraction"] + sum(lost.values()) == pytest.approx(1.0, abs=1e-9)
+    assert all(share >= -1e-12 for share in lost.values())
+    assert result["steps"] * metrics["step_time_s"]["mean"] <= result["horizon_s"] * (1 + 1e-12)
+    assert result["expected_failures"] == pytest.approx(drawn["rate"] * facts.gpus * result["horizon_s"] / DAY)
+    assert (result["checkpoint_gib"] > 0) == drawn["checkpoint"]
+    assert (lost["evaluation"] > 0) == (drawn["evaluation"] and result["steps"] >= result["test_freq"])
+    if drawn["rate"] == 0:
+        assert result["failures"] == 0 and lost["recomputed_work"] == lost["restart"] == 0.0
+    # The same run gives the same goodput.
+    assert run_metrics(log, facts)["goodput"] == result

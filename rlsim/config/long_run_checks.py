@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rlsim.config.long_run import Failures, rate_for_pool
+from rlsim.config.long_run import Failures, duration_seconds, rate_for_pool
 from rlsim.config.schema import Scenario
 from rlsim.hardware import HardwareCatalog
 
 Fail = Callable[..., None]  # the checker's fail(path, message, *, value=None, valid=None)
 HOURS_PER_DAY = 24.0
+# The goodput model draws once per failure (rlsim.metrics.goodput), ~10 µs each. 100,000 H100s for ten years at
+# Llama 3's rate expect ~173,000 failures, so past this bound a rate or a horizon is a unit slip, and its run would
+# take seconds to sample.
+MAX_EXPECTED_FAILURES = 200_000
 SECTIONS = ("failures", "checkpoint", "evaluation")
 
 
@@ -23,6 +27,11 @@ def resolve_long_run(scenario: Scenario, hardware: HardwareCatalog, fail: Fail) 
                 fail((section,), f"{section} applies to a long run: set run.horizon (e.g. 30d) to report goodput over it",
                      valid="run.horizon set, or no " + section + " section")
         return None
+    evaluation = scenario.evaluation
+    if evaluation is not None and evaluation.prompts * evaluation.samples_per_prompt > scenario.run.max_rollouts:
+        fail(("evaluation", "prompts"), f"an evaluation pass of {evaluation.prompts * evaluation.samples_per_prompt:,} "
+             f"responses is past run.max_rollouts ({scenario.run.max_rollouts:,}), what a run may generate",
+             value=evaluation.prompts, valid="fewer prompts or samples, or a larger run.max_rollouts")
     failures = scenario.failures or Failures()
     names = [pool.name for pool in scenario.cluster.pools]
     for field in ("failures_per_gpu_day", "mtbf_gpu_hours"):
@@ -45,4 +54,10 @@ def resolve_long_run(scenario: Scenario, hardware: HardwareCatalog, fail: Fail) 
                 continue
             rate = published.value
         rates[pool.name] = rate
+    days = duration_seconds(scenario.run.horizon) / (HOURS_PER_DAY * 3600)
+    expected = sum(pool.gpus * rates.get(pool.name, 0.0) for pool in scenario.cluster.pools) * days
+    if expected > MAX_EXPECTED_FAILURES:
+        fail(("failures",), f"{expected:,.0f} failures expected over the horizon: the rate is per GPU per day "
+             "(Llama 3's H100s: 4.7e-4) and the horizon a duration (30d)",
+             valid=f"rates and a horizon expecting at most {MAX_EXPECTED_FAILURES:,} failures")
     return failures.model_copy(update={"failures_per_gpu_day": rates, "mtbf_gpu_hours": None})

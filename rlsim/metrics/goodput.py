@@ -61,14 +61,23 @@ class LongRunTimes:
 
 
 def _last_index(position: float, at: Callable[[int], float], seconds_per_index: float) -> int:
-    """The largest j ≥ 0 with at(j) ≤ position, for an increasing `at` that stays within a few indices of
-    j · seconds_per_index (the floors in A and C differ from their means by less than one evaluation and one save)."""
-    j = max(0, int(position // seconds_per_index))
-    while j > 0 and at(j) > position:
-        j -= 1
-    while at(j + 1) <= position:
-        j += 1
-    return j
+    """The largest j ≥ 0 with at(j) ≤ position, for an increasing `at` with at(0) ≤ position: a bracket grown from
+    the guess position / seconds_per_index (the floors in A and C keep it within a few indices of the answer, unless
+    a save or an evaluation dwarfs a step), then bisection, so a lookup is O(log) whatever the inputs."""
+    low = max(0, int(position // seconds_per_index))
+    while low > 0 and at(low) > position:
+        low //= 2
+    width = 1
+    while at(low + width) <= position:
+        low, width = low + width, width * 2
+    high = low + width  # at(low) ≤ position < at(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if at(middle) <= position:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 @dataclass(frozen=True)

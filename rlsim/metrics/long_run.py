@@ -4,10 +4,12 @@ model (`rlsim.metrics.goodput`) combines them with the simulated step."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from rlsim.config.bound import Bound
 from rlsim.config.long_run import Evaluation, duration_seconds
+from rlsim.config.schema import PartialRollout
 from rlsim.costs.checkpoint import checkpoint_bytes, nodes_of, storage_seconds
 from rlsim.costs.collectives import HOST_LINK_EFFICIENCY
 from rlsim.costs.layout import TrainingLayout
@@ -71,7 +73,7 @@ class LongRunFacts:
         if step_s > self.horizon_s:
             raise ScenarioError(Problem(
                 f"the horizon ({self.horizon_s:,.0f} s) is shorter than one simulated step ({step_s:,.1f} s)",
-                path="run.horizon", valid=f"at least one step, {step_s:,.0f} s or more (e.g. 30d)"))
+                path="run.horizon", valid=f"at least one step, {math.ceil(step_s):,} s or more (e.g. 30d)"))
         return LongRunTimes(self.horizon_s, self.pools, self.restart_s, self.restore_s, self.save_freq,
                             self.save_s(step_s), self.test_freq, self.evaluation_s)
 
@@ -134,5 +136,9 @@ def evaluation_seconds(bound: Bound, evaluation: Evaluation) -> float:
     algorithm = scenario.algorithm.model_copy(update={
         "prompts_per_step": evaluation.prompts, "samples_per_prompt": evaluation.samples_per_prompt,
         "dynamic_sampling": False, "mini_batches": 1})
-    validation = dataclasses.replace(bound, scenario=scenario.model_copy(update={"algorithm": algorithm}))
+    # A validation pass generates one batch and waits for it, whatever the training schedule overlaps.
+    schedule = scenario.schedule.model_copy(update={"mode": "sync", "streaming": False,
+                                                    "partial_rollout": PartialRollout()})
+    validation = dataclasses.replace(bound, scenario=scenario.model_copy(update={"algorithm": algorithm,
+                                                                                  "schedule": schedule}))
     return estimate_step(validation).stage("gen")
