@@ -337,6 +337,9 @@ class GPUProfile(Frozen):
     node: Node
     tdp_w: SourcedNumber
     price_usd_per_gpu_hour: SourcedNumber | None = None  # overridable default; absent when no market price is known
+    # Job-stopping failures per GPU per day in a large fleet (the default of a scenario's failures section); absent
+    # when no fleet has published one for this GPU.
+    failures_per_gpu_day: SourcedNumber | None = None
     measured: Measured = Measured()
     calibration: GPUCalibration | None = None
 

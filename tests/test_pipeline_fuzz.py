@@ -46,7 +46,9 @@ def _small(path: Path) -> dict:
     algorithm = data.setdefault("algorithm", {})
     mini_batches = algorithm.get("mini_batches", 1)
     algorithm["prompts_per_step"] = min(algorithm.get("prompts_per_step", 8), 4 * mini_batches)
-    data["run"] = {"steps": 1, "warmup_steps": 0, "max_rollouts": 20_000}
+    horizon = data.get("run", {}).get("horizon")
+    # A long run's sections (failures, checkpoint, evaluation) stand only with its horizon, so that stays.
+    data["run"] = {"steps": 1, "warmup_steps": 0, "max_rollouts": 20_000, **({"horizon": horizon} if horizon else {})}
     return data
 
 

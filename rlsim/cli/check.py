@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     bound = bind(scenario)
     memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()}, bound.reward_model)
     print(summary(bound, memory, source=str(args.scenario)))
+    if scenario.run.horizon is not None and all(role.fits for role in memory):
+        print("\n".join(_long_run(bound)))
     for warning in caught:
         print(f"warning    {warning.message}")
     return OK if all(role.fits for role in memory) else INFEASIBLE
@@ -188,3 +190,15 @@ def _role_groups(s: Scenario) -> list[str]:
     if reward is not None and reward.share_with is not None:
         lines.append(f"           reward model on the {reward.share_with}'s {reward.gpus} GPUs, taking turns, tp{reward.tp}")
     return lines
+
+
+def _long_run(bound: Bound) -> list[str]:
+    """The long run's costs around the estimated step (a run uses the simulated one)."""
+    from rlsim.estimate import estimate_step
+    from rlsim.metrics.long_run import LongRunFacts
+    from rlsim.report.long_run_text import long_run_lines
+
+    facts = LongRunFacts.from_bound(bound)
+    assert facts is not None
+    step = estimate_step(bound)
+    return long_run_lines(facts, step.step_s, step.tokens_per_step, step.gpus, "the estimate's step")

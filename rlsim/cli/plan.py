@@ -14,7 +14,7 @@ from rlsim.cli.overrides import (
     parse_overrides,
 )
 from rlsim.errors import Problem, ScenarioError
-from rlsim.plan.candidates import LAYOUTS, MEASURED_STEPS, REFINE, SCHEDULES
+from rlsim.plan.candidates import LAYOUTS, MEASURED_STEPS, RANKINGS, REFINE, SCHEDULES
 
 SCHEDULE_MODES = tuple(dict.fromkeys(schedule.mode for schedule in SCHEDULES))  # the modes the planner enumerates
 
@@ -58,6 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "warms up for 2 steps, an async one for its staleness bound + 1) (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=None,
                         help="simulations at once (default: the cores not already busy; results do not change)")
+    parser.add_argument("--rank", choices=RANKINGS, default="throughput",
+                        help="rank the simulated candidates by trained tokens/s (throughput) or by goodput over the "
+                        "scenario's run.horizon, failures, restarts, checkpoints and evaluation paid for (default: "
+                        "%(default)s)")
     parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
     parser.add_argument("--out", type=Path, metavar="FILE.html",
                         help="also write the ranking and the GPU-time figure as one offline HTML page")
@@ -83,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
                                     "least 0", file="rlsim plan"))
     plans = [plan(args.scenario, gpus=n, gpu=args.gpu, model=args.model, overrides=overrides,
                   schedules=schedules, simulate=args.simulate, measured_steps=args.steps, workers=args.workers,
-                  refine=args.refine, layouts=args.layouts, pool=_pool(args.pool), progress=sys.stderr)
+                  refine=args.refine, layouts=args.layouts, pool=_pool(args.pool), rank=args.rank,
+                  progress=sys.stderr)
              for n in budgets]
     if args.json:
         print(json.dumps([plan_dict(p) for p in plans], indent=2))

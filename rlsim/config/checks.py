@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rlsim.config.long_run_checks import resolve_long_run
 from rlsim.config.prefill import check_prefill, prefill_gpus, resolve_prefill
 from rlsim.config.role_groups import check_role_groups, data_parallel, own_gpus, resolve_role_groups
 from rlsim.config.run_length import max_lead, resolve_run_length
@@ -67,6 +68,8 @@ def resolve_and_check(scenario: Scenario, doc: YamlDocument, base_dir: Path) -> 
         "run": scenario.run.model_copy(update={"steps": length.steps, "warmup_steps": length.warmup_steps}),
         "cluster": cluster, "model": model, "placement": placement, "schedule": schedule, "workload": workload,
     })
+    if not any(p.path.startswith("cluster") for p in check.problems):
+        resolved = resolved.model_copy(update={"failures": resolve_long_run(resolved, hardware, check.fail)})
     if not any(p.path.startswith(("cluster", "placement")) for p in check.problems):
         _check_capacity(resolved, check)
         if spec is not None:

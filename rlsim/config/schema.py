@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from rlsim.config.framework import Framework
+from rlsim.config.long_run import Checkpoint, Duration, Evaluation, Failures
 from rlsim.config.workload import Workload
 from rlsim.fields import (
     Flag,
@@ -609,6 +610,10 @@ class Run(Frozen):
         "under over-provisioning or dynamic sampling): past it the scenario is refused before simulating, with the "
         "time and memory it would take. Each simulated response costs ~0.1 ms and ~2.5 KB (a 7B GRPO run of 262,144 "
         "responses on 32 H100s: 29 s and 0.9 GB); raise it for a longer run on a machine that has the memory")
+    horizon: Duration | None = Field(
+        None, description="wall-clock length of the real run to report goodput for (30d, 12h, 90m): failures are "
+        "sampled over it, and checkpoints and evaluation passes paid for, around the simulated steady-state step "
+        "(sections failures, checkpoint, evaluation). Unset: no goodput")
 
 
 class Scenario(Frozen):
@@ -631,6 +636,14 @@ class Scenario(Frozen):
         default_factory=Framework, description="framework and host overheads (CPU times, kernel launches); defaults measured on "
         "x86 hosts")
     run: Run = Field(default_factory=Run, description="how many steps to simulate")
+    failures: Failures | None = Field(
+        None, description="run.horizon: job-stopping GPU failures and the restart after each (default with a "
+        "horizon: each GPU profile's published rate)")
+    checkpoint: Checkpoint | None = Field(
+        None, description="run.horizon: checkpoints every save_freq steps (verl trainer.save_freq); left out, none")
+    evaluation: Evaluation | None = Field(
+        None, description="run.horizon: a generation-only validation pass every test_freq steps (verl "
+        "trainer.test_freq); left out, none")
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Scenario) and self.__dict__ == other.__dict__

@@ -35,7 +35,7 @@ from rlsim.pricing.layouts import JudgeRole, RewardModelRole, Roles, driver_hand
 from rlsim.pricing.memory import memory_report
 from rlsim.pricing.weight_sync import colocated_switch_for, disaggregated_sync_for, reference_load_seconds, role_gpus
 from rlsim.topology import GPU, ClusterTopology
-from rlsim.workload.filters import expected_kept_fraction
+from rlsim.workload.filters import drawable_kept_fraction, expected_kept_fraction
 from rlsim.workload.lengths import LengthDistribution
 from rlsim.workload.marginals import workload_marginals
 
@@ -99,7 +99,12 @@ def _lengths(scenario: Scenario, steps: int) -> _Lengths:
     # A model length shorter than prompt + max_response_tokens cuts responses earlier; the mean prompt stands for all.
     cap = max(1, min(algo.max_response_tokens, algo.model_len - round(prompt)))
     trained = algo.prompts_per_step * marginals.samples_per_prompt
-    generated = trained / marginals.kept_fraction if algo.dynamic_sampling else trained
+    generated = trained
+    if algo.dynamic_sampling:
+        # The drawn groups' share, or the filter's expectation when none of the drawn groups was kept; a filter that
+        # keeps ~no group is refused.
+        expected = drawable_kept_fraction(scenario)
+        generated = trained / (marginals.kept_fraction or expected)
     return _Lengths(prompt, marginals.response.clipped_mean(cap),
                     marginals.response.clipped_fraction(cap), trained, generated, marginals.appended_tokens,
                     marginals.tool_seconds, marginals.response, cap, marginals.kept_fraction)

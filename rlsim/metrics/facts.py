@@ -10,6 +10,7 @@ import numpy as np
 from rlsim.config.bound import Bound
 from rlsim.config.run_length import fill_steps
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu
+from rlsim.metrics.long_run import LongRunFacts
 from rlsim.models import ModelSpec
 from rlsim.pricing.engines import engine_costs, free_collective, policy_kv_tokens
 from rlsim.pricing.layouts import engine_layout
@@ -81,6 +82,8 @@ class RunFacts:
     decode_weight_bytes: tuple[float, ...]
     # Steps the schedule's pipeline takes to fill (rlsim.config.run_length): a warm-up shorter than this measures the fill.
     pipeline_fill_steps: int = 0
+    # With run.horizon: what the long run pays besides its steps (failures, restarts, checkpoints, evaluation).
+    long_run: LongRunFacts | None = None
 
     @classmethod
     def from_bound(cls, bound: Bound) -> RunFacts:
@@ -118,6 +121,7 @@ class RunFacts:
             kv_bytes_per_token=kv_per_gpu * engine.tp,
             decode_weight_bytes=decode_weight_bytes(bound),
             pipeline_fill_steps=fill_steps(scenario.schedule),
+            long_run=LongRunFacts.from_bound(bound),
         )
 
     def weight_bytes(self, batch: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ from rlsim.metrics.efficiency import decode_hbm_utilisation, mfu, model_flops
 from rlsim.metrics.engines import engine_summary
 from rlsim.metrics.environments import environment_summary
 from rlsim.metrics.facts import RunFacts
+from rlsim.metrics.goodput import goodput
 from rlsim.metrics.labels import gpu_seconds_by_label, pool_label_seconds, utilisation
 from rlsim.metrics.sample_use import sample_use
 from rlsim.metrics.sequences import response_length_stats, staleness, staleness_histogram, trained
@@ -75,7 +76,21 @@ def run_metrics(log: EventLog, facts: RunFacts) -> dict:
         metrics["prefill_decode"] = disaggregated
     if environments is not None:
         metrics["environments"] = environments
+    if facts.long_run is not None:
+        metrics["goodput"] = horizon_goodput(log, facts)
     return metrics
+
+
+def horizon_goodput(log: EventLog, facts: RunFacts) -> dict:
+    """Goodput over run.horizon around the measured steady-state step (rlsim.metrics.goodput)."""
+    assert facts.long_run is not None
+    steps = measured_steps(log, facts.warmup_steps) or list(log.steps)
+    step_s = float(np.mean([s.seconds for s in steps]))
+    tokens_per_step = float(np.mean([s.tokens for s in steps]))
+    long_run = facts.long_run
+    result = goodput(step_s, tokens_per_step, facts.gpus, long_run.times(step_s), long_run.seed)
+    result["checkpoint_gib"] = long_run.checkpoint_bytes / 2**30
+    return result
 
 
 def measured(log: EventLog, facts: RunFacts) -> dict:

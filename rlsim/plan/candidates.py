@@ -34,6 +34,9 @@ REFINE = 12
 # are simulated: the two best estimates of the layouts that fit (the estimate prices training layouts from the same
 # cost model as the simulation).
 LAYOUTS = 2
+# What `rlsim plan` ranks the simulated candidates by: trained tokens/s in steady state, or goodput over the scenario's
+# run.horizon (failures, restarts, checkpoints and evaluation paid for).
+RANKINGS = ("throughput", "goodput")
 # Steps each shortlisted simulation measures after its warm-up (its schedule's fill), as validation cases do.
 MEASURED_STEPS = 2
 # Settings of moving training state to the host while generating: they only mean something where the roles share GPUs.

@@ -16,6 +16,8 @@ def explanation(plan: Plan) -> str:
         return f"{winner.candidate.label} is the only candidate simulated."
     runner = plan.ranked[1]
     parts = [_versus(winner, runner, "the runner-up")]
+    if plan.rank == "goodput":
+        parts.insert(0, _goodput_versus(winner, runner))
     other = next((e for e in plan.ranked[1:] if e.candidate.placement != winner.candidate.placement), None)
     if runner.candidate.placement == winner.candidate.placement and other is not None:
         parts.append(_versus(winner, other, f"the best {other.candidate.placement} placement"))
@@ -38,6 +40,16 @@ def _versus(winner: Evaluated, runner: Evaluated, role: str) -> str:
             lines.append(f"    idle: {label:<14}{ours[label]:>10.1%}{theirs[label]:>11.1%}")
     lines.append("  " + _largest_differences(ours, theirs))
     return "\n".join(lines)
+
+
+def _goodput_versus(winner: Evaluated, runner: Evaluated) -> str:
+    """Ranked by goodput: what each delivers over the horizon, and where the difference comes from beside the step."""
+    assert winner.metrics is not None and runner.metrics is not None
+    ours, theirs = winner.metrics["goodput"], runner.metrics["goodput"]
+    return (f"by goodput over run.horizon, {winner.candidate.label} delivers {ours['tokens_per_s']:,.0f} trained "
+            f"tokens/s against {runner.candidate.label}'s {theirs['tokens_per_s']:,.0f}: {ours['fraction']:.1%} vs "
+            f"{theirs['fraction']:.1%} of the horizon on kept steps, checkpoints of {ours['save_s']:,.1f} s vs "
+            f"{theirs['save_s']:,.1f} s, {ours['failures']} vs {theirs['failures']} failures sampled.")
 
 
 def _largest_differences(ours: dict[str, float], theirs: dict[str, float]) -> str:

@@ -13,7 +13,10 @@
 6. try the best candidate of each placement with other training layouts (rlsim/plan/layouts.py: tensor, pipeline,
    context and expert parallelism, ZeRO stage, activation recompute), pruned by memory and ranked by the estimate,
    and simulate the best few of each, so placements are compared each at its best layout;
-7. rank the simulated candidates by trained tokens per second, and explain the winner against the runner-up.
+7. rank the simulated candidates by trained tokens per second — or, asked to (`rank="goodput"`, a base scenario
+   with run.horizon), by goodput over the horizon, what each delivers once failures, restarts, checkpoints and
+   evaluation are paid for (the shortlist and refinement still follow throughput) — and explain the winner against
+   the runner-up.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from rlsim.hardware import HardwareCatalog
 from rlsim.plan.candidates import (
     LAYOUTS,
     MEASURED_STEPS,
+    RANKINGS,
     REFINE,
     SPLITS,
     STALENESS,
@@ -71,6 +75,15 @@ class Evaluated:
         assert self.metrics is not None
         return self.metrics["step_time_s"]["mean"]
 
+    @property
+    def goodput_tokens_per_s(self) -> float:
+        """Trained tokens per second over run.horizon, failures and checkpoints paid (rlsim.metrics.goodput)."""
+        assert self.metrics is not None
+        return self.metrics["goodput"]["tokens_per_s"]
+
+    def ranked_by(self, rank: str) -> float:
+        return self.goodput_tokens_per_s if rank == "goodput" else self.tokens_per_s
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -86,6 +99,7 @@ class Plan:
     measured_steps: int  # per simulation, after its schedule's pipeline fill
     notes: tuple[str, ...] = field(default=())
     pool: tuple[str, int] | None = None  # a second pool of another GPU type: (profile, GPUs)
+    rank: str = "throughput"  # one of RANKINGS
 
     @property
     def total_gpus(self) -> int:
@@ -106,7 +120,7 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
          model: str | None = None, overrides: Mapping[str, Any] | None = None,
          schedules: tuple[str, ...] | None = None, simulate: int = 4, measured_steps: int = MEASURED_STEPS,
          workers: int = 1, refine: int = REFINE, layouts: int = LAYOUTS, pool: tuple[str, int] | None = None,
-         progress: TextIO | None = None) -> Plan:
+         rank: str = "throughput", progress: TextIO | None = None) -> Plan:
     """Plan the model, algorithm and workload of `base` (a scenario file, or its parsed document with the folder its
     relative paths resolve in) on `gpus` GPUs of profile `gpu` (default: the base's first pool's). `overrides` change
     the base first (dotted paths, as `rlsim run --set`); `schedules` limits the schedule modes considered (sync,
@@ -117,7 +131,8 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     candidate is simulated for `measured_steps` after its own schedule's pipeline fill (rlsim.config.run_length), so
     an async η = 4 warms up longer than a one-step-off run. `pool`: a second pool of another GPU type, (profile, GPUs),
     beside the `gpus` of `gpu`: the candidates then also give one pool the rollout and the other the training, each
-    way round (`cross_pool_candidates`)."""
+    way round (`cross_pool_candidates`). `rank`: "throughput" (trained tokens/s) or "goodput" (over the base's
+    run.horizon, with its failures, checkpoints and evaluation)."""
     if not isinstance(base, YamlDocument):
         base_dir = Path(base).resolve().parent
         base = read_yaml(base)
@@ -125,6 +140,7 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     if overrides:
         base = base.with_overrides(dict(overrides))
     data = base.data if isinstance(base.data, dict) else {}
+    _check_rank(rank, data)
     judged = (((data.get("workload") or {}).get("reward") or {}).get("kind")) == "llm_judge"
     gpu = gpu or _first_pool_gpu(base)
     hardware = HardwareCatalog.load()
@@ -168,12 +184,24 @@ def plan(base: str | Path | YamlDocument, base_dir: str | Path | None = None, *,
     if not ranked:
         raise ScenarioError(Problem("no shortlisted candidate could be simulated: " + "; ".join(notes),
                                     file="rlsim plan"))
+    if rank == "goodput":
+        ranked = tuple(sorted(ranked, key=lambda e: (-e.goodput_tokens_per_s, e.candidate.label)))
     first = estimated[0].scenario
     workload = (f"{first.model.name} {first.algorithm.name.upper()}: {first.algorithm.prompts_per_step} prompts × "
                 f"{first.algorithm.samples_per_prompt} samples per step, prompts ≤ {first.algorithm.max_prompt_tokens}"
                 f" and responses ≤ {first.algorithm.max_response_tokens} tokens")
     return Plan(gpus, gpu, first.model.name, workload, len(found), invalid, infeasible, tuple(estimated), ranked,
-                measured_steps, tuple(notes), pool)
+                measured_steps, tuple(notes), pool, rank)
+
+
+def _check_rank(rank: str, data: dict) -> None:
+    if rank not in RANKINGS:
+        raise ScenarioError(Problem(f"cannot rank by {rank!r}", file="rlsim plan --rank", value=rank,
+                                    valid=", ".join(RANKINGS)))
+    if rank == "goodput" and not (data.get("run") or {}).get("horizon"):
+        raise ScenarioError(Problem("ranking by goodput needs the horizon it is measured over", path="run.horizon",
+                                    file="rlsim plan --rank goodput",
+                                    valid="run.horizon in the scenario, or --set run.horizon=30d"))
 
 
 @dataclass

@@ -6,6 +6,7 @@ from rlsim.plan.explain import explanation
 from rlsim.plan.planner import Plan
 from rlsim.report.terminal import text_table
 
+GOODPUT_HEADERS = ("goodput/s", "kept")
 RANKING_HEADERS = ("rank", "candidate", "est. step s", "step s", "tokens/s", "per GPU", "busy", "idle", "stale",
                    "$/1k steps")
 
@@ -21,15 +22,20 @@ def plan_text(result: Plan) -> str:
     for reason, count in sorted(result.infeasible.items(), key=lambda item: -item[1])[:3]:
         lines.append(f"  does not fit ({count}): {reason}")
     rows = []
+    by_goodput = result.rank == "goodput"
     for rank, evaluated in enumerate(result.ranked, 1):
         m = evaluated.metrics
         assert m is not None
         cost = m["cost"]["usd_per_1000_steps"]
+        goodput = (f"{m['goodput']['tokens_per_s']:,.0f}", f"{m['goodput']['fraction']:.0%}") if by_goodput else ()
         rows.append((rank, evaluated.candidate.label, f"{evaluated.estimate_s:.1f}", f"{evaluated.step_s:.1f}",
-                     f"{evaluated.tokens_per_s:,.0f}", f"{m['throughput']['tokens_per_s_per_gpu']:,.0f}",
+                     f"{evaluated.tokens_per_s:,.0f}", *goodput, f"{m['throughput']['tokens_per_s_per_gpu']:,.0f}",
                      f"{m['utilisation']['busy']:.0%}", f"{m['utilisation']['idle']:.0%}",
                      f"{m['staleness']['mean']:.2f}", "" if cost is None else f"{cost:,.0f}"))
-    lines += ["", text_table(RANKING_HEADERS, rows, left=(1,)), "", explanation(result)]
+    headers = RANKING_HEADERS[:5] + GOODPUT_HEADERS + RANKING_HEADERS[5:] if by_goodput else RANKING_HEADERS
+    ranked_by = ["ranked by goodput over run.horizon: trained tokens/s once failures, restarts, checkpoints and "
+                 "evaluation are paid for, and the share of the horizon spent on kept steps"] if by_goodput else []
+    lines += ["", *ranked_by, text_table(headers, rows, left=(1,)), "", explanation(result)]
     lines += [f"note: {note}" for note in result.notes]
     return "\n".join(lines)
 
@@ -37,12 +43,14 @@ def plan_text(result: Plan) -> str:
 def plan_dict(result: Plan) -> dict:
     """The plan as JSON-ready data (`rlsim plan --json`)."""
     pool = {"pool": {"gpu": result.pool[0], "gpus": result.pool[1]}} if result.pool else {}
-    return {"gpus": result.gpus, "gpu": result.gpu, **pool, "workload": result.workload, "considered": result.considered,
+    return {"gpus": result.gpus, "gpu": result.gpu, **pool, "rank": result.rank, "workload": result.workload,
+            "considered": result.considered,
             "invalid": result.invalid, "infeasible": result.infeasible, "estimated": len(result.estimated),
             "ranked": [{"candidate": e.candidate.label, "placement": e.candidate.placement,
                         "schedule": e.candidate.schedule.label, "rollout_gpus": e.candidate.rollout_gpus,
                         "training_gpus": e.candidate.training_gpus, "rollout_tp": e.candidate.rollout_tp,
                         "estimated_step_s": e.estimate_s, "step_s": e.step_s, "tokens_per_s": e.tokens_per_s,
+                        **({"goodput_tokens_per_s": e.goodput_tokens_per_s} if result.rank == "goodput" else {}),
                         "gpu_time_shares": label_shares(e.metrics or {})}
                        for e in result.ranked],
             "why": explanation(result), "notes": list(result.notes)}

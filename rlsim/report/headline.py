@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Unit = Literal["s", "fraction", "count", "per_s", "usd", "gpu_hours", "versions"]
+Unit = Literal["s", "fraction", "count", "per_s", "per_gpu_hour", "usd", "gpu_hours", "versions"]
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class Headline:
     title: str
     unit: Unit
     better: Literal["lower", "higher", "neither"]
-    optional: bool = False  # only some runs have it (prefill engines): shown where present
+    optional: bool = False  # only some runs have it (goodput, prefill engines, a pool): shown where present
 
     @property
     def key(self) -> str:
@@ -29,6 +29,11 @@ HEADLINES = (
     Headline(("throughput", "tokens_per_s"), "trained tokens/s", "per_s", "higher"),
     Headline(("throughput", "tokens_per_s_per_gpu"), "trained tokens/s per GPU", "per_s", "higher"),
     Headline(("throughput", "samples_per_s"), "trained samples/s", "per_s", "higher"),
+    Headline(("goodput", "tokens_per_gpu_hour"), "goodput: trained tokens per GPU-hour over the horizon",
+             "per_gpu_hour", "higher", optional=True),
+    Headline(("goodput", "fraction"), "goodput: share of the horizon spent on kept steps", "fraction", "higher",
+             optional=True),
+    Headline(("goodput", "failures"), "failures over the horizon", "count", "lower", optional=True),
     Headline(("cost", "usd_per_1000_steps"), "$ per 1,000 steps", "usd", "lower"),
     Headline(("cost", "gpu_hours_per_1000_steps"), "GPU-hours per 1,000 steps", "gpu_hours", "lower"),
     Headline(("utilisation", "busy"), "GPU-time busy", "fraction", "higher"),
@@ -89,6 +94,8 @@ def format_value(value: float | None, unit: Unit) -> str:
         return f"{value:.1%}"
     if unit == "per_s":
         return f"{value:,.1f}/s"
+    if unit == "per_gpu_hour":
+        return f"{value:,.0f}/GPU-h"
     if unit == "usd":
         return f"${value:,.2f}"
     if unit == "gpu_hours":

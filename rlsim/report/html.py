@@ -84,6 +84,30 @@ def gpu_time_table(metrics: dict) -> str:
     return f'<table id="gpu-seconds">{head}{"".join(rows)}{total_row}</table>'
 
 
+def goodput_table(metrics: dict) -> str:
+    """With run.horizon: where the horizon's GPU-hours went besides kept steps, and the closed form beside the sample
+    (docs/metrics.md, "Goodput"); empty without one."""
+    result = metrics.get("goodput")
+    if result is None:
+        return ""
+    rows: list[tuple[str, tuple[str, ...], str]] = [("horizon", ("horizon_s",), f"{result['horizon_s'] / 86400:,.4g} days"),
+            ("steps kept", ("steps",), f"{result['steps']:,}"),
+            ("failures sampled", ("failures",), f"{result['failures']:,}"),
+            ("failures expected", ("expected_failures",), f"{result['expected_failures']:,.1f}"),
+            ("share on kept steps", ("fraction",), f"{result['fraction']:.1%}")]
+    rows += [(f"lost: {cause.replace('_', ' ')}", ("gpu_hours_lost", cause), f"{share:.2%}")
+             for cause, share in result["gpu_hours_lost"].items()]
+    form = result["closed_form"]
+    if form["expected_fraction"] is not None:
+        rows.append(("share on kept steps, closed form", ("closed_form", "expected_fraction"),
+                     f"{form['expected_fraction']:.1%}"))
+    if form["young_daly_save_freq"] is not None:
+        rows.append(("Young's save_freq", ("closed_form", "young_daly_save_freq"), f"{form['young_daly_save_freq']:,}"))
+    cells = "".join(f"<tr><td>{html.escape(title)}</td>{_cell(metrics, ('goodput', *path), text)}</tr>"
+                    for title, path, text in rows)
+    return f'<table id="goodput"><tr><th>over the horizon</th><th>value</th></tr>{cells}</table>'
+
+
 def figure_div(fig: go.Figure, div_id: str) -> str:
     return pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=div_id,
                        config={"displaylogo": False, "responsive": True})
@@ -114,7 +138,7 @@ def run_report_html(data: RunData, scenario: Scenario) -> str:
             f'<p class="context">{html.escape(scenario_context(scenario))}</p>',
             f'<p class="note">{html.escape(scenario.description)}</p>' if scenario.description else "",
             '<section id="summary"><h2>Summary</h2><div class="tables">', headline_table(metrics),
-            gpu_time_table(metrics), "</div></section>"]
+            gpu_time_table(metrics), goodput_table(metrics), "</div></section>"]
     for name, title, note in SECTIONS:
         body += [f'<section id="{name}"><h2>{html.escape(title)}</h2><p class="note">{html.escape(note)}</p>',
                  figure_div(FIGURES[name](data), f"fig-{name}"), "</section>"]

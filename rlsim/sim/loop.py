@@ -26,7 +26,7 @@ from rlsim.sim.dynamic_sampling import DynamicSampling, KeepAll, Sampling
 from rlsim.sim.groups import trained_tokens
 from rlsim.sim.reward import REWARDS, Reward
 from rlsim.sim.schedules import SCHEDULES
-from rlsim.workload.filters import expected_kept_fraction
+from rlsim.workload.filters import drawable_kept_fraction
 
 
 def controller_for(sim: Simulation) -> Controller:
@@ -35,8 +35,7 @@ def controller_for(sim: Simulation) -> Controller:
     reward = reward_for(sim)
     sampling: Sampling = KeepAll()
     if algorithm.dynamic_sampling:
-        sampling = DynamicSampling(expected_kept_fraction(scenario.workload, algorithm.samples_per_prompt),
-                                   scenario.workload.generation_batch_prompts)
+        sampling = DynamicSampling(drawable_kept_fraction(scenario), scenario.workload.generation_batch_prompts)
     return SCHEDULES[scenario.schedule.mode].controller(sim, reward, sampling)
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from rlsim import registry
+from rlsim.config.schema import Scenario
 from rlsim.config.workload import FractionFilter, Informative, SuccessRateFilter, TraceFilter, Workload
+from rlsim.errors import Problem, ScenarioError
 from rlsim.registry import Registry
 from rlsim.traces import read_filter_indices
 
@@ -81,6 +83,22 @@ def expected_kept_fraction(workload: Workload, samples_per_prompt: int) -> float
         raise ValueError("the success_rate filter needs workload.success_rate")
     return mean_informative_chance(success.mean * success.concentration, (1 - success.mean) * success.concentration,
                                    samples_per_prompt)
+
+
+def drawable_kept_fraction(scenario: Scenario) -> float:
+    """`expected_kept_fraction` of a scenario running dynamic sampling, refused when it is so small that filling the
+    run's batches would draw past `run.max_rollouts` (a success rate of 1e-9 keeps ~no group: the run would never end,
+    and its draws would not fit in memory) — the size check at load time sees only informative_group_fraction."""
+    algorithm = scenario.algorithm
+    kept = expected_kept_fraction(scenario.workload, algorithm.samples_per_prompt)
+    limit = scenario.run.max_rollouts
+    needed = algorithm.prompts_per_step * algorithm.samples_per_prompt * (scenario.run.steps or 1)
+    if kept <= 0 or needed > kept * limit:
+        raise ScenarioError(Problem(
+            f"dynamic sampling keeps {kept:.3g} of the groups, so filling {scenario.run.steps} step(s) would draw "
+            f"past run.max_rollouts ({limit:,} responses)", path="workload.informative",
+            valid="a filter that keeps more groups (a success rate further from 0 and 1), or no dynamic sampling"))
+    return kept
 
 
 def mean_informative_chance(alpha: float, beta: float, samples: int) -> float:
