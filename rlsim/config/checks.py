@@ -508,6 +508,10 @@ def _check_long_tail(scenario: Scenario, check: _Checker) -> None:
     if scenario.workload.multiturn is not None:
         check.fail(("workload", "multiturn"), f"{remedy} is modelled for single-turn responses", value="set",
                    valid="null")
+    for cap in ("max_concurrent_groups", "max_concurrent_groups_per_engine"):
+        if getattr(schedule, cap) is not None:
+            check.fail(("schedule", cap), f"{remedy} decides itself which groups generate at once",
+                       value=getattr(schedule, cap), valid="null")
     LONG_TAIL_REMEDIES[remedy].check(scenario, check.fail)
 
 

@@ -535,9 +535,8 @@ class Schedule(Frozen):
         default_factory=PartialRollout, description="what happens to unfinished sequences at a weight update")
     long_tail: LongTailRemedy | None = Field(
         None, description="sync: a long-tail remedy and its parameters, by kind: tail_batching (RollPacker: "
-        "speculative short rounds, long prompts deferred to long rounds), segment_rollout (UloRL: responses decoded "
-        "a segment per step, unfinished ones carried over), length_budget (DUET: responses aborted at a token "
-        "budget); default: none")
+        "speculative short rounds, the prompts they abort deferred to long rounds), segment_rollout (UloRL: "
+        "responses decoded a segment per round, unfinished ones carried over); default: none")
     load_balancer: LoadBalancerName = Field(
         "round_robin", description="how requests are routed to engines")
     length_predictor_noise: float = Field(0.0, ge=0.0, allow_inf_nan=False,
