@@ -23,7 +23,7 @@ from tests.sim_scenarios import bound, scenario_yaml
 from tests.test_sim_rollout import assert_same_samples
 
 HEAVY = "{kind: lognormal, median_tokens: 600, sigma: 1.3}"
-DROP_POLICIES = {"staleness_bound", "dynamic_sampling", "batch_full", "run_end", "tail_batching"}
+DROP_POLICIES = {"staleness_bound", "dynamic_sampling", "batch_full", "run_end", "tail_batching", "early_abort"}
 
 
 def run(warmup: int = 1, **kwargs):
@@ -300,7 +300,7 @@ def small_scenario(draw):
     uncapped = kwargs["group_cap"] is None and kwargs.get("rollout_group_cap") is None
     if schedule == "sync" and kwargs.get("partial", "off") == "off" and variant != "multiturn" and uncapped:
         remedy = draw(st.sampled_from(sorted(LONG_TAIL_REMEDIES)))
-        if remedy == "tail_batching" and variant != "budget":
+        if remedy == "early_abort" or (remedy == "tail_batching" and variant != "budget"):
             kwargs.update(dynamic_sampling=False, long_tail=LONG_TAIL_REMEDIES[remedy])
         elif remedy == "segment_rollout":
             kwargs["long_tail"] = LONG_TAIL_REMEDIES[remedy]
@@ -326,7 +326,9 @@ ROLE_PLACEMENTS = {
 
 # Long-tail remedies the invariants must survive (rlsim/sim/long_tail/), on synchronous single-turn scenarios.
 LONG_TAIL_REMEDIES = {"none": "", "tail_batching": "{kind: tail_batching, eta: 1.5}",
-                      "segment_rollout": "{kind: segment_rollout, segments: 3}"}
+                      "segment_rollout": "{kind: segment_rollout, segments: 3}",
+                      "early_abort": "{kind: early_abort, abort_horizon_tokens: 100, grace_window_tokens: 20, "
+                                     "abort_keep_probability: 0.2}"}
 
 
 # Workload features the invariants must survive: (response model, or "keep" the drawn one; extra workload YAML).

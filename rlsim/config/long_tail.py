@@ -1,7 +1,7 @@
 """What the package asks about a long-tail remedy (`schedule.long_tail`) outside the simulator.
 
 A remedy is a way a synchronous RL step keeps its longest responses from setting its pace: RollPacker's tail
-batching, UloRL's segment rollout. Each is one file in rlsim/sim/long_tail/ that registers a
+batching, UloRL's segment rollout, DUET's marker-gated abort. Each is one file in rlsim/sim/long_tail/ that registers a
 `LongTailKind` under the `kind` tag the YAML uses: its parameter class (named as its paper names them), the builder
 of the controller that runs it (only the simulator calls it), its cross-field checks, and the plain facts the
 loader's size check and default warm-up read. So a new remedy is a new file, and the schema accepts it by

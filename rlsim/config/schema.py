@@ -536,7 +536,8 @@ class Schedule(Frozen):
     long_tail: LongTailRemedy | None = Field(
         None, description="sync: a long-tail remedy and its parameters, by kind: tail_batching (RollPacker: "
         "speculative short rounds, the prompts they abort deferred to long rounds), segment_rollout (UloRL: "
-        "responses decoded a segment per round, unfinished ones carried over); default: none")
+        "responses decoded a segment per round, unfinished ones carried over), early_abort (DUET: responses with "
+        "no answer by a horizon aborted and left out of the loss); default: none")
     load_balancer: LoadBalancerName = Field(
         "round_robin", description="how requests are routed to engines")
     length_predictor_noise: float = Field(0.0, ge=0.0, allow_inf_nan=False,

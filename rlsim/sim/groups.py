@@ -57,6 +57,9 @@ class GroupLedger:
         # group -> (samples it trains, the policy that drops the rest): a group launched with more samples than it
         # needs completes with its first `quorum` finished (RollPacker's η·R0 responses, of which R0 train).
         self._quorum: dict[int, tuple[int, str]] = {}
+        # group -> (its rollouts that will not train, the policy that drops them): DUET's aborted responses run to
+        # where they are cut and are left out of the loss.
+        self._excluded: dict[int, tuple[frozenset[Rollout], str]] = {}
         # Set by a remedy that decodes responses a segment at a time (UloRL): the most tokens a response generates
         # before it stops until it is sent again, and what to tell when any rollout stops (at a segment's end or its
         # own).
@@ -145,12 +148,25 @@ class GroupLedger:
     # ------------------------------------------------------------------------------------------- completion
 
     def members(self, group: int) -> list[Rollout]:
-        """The group's rollouts that train: all of them, or under a quorum the first to finish."""
+        """The group's rollouts that train: all of them but those excluded, or under a quorum the first to finish."""
         members = self._members[group]
+        if group in self._excluded:
+            excluded = self._excluded[group][0]
+            members = [r for r in members if r not in excluded]
         if group not in self._quorum:
             return members
         quorum = self._quorum[group][0]
         return sorted((r for r in members if r.done), key=lambda r: (r.finished, r.seq_id))[:quorum]
+
+    def exclude(self, group: int, rollouts: list[Rollout], policy: str) -> None:
+        """These rollouts of the group generate but will not train; `policy` is recorded as what dropped them."""
+        if rollouts:
+            self._excluded[group] = (frozenset(rollouts), policy)
+
+    def _dropped_by(self, group: int, rollout: Rollout) -> str:
+        """The policy that keeps a rollout of a trained group out of training."""
+        excluded = self._excluded.get(group)
+        return excluded[1] if excluded is not None and rollout in excluded[0] else self._quorum[group][1]
 
     def draft(self, group: int) -> PromptGroup:
         """The group as drawn."""
@@ -226,14 +242,11 @@ class GroupLedger:
                 self.recorder.sequence(_record(r, version, step, informative=informative))
             self._trained[group] = members
             kept = set(members)
-            surplus = [r for r in self._members[group] if r not in kept]
-            if surplus:
-                self._record_dropped(surplus, self._quorum[group][1], informative)
+            for r in self._members[group]:
+                if r not in kept:
+                    self.recorder.sequence(_record(r, -1, -1, dropped_by=self._dropped_by(group, r),
+                                                   informative=informative))
             self._forget(group)
-
-    def _record_dropped(self, rollouts: list[Rollout], policy: str, informative: bool) -> None:
-        for r in rollouts:
-            self.recorder.sequence(_record(r, -1, -1, dropped_by=policy, informative=informative))
 
     def _forget(self, group: int) -> None:
         del self._members[group]
@@ -241,9 +254,12 @@ class GroupLedger:
         del self._informative[group]
         del self._drafts[group]
         self._quorum.pop(group, None)
+        self._excluded.pop(group, None)
 
     def drop(self, group: int, policy: str) -> None:
-        self._record_dropped(self._members[group], policy, self._informative[group])
+        informative = self._informative[group]
+        for r in self._members[group]:
+            self.recorder.sequence(_record(r, -1, -1, dropped_by=policy, informative=informative))
         self._forget(group)
 
     def drop_leftovers(self) -> None:
