@@ -98,3 +98,4 @@ LENGTH_MODELS: Registry[Any] = Registry("length model", "rlsim.workload.length_m
 LATENCY_MODELS: Registry[Any] = Registry("latency model", "rlsim.workload.latency")
 BUDGETS: Registry[Any] = Registry("sample budget", "rlsim.workload.budgets")
 GROUP_FILTERS: Registry[Any] = Registry("group filter", "rlsim.workload.filters")
+LONG_TAIL_REMEDIES: Registry[Any] = Registry("long-tail remedy", "rlsim.sim.long_tail")

@@ -17,10 +17,10 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
                   streaming: bool = False, every_updates: int | None = None, fetch: int = 1, workload: str = "",
                   placement: str = "",
                   algorithm: str = "grpo", group_cap: int | None = None, rollout_group_cap: int | None = None,
-                  framework: str = "", engine: str = "vllm", prefill: str = "") -> str:
+                  framework: str = "", engine: str = "vllm", prefill: str = "", long_tail: str = "") -> str:
     """`prompt` / `response` None leave those models out (replay, joint and multi-turn workloads); `workload` and
     `placement` are extra YAML lines under those sections, `framework` the fields of a framework section, `prefill`
-    the fields of placement.rollout.prefill (prefill/decode disaggregation)."""
+    the fields of placement.rollout.prefill (prefill/decode disaggregation), `long_tail` the remedy's flow mapping."""
     rollout_gpus = rollout_gpus if rollout_gpus is not None else gpus
     training = f"gpus: {training_gpus}, " if training_gpus is not None else ""
     staleness_line = f"  max_staleness: {staleness}\n" if staleness is not None else ""
@@ -35,6 +35,8 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
     if prefill:
         engine_field += f", prefill: {{{prefill}}}"
     sync_line = f"  weight_sync: {{every_updates: {every_updates}}}\n" if every_updates is not None else ""
+    if long_tail:
+        sync_line += f"  long_tail: {long_tail}\n"
     return f"""
 name: test
 seed: {seed}

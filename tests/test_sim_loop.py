@@ -24,7 +24,7 @@ from tests.sim_scenarios import bound, scenario_yaml
 from tests.test_sim_rollout import assert_same_samples
 
 HEAVY = "{kind: lognormal, median_tokens: 600, sigma: 1.3}"
-DROP_POLICIES = {"staleness_bound", "dynamic_sampling", "batch_full", "run_end"}
+DROP_POLICIES = {"staleness_bound", "dynamic_sampling", "batch_full", "run_end", "tail_batching", "early_abort"}
 
 
 def run(warmup: int = 1, **kwargs):
@@ -312,6 +312,13 @@ def small_scenario(draw):
     if response != "keep":
         kwargs["response"] = response
     kwargs["workload"] = workload
+    uncapped = kwargs["group_cap"] is None and kwargs.get("rollout_group_cap") is None
+    if schedule == "sync" and kwargs.get("partial", "off") == "off" and variant != "multiturn" and uncapped:
+        remedy = draw(st.sampled_from(sorted(LONG_TAIL_REMEDIES)))
+        if remedy == "early_abort" or (remedy == "tail_batching" and variant != "budget"):
+            kwargs.update(dynamic_sampling=False, long_tail=LONG_TAIL_REMEDIES[remedy])
+        elif remedy == "segment_rollout":
+            kwargs["long_tail"] = LONG_TAIL_REMEDIES[remedy]
     roles = draw(st.sampled_from(sorted(ROLE_PLACEMENTS)))
     if roles != "none":
         # PPO with a reward model, the critic, reference and reward model on 8 more GPUs of a second node.
@@ -330,6 +337,13 @@ ROLE_PLACEMENTS = {
     "reference beside the critic": "critic: {gpus: 8, tp: 2}\nreference: {share_with: critic}\n"
                                    "reward_model: {gpus: 8, share_with: critic}",
 }
+
+
+# Long-tail remedies the invariants must survive (rlsim/sim/long_tail/), on synchronous single-turn scenarios.
+LONG_TAIL_REMEDIES = {"none": "", "tail_batching": "{kind: tail_batching, eta: 1.5}",
+                      "segment_rollout": "{kind: segment_rollout, segments: 3}",
+                      "early_abort": "{kind: early_abort, abort_horizon_tokens: 100, grace_window_tokens: 20, "
+                                     "abort_keep_probability: 0.2}"}
 
 
 # Workload features the invariants must survive: (response model, or "keep" the drawn one; extra workload YAML).
@@ -395,7 +409,7 @@ def test_invariants_over_random_small_scenarios(kwargs):
             assert r.dropped_by in DROP_POLICIES
     # Staleness never exceeds the bound.
     bound_eta = {"sync": 0, "one_step_off": 1, "async": math.ceil(kwargs.get("staleness") or 0)}[kwargs["schedule"]]
-    if kwargs.get("partial") != "april":
+    if kwargs.get("partial") != "april" and "segment_rollout" not in kwargs.get("long_tail", ""):
         assert all(r.staleness <= bound_eta for r in log.sequences if r.step_trained >= 0)
     assert len(log.steps) == kwargs["steps"]
     if log.environments is not None:

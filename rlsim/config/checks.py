@@ -23,6 +23,7 @@ from rlsim.errors import Problem, ScenarioError, TraceFormatError, UnknownName
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog, ModelSpec
 from rlsim.models.hf_config import architecture_from_config, config_file, looks_like_path
+from rlsim.registry import LONG_TAIL_REMEDIES
 from rlsim.yamlsource import PathKey, YamlDocument
 
 
@@ -478,6 +479,8 @@ def _check_schedule(original: Scenario, scenario: Scenario, check: _Checker) -> 
         check.fail(("schedule", "max_concurrent_groups"), "caps the groups in flight over the whole rollout, as "
                    "max_concurrent_groups_per_engine does per engine; both are set", value=schedule.max_concurrent_groups,
                    valid="one of the two")
+    if schedule.long_tail is not None:
+        _check_long_tail(scenario, check)
     if schedule.streaming and not kind.off_policy:
         check.fail(("schedule", "streaming"), f"streaming trains while generation continues, which {schedule.mode} "
                    "forbids", value=True, valid=f"false, or schedule.mode {' or '.join(modes(off_policy=True))}")
@@ -494,6 +497,35 @@ def _check_schedule(original: Scenario, scenario: Scenario, check: _Checker) -> 
         check.fail(("schedule", "weight_sync", "every_updates"), "weights are pushed between two fetches, so every "
                    f"push must come after whole fetches of schedule.fetch_mini_batches ({schedule.fetch_mini_batches})",
                    value=schedule.weight_sync.every_updates, valid=f"a multiple of {schedule.fetch_mini_batches}")
+
+
+def _check_long_tail(scenario: Scenario, check: _Checker) -> None:
+    """A remedy replaces a synchronous step's generation; what every remedy needs, then the remedy's own checks."""
+    schedule = scenario.schedule
+    assert schedule.long_tail is not None
+    remedy = schedule.long_tail.kind
+    if schedule_kind(schedule.mode).off_policy:
+        check.fail(("schedule", "long_tail"), f"{remedy} reshapes a synchronous step; schedule.mode {schedule.mode} "
+                   "already overlaps generation with training", value=remedy,
+                   valid=f"null, or schedule.mode {' / '.join(modes(off_policy=False))}")
+    if schedule.partial_rollout.mode != "off":
+        check.fail(("schedule", "partial_rollout", "mode"), f"{remedy} decides itself what happens to unfinished "
+                   "responses", value=schedule.partial_rollout.mode, valid="off")
+    if scenario.placement.rollout.engine == "hf":
+        check.fail(("placement", "rollout", "engine"), f"{remedy} stops responses in the middle of a batch, which "
+                   "Hugging Face generate() cannot", value="hf", valid="vllm, sglang")
+    if scenario.workload.multiturn is not None:
+        check.fail(("workload", "multiturn"), f"{remedy} is modelled for single-turn responses", value="set",
+                   valid="null")
+    if scenario.placement.rollout.prefill is not None:
+        check.fail(("placement", "rollout", "prefill"), f"{remedy} takes unfinished responses back from the engines' "
+                   "queues; responses on their way from a prefill engine are not modelled for it", value="set",
+                   valid="null (prefill on the rollout engines)")
+    for cap in ("max_concurrent_groups", "max_concurrent_groups_per_engine"):
+        if getattr(schedule, cap) is not None:
+            check.fail(("schedule", cap), f"{remedy} decides itself which groups generate at once",
+                       value=getattr(schedule, cap), valid="null")
+    LONG_TAIL_REMEDIES[remedy].check(scenario, check.fail)
 
 
 def _check_reward(scenario: Scenario, check: _Checker) -> None:
@@ -635,6 +667,8 @@ def simulated_rollouts(scenario: Scenario) -> int:
     per_step = algo.prompts_per_step * algo.samples_per_prompt
     if schedule.partial_rollout.mode == "april":
         per_step *= schedule.partial_rollout.over_provision
+    if schedule.long_tail is not None:
+        per_step *= LONG_TAIL_REMEDIES[schedule.long_tail.kind].launched_per_response(scenario)
     if algo.dynamic_sampling:
         per_step /= max(scenario.workload.informative_group_fraction, 1e-9)
     steps = scenario.run.steps

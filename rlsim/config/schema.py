@@ -13,6 +13,7 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 
 from rlsim.config.framework import Framework
 from rlsim.config.long_run import Checkpoint, Duration, Evaluation, Failures
+from rlsim.config.long_tail import LongTailParams
 from rlsim.config.workload import Workload
 from rlsim.fields import (
     Flag,
@@ -24,9 +25,10 @@ from rlsim.fields import (
     Registered,
     Seed,
     UnboundedFloat,
+    Variants,
 )
 from rlsim.models.architecture import Architecture
-from rlsim.registry import DP_BALANCERS, LOAD_BALANCERS, SCHEDULES
+from rlsim.registry import DP_BALANCERS, LOAD_BALANCERS, LONG_TAIL_REMEDIES, SCHEDULES
 
 POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 # The model shape's fields (rlsim/models/architecture.py, Hugging Face config.json names) that carry no description of
@@ -521,6 +523,8 @@ class PartialRollout(Frozen):
 ScheduleName = Annotated[str, Registered(SCHEDULES)]
 LoadBalancerName = Annotated[str, Registered(LOAD_BALANCERS)]
 DPBalancerName = Annotated[str, Registered(DP_BALANCERS)]
+# A long-tail remedy of any registered kind (rlsim/sim/long_tail/), with its parameters.
+LongTailRemedy = Annotated[LongTailParams, Variants(LONG_TAIL_REMEDIES)]
 
 # What a tensor-by-tensor export broadcasts over the pipeline stages (WeightSync.pp_broadcast).
 PPBroadcast = Literal["tp_shards", "full_tensors"]
@@ -561,6 +565,11 @@ class Schedule(Frozen):
         "one optimizer update each (verl fully_async's require_batches); must divide algorithm.mini_batches")
     partial_rollout: PartialRollout = Field(
         default_factory=PartialRollout, description="what happens to unfinished sequences at a weight update")
+    long_tail: LongTailRemedy | None = Field(
+        None, description="sync: a long-tail remedy and its parameters, by kind: tail_batching (RollPacker: "
+        "speculative short rounds, the prompts they abort deferred to long rounds), segment_rollout (UloRL: "
+        "responses decoded a segment per round, unfinished ones carried over), early_abort (DUET: responses with "
+        "no answer by a horizon aborted and left out of the loss); default: none")
     load_balancer: LoadBalancerName = Field(
         "round_robin", description="how requests are routed to engines")
     length_predictor_noise: float = Field(0.0, ge=0.0, allow_inf_nan=False,

@@ -233,6 +233,8 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
     if lengths.tool_s > 0:
         seconds += lengths.tool_s
         note += f"; {lengths.tool_s:.2f} s of tool calls per trajectory"
+    if scenario.schedule.long_tail is not None:
+        note += f"; a step without its long-tail remedy ({scenario.schedule.long_tail.kind}: `rlsim run` simulates it)"
     return StageEstimate("gen", seconds, note)
 
 

@@ -63,6 +63,7 @@ class Simulation:
     sampler: GroupSampler
     balancer_rng: np.random.Generator
     reward_rng: np.random.Generator  # the judge's verdict lengths
+    remedy_rng: np.random.Generator  # a long-tail remedy's own draws (DUET's aborts)
     # Prefill/decode disaggregation: the prefill engines (`engines` then decode) and their GPUs; none without.
     prefill_engines: list[PrefillEngine] = field(default_factory=list)
     prefill_gpus: tuple[int, int] | None = None
@@ -89,9 +90,10 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     placed = roles(bound)
     gpus = role_gpus(bound, topology, placed)
     rollout, training = gpus.rollout, gpus.training
-    # One independent stream per component, so adding randomness to one never shifts another's draws.
-    (workload_seed, balancer_seed, reward_seed, filter_seed, step_scale_seed,
-     environment_seed) = np.random.SeedSequence(scenario.seed).spawn(6)
+    # One independent stream per component, so adding randomness to one never shifts another's draws (a child's
+    # stream depends only on its index, so a stream added at the end leaves the earlier ones as they were).
+    (workload_seed, balancer_seed, reward_seed, filter_seed, step_scale_seed, environment_seed,
+     remedy_seed) = np.random.SeedSequence(scenario.seed).spawn(7)
 
     engine_layout = placed.rollout
     kv_tokens = engine_kv_tokens(rollout_fit, spec, engine_layout.tp)
@@ -155,7 +157,8 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     return Simulation(env, bound, recorder, engines, (index[rollout[0]], len(rollout)), group, trainer, actor, critic,
                       critic_trainer, reference, reference_trainer, groups,
                       reward, reward_model, judges, reference_load_seconds(bound, topology), switch, sync, sampler,
-                      np.random.default_rng(balancer_seed), reward_rng, prefill_engines,
+                      np.random.default_rng(balancer_seed), reward_rng, np.random.default_rng(remedy_seed),
+                      prefill_engines,
                       (index[gpus.prefill[0]], len(gpus.prefill)) if gpus.prefill else None)
 
 

@@ -18,7 +18,7 @@ from rlsim.events import RUN_END, SequenceRecord
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.engines import GenerationEngine
 from rlsim.sim.recorder import Recorder
-from rlsim.sim.sequence import MultiTurnRollout, Rollout
+from rlsim.sim.sequence import MultiTurnRollout, Rollout, SegmentedRollout
 from rlsim.workload.batches import GroupSampler, PromptGroup
 
 # Completions closer together than this count as simultaneous. Fast mode sums iteration times in closed form and exact
@@ -53,24 +53,49 @@ class GroupLedger:
         self._held: deque[list[Rollout]] = deque()  # launched groups the concurrency cap keeps from the engines
         self._generating = 0  # groups sent to the engines whose last sample has not finished
         self._trained: dict[int, list[Rollout]] = {}  # group -> its rollouts, once trained
+        self._drafts: dict[int, PromptGroup] = {}  # group -> as drawn, for a remedy that sends its prompt again
+        # group -> (samples it trains, the policy that drops the rest): a group launched with more samples than it
+        # needs completes with its first `quorum` finished (RollPacker's η·R0 responses, of which R0 train).
+        self._quorum: dict[int, tuple[int, str]] = {}
+        # group -> (its rollouts that will not train, the policy that drops them): DUET's aborted responses run to
+        # where they are cut and are left out of the loss.
+        self._excluded: dict[int, tuple[frozenset[Rollout], str]] = {}
+        # Set by a remedy that decodes responses a segment at a time (UloRL): the most tokens a response generates
+        # before it stops until it is sent again, and what to tell when any rollout stops (at a segment's end or its
+        # own).
+        self.segment_tokens: int | None = None
+        self.on_rollout_stopped: Callable[[Rollout], None] | None = None
 
     # ------------------------------------------------------------------------------------------- launch
 
-    def launch(self, count: int, version: int) -> None:
+    def launch(self, count: int, version: int, *, samples: int | None = None,
+               quorum: tuple[int, str] | None = None) -> list[Rollout]:
+        """Draw `count` groups for policy `version` and send them out; `samples`: responses per prompt in place of
+        the budget's; `quorum`: (samples the group trains, the policy that drops the rest), see `_quorum`. Returns
+        the rollouts launched."""
         if count <= 0:
-            return
+            return []
+        return self.send(self.sampler.draw(count, version, samples), quorum=quorum)
+
+    def send(self, drawn: list[PromptGroup], *, quorum: tuple[int, str] | None = None) -> list[Rollout]:
+        """Send drawn groups out (launched, or sent again as new groups); returns their rollouts."""
         launched = []
-        for group in self.sampler.draw(count, version):
+        for group in drawn:
             members = [self._rollout(group, i) for i in range(len(group.response_tokens))]
             self._members[group.group] = members
-            self._left[group.group] = len(members)
+            self._left[group.group] = len(members) if quorum is None else quorum[0]
             self._informative[group.group] = group.informative
+            self._drafts[group.group] = group
+            if quorum is not None:
+                self._quorum[group.group] = quorum
             launched.append(members)
+        rollouts = [r for members in launched for r in members]
         if self._group_cap is None:
-            self.dispatcher.dispatch(r for members in launched for r in members)
-            return
+            self.dispatcher.dispatch(rollouts)
+            return rollouts
         self._held.extend(launched)
         self._send_held()
+        return rollouts
 
     def _send_held(self) -> None:
         """Send held groups to the engines while the concurrency cap has room, in launch order; a group waits in the
@@ -88,6 +113,11 @@ class GroupLedger:
             rollout: Rollout = MultiTurnRollout(self._next_seq, group.group, group.prompt_tokens,
                                                 group.response_tokens[i], group.truncated[i], submitted=self.env.now,
                                                 turns=group.turns[i])
+        elif self.segment_tokens is not None:
+            final = group.response_tokens[i]
+            rollout = SegmentedRollout(self._next_seq, group.group, group.prompt_tokens,
+                                       min(final, self.segment_tokens), group.truncated[i], submitted=self.env.now,
+                                       final_tokens=final)
         else:
             rollout = Rollout(self._next_seq, group.group, group.prompt_tokens, group.response_tokens[i],
                               group.truncated[i], submitted=self.env.now)
@@ -95,7 +125,15 @@ class GroupLedger:
         return rollout
 
     def _finished(self, rollout: Rollout) -> None:
+        if not isinstance(rollout, SegmentedRollout) or rollout.complete:  # not only its segment ended
+            self._sample_finished(rollout)
+        if self.on_rollout_stopped is not None:
+            self.on_rollout_stopped(rollout)
+
+    def _sample_finished(self, rollout: Rollout) -> None:
         group = rollout.group
+        if self._left[group] <= 0:
+            return  # a sample past its group's quorum, which no longer waits for it
         self._left[group] -= 1
         if self._left[group]:
             return
@@ -110,7 +148,33 @@ class GroupLedger:
     # ------------------------------------------------------------------------------------------- completion
 
     def members(self, group: int) -> list[Rollout]:
-        return self._members[group]
+        """The group's rollouts that train: all of them but those excluded, or under a quorum the first to finish."""
+        members = self._members[group]
+        if group in self._excluded:
+            excluded = self._excluded[group][0]
+            members = [r for r in members if r not in excluded]
+        if group not in self._quorum:
+            return members
+        quorum = self._quorum[group][0]
+        return sorted((r for r in members if r.done), key=lambda r: (r.finished, r.seq_id))[:quorum]
+
+    def exclude(self, group: int, rollouts: list[Rollout], policy: str) -> None:
+        """These rollouts of the group generate but will not train; `policy` is recorded as what dropped them."""
+        if rollouts:
+            self._excluded[group] = (frozenset(rollouts), policy)
+
+    def _dropped_by(self, group: int, rollout: Rollout) -> str:
+        """The policy that keeps a rollout of a trained group out of training."""
+        excluded = self._excluded.get(group)
+        return excluded[1] if excluded is not None and rollout in excluded[0] else self._quorum[group][1]
+
+    def draft(self, group: int) -> PromptGroup:
+        """The group as drawn."""
+        return self._drafts[group]
+
+    def open_groups(self) -> list[int]:
+        """Every group launched and neither trained nor dropped, by id."""
+        return sorted(self._members)
 
     def informative(self, group: int) -> bool:
         return self._informative[group]
@@ -163,7 +227,7 @@ class GroupLedger:
 
     def lengths(self, groups: list[int]) -> list[int]:
         cap = self.max_response_tokens
-        return [trained_tokens(r, cap) for g in groups for r in self._members[g]]
+        return [trained_tokens(r, cap) for g in groups for r in self.members(g)]
 
     def take_trained(self, groups: list[int]) -> list[Rollout]:
         """The trained rollouts of these groups, handed over once, when their step is recorded: the ledger keeps no
@@ -172,20 +236,31 @@ class GroupLedger:
 
     def consume(self, groups: list[int], version: int, step: int) -> None:
         for group in groups:
-            members = self._members.pop(group)
+            members = self.members(group)
             informative = self._informative[group]
             for r in members:
                 self.recorder.sequence(_record(r, version, step, informative=informative))
             self._trained[group] = members
-            del self._left[group]
-            del self._informative[group]
+            kept = set(members)
+            for r in self._members[group]:
+                if r not in kept:
+                    self.recorder.sequence(_record(r, -1, -1, dropped_by=self._dropped_by(group, r),
+                                                   informative=informative))
+            self._forget(group)
+
+    def _forget(self, group: int) -> None:
+        del self._members[group]
+        del self._left[group]
+        del self._informative[group]
+        del self._drafts[group]
+        self._quorum.pop(group, None)
+        self._excluded.pop(group, None)
 
     def drop(self, group: int, policy: str) -> None:
         informative = self._informative[group]
-        for r in self._members.pop(group):
+        for r in self._members[group]:
             self.recorder.sequence(_record(r, -1, -1, dropped_by=policy, informative=informative))
-        del self._left[group]
-        del self._informative[group]
+        self._forget(group)
 
     def drop_leftovers(self) -> None:
         """Rollouts still generating or waiting when the last step ends are dropped by the run's end, and named so."""

@@ -209,6 +209,15 @@ class RolloutEngine(EngineControls):
             self.telemetry.sample()
         return taken
 
+    def withdraw(self) -> list[Rollout]:
+        """Take back every waiting rollout, started or not (after an interrupting pause, every unfinished one): the
+        controller abandons them."""
+        self.settle()
+        taken = self.scheduler.withdraw()
+        if taken:
+            self.telemetry.sample()
+        return taken
+
     def pause(self, how: PauseMode) -> simpy.Event:
         """Stop admitting and pause: `drain` once the running sequences finish; `interrupt` at the next iteration
         boundary, sending them back to the front of the queue to be recomputed; `hold` at the next iteration

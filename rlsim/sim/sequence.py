@@ -71,3 +71,20 @@ class MultiTurnRollout(Rollout):
     @property
     def peak_context_tokens(self) -> int:
         return self.prompt_tokens + self.target_tokens + sum(t.tool_tokens for t in self.turns)
+
+
+@dataclass(eq=False)
+class SegmentedRollout(Rollout):
+    """A response decoded a segment at a time (UloRL's segment rollout): `target_tokens` is where the current segment
+    ends, `final_tokens` where the response does. An engine stops it at the segment's end as if it had finished."""
+
+    final_tokens: int = 0
+
+    def next_segment(self, segment_tokens: int) -> None:
+        """The next segment: at most `segment_tokens` more, never past the response's end."""
+        self.target_tokens = min(self.final_tokens, self.generated + segment_tokens)
+
+    @property
+    def complete(self) -> bool:
+        """It reached the end of its response, not only of a segment."""
+        return self.generated >= self.final_tokens

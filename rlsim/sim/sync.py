@@ -24,8 +24,7 @@ class SyncController(Controller):
         self.recorder.phase.step = step
         start = env.now
         target = self.algorithm.prompts_per_step
-        launch = self.sampling.launch(self._launch_count(target))
-        groups.launch(max(0, launch - groups.generating_count() - groups.complete_count), self.version)
+        self._launch(target)
         yield from self._generate(target)
         gen_end = env.now
         self.roles.rollout_context(start, gen_end, "tail", "gen")
@@ -37,6 +36,12 @@ class SyncController(Controller):
         groups.consume(trained, self.version, step)
         yield from self._publish(stages)  # resumes the engines with the new weights
         self._record_step(step, start, trained, stages)
+
+    def _launch(self, target: int) -> None:
+        """Launch the step's groups, less those carried over still generating or complete."""
+        groups = self.groups
+        launch = self.sampling.launch(self._launch_count(target))
+        groups.launch(max(0, launch - groups.generating_count() - groups.complete_count), self.version)
 
     def _launch_count(self, target: int) -> int:
         return target

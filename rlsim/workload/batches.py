@@ -61,14 +61,28 @@ class GroupSampler:
         self._step_scale_seed = step_scale_seed
         self._next_group = 0
 
-    def draw(self, count: int, version: int) -> list[PromptGroup]:
-        drafts = self._replayed(count) if self._replay is not None else self._sampled(count, version)
+    def draw(self, count: int, version: int, samples: int | None = None) -> list[PromptGroup]:
+        """`count` groups for policy `version`; `samples`: responses per prompt in place of the budget's (a remedy
+        that over-provisions responses, RollPacker's η·R0)."""
+        if samples is not None and self._replay is not None:
+            raise ValueError("a replayed group has the responses it was recorded with")
+        drafts = self._replayed(count) if self._replay is not None else self._sampled(count, version, samples)
         groups = []
         for prompt, responses, truncated, turns, success in drafts:
             informative = self._decide(len(responses), success, self._filter_rng)
             groups.append(PromptGroup(self._next_group, prompt, responses, truncated, turns, informative, success))
             self._next_group += 1
         return groups
+
+    def again(self, group: PromptGroup, samples: int) -> PromptGroup:
+        """The same prompt sent out again as a new group, its first `samples` responses as drawn (a prompt's
+        difficulty, and so its lengths, stay its own: RollPacker's long round reruns the prompts a short round
+        aborted)."""
+        turns = None if group.turns is None else group.turns[:samples]
+        again = PromptGroup(self._next_group, group.prompt_tokens, group.response_tokens[:samples],
+                            group.truncated[:samples], turns, group.informative, group.success_rate)
+        self._next_group += 1
+        return again
 
     def _response_cap(self, prompt: int) -> int:
         """Most tokens a response to this prompt may have: max_response_tokens, less where the model length binds."""
@@ -93,13 +107,19 @@ class GroupSampler:
 
     # ------------------------------------------------------------------------------------------- sampled
 
-    def _sampled(self, count: int, version: int) -> list[tuple]:
+    def _allocated(self, count: int, success: np.ndarray | None, samples: int | None) -> np.ndarray:
+        """Responses per prompt: the budget's, or `samples` each. The budget draws either way, so the stream of
+        lengths that follows does not depend on the override."""
+        allocated = self._allocate(count, success, self._rng)
+        return allocated if samples is None else np.full(count, samples, dtype=np.int64)
+
+    def _sampled(self, count: int, version: int, samples_each: int | None = None) -> list[tuple]:
         from scipy.special import ndtr
 
         rng, cap = self._rng, self._cap
         rho, c = self._groups.within_group_correlation, self._groups.prompt_response_correlation
         if rho == 0 and c == 0 and self._joint is None and self._trajectories is None:
-            return self._independent(count, version)
+            return self._independent(count, version, samples_each)
         difficulty = rng.standard_normal(count)
         if self._joint is not None:
             prompts, response_mean, response_sd = self._joint_prompts(count)
@@ -108,7 +128,7 @@ class GroupSampler:
             assert self._prompt is not None
             prompts = self._prompt.at(version).lengths(ndtr(scores), self._max_prompt)
         success = self._success_rates(difficulty)
-        samples = self._allocate(count, success, rng)
+        samples = self._allocated(count, success, samples_each)
         owners = np.repeat(np.arange(count), samples)
         scores = math.sqrt(rho) * difficulty[owners] + math.sqrt(1 - rho) * rng.standard_normal(len(owners))
         bounds = np.concatenate([[0], np.cumsum(samples)])
@@ -145,12 +165,12 @@ class GroupSampler:
             return lengths
         return np.clip(np.rint(lengths * scale), 1, self._cap + 1).astype(np.int64)
 
-    def _independent(self, count: int, version: int) -> list[tuple]:
+    def _independent(self, count: int, version: int, samples_each: int | None = None) -> list[tuple]:
         """Uncorrelated lengths need no copula: each drawn by its distribution's own sampler."""
         assert self._prompt is not None and self._response is not None
         prompts = self._prompt.at(version).sample(self._rng, count, self._max_prompt)
         success = self._success_rates(self._rng.standard_normal(count)) if self._success is not None else None
-        samples = self._allocate(count, success, self._rng)
+        samples = self._allocated(count, success, samples_each)
         # One past the cap, so that a response reaching it can be told apart: it was truncated there.
         scale = self._step_scale(version)
         lengths = self._scaled(self._response.at(version).sample(self._rng, int(samples.sum()), self._unscaled_cap(scale)),

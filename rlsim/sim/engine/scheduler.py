@@ -183,6 +183,16 @@ class Scheduler:
         taken.reverse()
         return taken
 
+    def withdraw(self) -> list[Rollout]:
+        """Take back every waiting rollout, started or not: the controller abandons them (a remedy's abort)."""
+        taken = list(self.waiting)
+        self.waiting.clear()
+        for rollout in taken:
+            self.queued_tokens -= rollout.context_tokens
+            self.predicted_total -= self._predicted.pop(rollout)
+            self.generated_total -= rollout.generated
+        return taken
+
     def evict(self, slot: Slot) -> None:
         """Drop a running sequence's KV cache and put it back at the front of the queue, keeping its tokens."""
         rollout = slot.rollout
