@@ -511,12 +511,16 @@ def test_a_preemption_whose_sequence_cannot_return_yet_costs_no_single_iteration
     seqs=st.integers(1, 6),
     batched=st.integers(1, 96),
     sharing=st.booleans(),
+    admission=st.sampled_from(["current_kv", "past_future"]),
+    error=st.floats(0.25, 4.0),
 )
 def test_every_rollout_finishes_with_its_tokens_and_the_cache_never_overflows(prompts, targets, kv_slack, seqs,
-                                                                               batched, sharing):
+                                                                               batched, sharing, admission, error):
     rollouts = [(group, prompts[group], target, 0, 0.0) for target, group in targets]
     kv = max(p + t for _, p, t, _, _ in rollouts) + kv_slack
-    scenario = Scenario(1, rollouts, kv, seqs, batched, sharing)
+    # Past-future admission with every other rollout mispredicted by `error` (a factor over or under its length).
+    scenario = Scenario(1, rollouts, kv, seqs, batched, sharing, admission=admission,
+                        predicted=[error if i % 2 else 1 / error for i in range(len(rollouts))])
     fast = simulate(scenario, "fast", costs=FixedCosts())
     assert not fast.kv_overflow
     assert fast.generated == {i: t for i, (_, _, t, _, _) in enumerate(rollouts)}
