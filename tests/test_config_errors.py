@@ -112,6 +112,12 @@ CASES = [
     ("a group cap both per engine and over the whole rollout",
      edit("  mode: one_step_off", "  mode: one_step_off\n  max_concurrent_groups_per_engine: 16\n  max_concurrent_groups: 512"),
      "schedule.max_concurrent_groups", "max_concurrent_groups: 512", ["per engine", "one of the two"]),
+    ("an admission rule rlsim does not know",
+     edit("    tp: 2\n  training", "    tp: 2\n    admission: oracle\n  training"), "placement.rollout.admission",
+     "admission: oracle", ["current_kv", "past_future"]),
+    ("past-future admission on static batches",
+     edit("    tp: 2\n  training", "    tp: 2\n    engine: hf\n    admission: past_future\n  training"),
+     "placement.rollout.admission", "admission: past_future", ["static batches", "current_kv"]),
     ("missing trace file", edit("{kind: lognormal, median_tokens: 1000, sigma: 0.8}", "{kind: trace, path: nowhere.jsonl}"),
      "workload.response_tokens.path", "  response_tokens:", ["no such"]),
 ]

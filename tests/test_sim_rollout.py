@@ -91,14 +91,15 @@ def assert_same_samples(fast: Iterable[EngineSample], exact: Iterable[EngineSamp
         assert [s.time for s in fast[engine]] == pytest.approx([s.time for s in samples], rel=1e-9, abs=1e-12)
 
 
-def engines_on(env, count, costs, *, kv=10_000, seqs=4, batched=64, mode="fast", sharing=True, log=None):
+def engines_on(env, count, costs, *, kv=10_000, seqs=4, batched=64, mode="fast", sharing=True, log=None,
+               admission="current_kv"):
     recorder = Recorder(count)
     probe = None
     if log is not None:
         def probe(event, r):
             log.append((event, r.engine, r.seq_id, round(env.now, 9)))
     engines = [RolloutEngine(env, i, costs, kv, seqs, batched, i, 1, recorder, lambda r: None, mode=mode,
-                             prefix_sharing=sharing, probe=probe) for i in range(count)]
+                             prefix_sharing=sharing, probe=probe, admission=admission) for i in range(count)]
     return engines, recorder
 
 
@@ -338,6 +339,8 @@ class Scenario:
     batched: int
     sharing: bool
     pauses: list[tuple[float, str, float]] = field(default_factory=list)  # (time, how, seconds paused)
+    admission: str = "current_kv"
+    predicted: list[float] | None = None  # each rollout's predicted length over its target (None: exact)
 
 
 @dataclass
@@ -362,13 +365,16 @@ def simulate(scenario: Scenario, mode: str, costs=None, scale: int = 1) -> Outco
     env = CountingEnvironment()
     costs = costs or real_costs()
     engines, recorder = engines_on(env, scenario.engines, costs, kv=scenario.kv, seqs=scenario.seqs,
-                            batched=scenario.batched, mode=mode, sharing=scenario.sharing)
+                            batched=scenario.batched, mode=mode, sharing=scenario.sharing,
+                            admission=scenario.admission)
     rollouts = [Rollout(i, g, p, t * scale, False, at) for i, (g, p, t, _, at) in enumerate(scenario.rollouts)]
+    predicted = {} if scenario.predicted is None else {
+        r.seq_id: r.target_tokens * factor for r, factor in zip(rollouts, scenario.predicted, strict=True)}
     overflow = []
     env.after_step = lambda: overflow.extend(e.index for e in engines if e.kv_used_tokens > e.kv_capacity_tokens)
 
     drive(env, engines, [(r, e) for r, (_, _, _, e, _) in zip(rollouts, scenario.rollouts, strict=True)],
-          scenario.pauses)
+          scenario.pauses, predicted)
     for engine in engines:
         engine.close()
     per_engine = [max((r.finished for r in rollouts if r.engine == e.index), default=0.0) for e in engines]
@@ -380,14 +386,15 @@ def simulate(scenario: Scenario, mode: str, costs=None, scale: int = 1) -> Outco
 
 
 def drive(env: simpy.Environment, engines, submissions: list[tuple[Rollout, int]],
-          pauses: list[tuple[float, str, float]]) -> None:
-    """Run to the end: each rollout submitted to its engine at its `submitted` time, and every engine paused at each
-    pause's time (how, for its seconds), then resumed on the next policy version."""
+          pauses: list[tuple[float, str, float]], predicted: dict[int, float] | None = None) -> None:
+    """Run to the end: each rollout submitted to its engine at its `submitted` time (with its `predicted` length, by
+    id, if given), and every engine paused at each pause's time (how, for its seconds), then resumed on the next
+    policy version."""
 
     def arrivals():
         for rollout, e in sorted(submissions, key=lambda pair: pair[0].submitted):
             yield env.timeout(max(0.0, rollout.submitted - env.now))
-            engines[e].submit(rollout)
+            engines[e].submit(rollout, None if predicted is None else predicted.get(rollout.seq_id))
 
     def weight_updates():
         for version, (at, how, seconds) in enumerate(pauses, start=1):
@@ -504,12 +511,16 @@ def test_a_preemption_whose_sequence_cannot_return_yet_costs_no_single_iteration
     seqs=st.integers(1, 6),
     batched=st.integers(1, 96),
     sharing=st.booleans(),
+    admission=st.sampled_from(["current_kv", "past_future"]),
+    error=st.floats(0.25, 4.0),
 )
 def test_every_rollout_finishes_with_its_tokens_and_the_cache_never_overflows(prompts, targets, kv_slack, seqs,
-                                                                               batched, sharing):
+                                                                               batched, sharing, admission, error):
     rollouts = [(group, prompts[group], target, 0, 0.0) for target, group in targets]
     kv = max(p + t for _, p, t, _, _ in rollouts) + kv_slack
-    scenario = Scenario(1, rollouts, kv, seqs, batched, sharing)
+    # Past-future admission with every other rollout mispredicted by `error` (a factor over or under its length).
+    scenario = Scenario(1, rollouts, kv, seqs, batched, sharing, admission=admission,
+                        predicted=[error if i % 2 else 1 / error for i in range(len(rollouts))])
     fast = simulate(scenario, "fast", costs=FixedCosts())
     assert not fast.kv_overflow
     assert fast.generated == {i: t for i, (_, _, t, _, _) in enumerate(rollouts)}

@@ -409,6 +409,9 @@ def _check_hf_engine(scenario: Scenario, spec: ModelSpec, check: _Checker) -> No
                        valid="longest, or engine hf")
         return
     why = "placement.rollout.engine hf (Hugging Face generate())"
+    if rollout.admission != "current_kv":
+        check.fail(("placement", "rollout", "admission"), f"{why} runs static batches, which admit nothing while one "
+                   "decodes", value=rollout.admission, valid="current_kv, or engine vllm / sglang")
     arch = spec.architecture
     if arch.moe is not None or arch.mla is not None:
         check.fail(("placement", "rollout", "engine"), f"{why} is modelled for dense models; {spec.name} has "

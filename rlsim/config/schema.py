@@ -277,6 +277,12 @@ class RolloutPlacement(Frozen):
         description="MoE engines with ep > 1: the busiest expert-parallel GPU's (token, expert) assignments over the "
         "mean; every GPU waits for it at the combine. TensorRT-LLM measured ~2.56 for DeepSeek-R1 decoding on 32 "
         "GB200s (EP32) and ~1.11 with its expert-parallel load balancer (EPLB); 1: even routing")
+    admission: Literal["current_kv", "past_future"] = Field(
+        "current_kv", description="when an engine admits the queue's head: current_kv, when its context fits the KV cache "
+        "now (vLLM V1's and SGLang's schedulers; a full cache then preempts the latest admitted, which recompute); "
+        "past_future, only when the running sequences' predicted peak KV with it fits too, each predicted to end at "
+        "its length predictor's figure (schedule.length_predictor_noise) — the Past-Future scheduler of LightLLM "
+        "(Gong et al., ASPLOS 2025, arXiv 2507.10150): fewer recompute preemptions, more queueing")
     speculative: SpeculativeDecoding | None = Field(
         None, description="speculative decoding: drafts verified in one pass of the policy; null: off")
     cuda_graphs: Flag = Field(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rlsim import registry
-from rlsim.config.schema import Schedule
+from rlsim.config.schema import RolloutPlacement, Schedule
 from rlsim.registry import Registry
 from rlsim.sim.sequence import Rollout
 
@@ -111,6 +111,11 @@ def work_stealing(unit: Sequence[Rollout], engines: Sequence[GenerationEngine], 
     return round_robin(unit, engines, dispatcher)
 
 
+def engines_predict(rollout: RolloutPlacement) -> bool:
+    """Whether the generation engines admit by predicted length, so every rollout is predicted whatever the balancer."""
+    return rollout.admission == "past_future"
+
+
 class Dispatcher:
     """Sends rollouts to engines under the scenario's balancing policy, group placement and length predictor.
 
@@ -118,7 +123,8 @@ class Dispatcher:
     schedule's `length_predictor_noise`.
     """
 
-    def __init__(self, schedule: Schedule, engines: Sequence[GenerationEngine], rng: np.random.Generator):
+    def __init__(self, schedule: Schedule, engines: Sequence[GenerationEngine], rng: np.random.Generator,
+                 engines_predict: bool = False):
         if not engines:
             raise ValueError("a dispatcher needs at least one engine")
         self.balancer = BALANCERS[schedule.load_balancer]
@@ -126,6 +132,8 @@ class Dispatcher:
         self.rng = rng
         self.together = schedule.group_placement == "together"
         self.noise = schedule.length_predictor_noise
+        # The engines admit by predicted length (placement.rollout.admission past_future): every rollout is predicted.
+        self.predicts = self.balancer.predicts or engines_predict
         self.cursor = 0  # round-robin position
         self._loads: dict[Measure, list[float]] = {}  # per engine, within one dispatch call (see `least`)
         self._heaps: dict[Measure, list[tuple[float, int]]] = {}  # (load, engine index), stale entries skipped
@@ -144,10 +152,11 @@ class Dispatcher:
         else:
             units = [[rollout] for rollout in rollouts]
         predicted: dict[Rollout, float] = {}
-        if self.balancer.predicts:
+        if self.predicts:
             errors = np.exp(self.noise * self.rng.standard_normal(len(rollouts)))
             predicted = {rollout: rollout.target_tokens * float(error)
                          for rollout, error in zip(rollouts, errors, strict=True)}
+        if self.balancer.predicts:
             # Longest predicted first (a stable sort keeps the submission order among equals).
             units.sort(key=lambda unit: -sum(predicted[rollout] for rollout in unit))
         choose, engines = self.balancer.choose, self.engines

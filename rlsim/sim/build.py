@@ -111,7 +111,8 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
             continue
         engines.append(RolloutEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
                                      engine_layout.max_num_batched_tokens, index[mine[0]], len(mine), recorder,
-                                     _not_connected, mode=mode, tool_wait=scenario.workload.tool_wait))
+                                     _not_connected, mode=mode, tool_wait=scenario.workload.tool_wait,
+                                     admission=scenario.placement.rollout.admission))
 
     prefill_engines = _prefill_engines(env, bound, topology, index, recorder, gpus.prefill, rollout, engines, mode)
     tool_calls = tool_calls_for(env, recorder, scenario.workload.environments, np.random.default_rng(environment_seed))

@@ -14,7 +14,7 @@ import simpy
 from rlsim.costs.training import TrainingCosts
 from rlsim.events import STAGES, StepRecord
 from rlsim.pricing.layouts import driver_hand_off
-from rlsim.sim.balance import Dispatcher
+from rlsim.sim.balance import Dispatcher, engines_predict
 from rlsim.sim.build import Simulation
 from rlsim.sim.dynamic_sampling import Sampling
 from rlsim.sim.engines import GenerationEngine
@@ -49,7 +49,8 @@ class Controller:
         self.hand_off = driver_hand_off(self.driver, self.algorithm)
         self.roles = RoleGPUs(self.env, sim.recorder, sim.rollout_gpus, (sim.training.first_gpu, sim.training.gpus),
                               sim.prefill_gpus)
-        self.groups = GroupLedger(self.env, sim.sampler, Dispatcher(self.schedule, sim.engines, sim.balancer_rng),
+        self.groups = GroupLedger(self.env, sim.sampler, Dispatcher(self.schedule, sim.engines, sim.balancer_rng,
+                                                                  engines_predict=engines_predict(self.scenario.placement.rollout)),
                                   sim.engines, sim.recorder, self.schedule.group_cap(len(sim.engines)),
                                   self.algorithm.max_response_tokens, self._group_done)
         self.version = 0

@@ -81,7 +81,8 @@ class RolloutEngine(EngineControls):
                  max_num_seqs: int, max_num_batched_tokens: int, first_gpu: int, gpu_count: int, recorder: Recorder,
                  on_finish: Callable[[Rollout], None], mode: Literal["fast", "exact"] = "fast",
                  prefix_sharing: bool = True, probe: Probe | None = None, tool_wait: str = "hold",
-                 busy_labels: tuple[str, str, str] = ("prefill", "decode", "gen"), unit: str | None = None):
+                 busy_labels: tuple[str, str, str] = ("prefill", "decode", "gen"), unit: str | None = None,
+                 admission: str = "current_kv"):
         if kv_capacity_tokens < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError(
                 f"engine {index}: kv_capacity_tokens, max_num_seqs and max_num_batched_tokens must be >= 1, got "
@@ -103,7 +104,7 @@ class RolloutEngine(EngineControls):
                                          self.batch, self._running, self._waiting)
         self.tools = ToolWaits(self, TOOL_WAIT_POLICIES[tool_wait])
         self.scheduler = Scheduler(env, max_num_seqs, max_num_batched_tokens, self.kv, self.batch, self.tools,
-                                   self.telemetry, self._waiting, self._running)
+                                   self.telemetry, self._waiting, self._running, admission)
         self.state = EngineState(env, self._run())
 
     def take_prefills_from(self, router: PrefillRouter) -> None:
@@ -269,8 +270,11 @@ class RolloutEngine(EngineControls):
                 # A boundary that preempted admitted nothing; the next may (a trajectory preempted in its tool call
                 # leaves the queue's head free to go), so step one iteration to reach it, as the exact mode does.
                 # If the head will not fit then, it will not before the batch changes either: the cache only grows.
-                step_one = self.mode == "exact" or (preempted and bool(self._waiting)
-                                                    and scheduler.admissible(self._waiting[0], growth=batch.size))
+                # Past-future admission may let a head that fits wait for the predicted peak to fall, which it does
+                # at some iteration of the stretch: step one iteration at a time until it is admitted.
+                step_one = self.mode == "exact" or (
+                    bool(self._waiting) and (preempted or (scheduler.past_future and state.pause is None))
+                    and scheduler.fits_now(self._waiting[0], growth=batch.size))
                 yield from self._decode_exact() if step_one else self._decode_fast()
             else:
                 # Waiting rollouts may be blocked only by a pause, or by slots and KV held through tool calls or

@@ -73,6 +73,7 @@ class DecodeBatch:
         rollout = slot.rollout
         slot.start_iteration = self.iteration
         slot.start_generated = rollout.generated
+        slot.decoding = True
         self.size += 1
         self.context += rollout.context_tokens - 1
         heapq.heappush(self._finishes, (self.iteration + rollout.remaining, slot.order, slot))
@@ -82,6 +83,7 @@ class DecodeBatch:
         brought up to date; a finish entry it leaves behind goes stale."""
         rollout = slot.rollout
         rollout.generated = slot.start_generated + self.iteration - slot.start_iteration
+        slot.decoding = False
         self.size -= 1
         self.context -= rollout.context_tokens - 1
 

@@ -36,9 +36,13 @@ class KVLedger:
     def fits(self, rollout: Rollout, room: int, used: int | None = None) -> bool:
         """Whether admitting `rollout` fits beside `room` more tokens the running sequences will write (with `used`
         tokens in use: a plan ahead's; default: now)."""
+        return (self.used if used is None else used) + room + self.admission_tokens(rollout) <= self.capacity
+
+    def admission_tokens(self, rollout: Rollout) -> int:
+        """The KV tokens admitting `rollout` reserves: its context and first token, less its group's prompt when
+        that is cached."""
         shared = self.sharing and rollout.group in self._groups
-        need = rollout.context_tokens - rollout.prompt_tokens + 1 + (0 if shared else rollout.prompt_tokens)
-        return (self.used if used is None else used) + room + need <= self.capacity
+        return rollout.context_tokens - rollout.prompt_tokens + 1 + (0 if shared else rollout.prompt_tokens)
 
     def admit(self, slot: Slot, room: int) -> None:
         """Reserve the KV of the slot's rollout, and set what it prefills: the cached prefix is its group's prompt

@@ -39,7 +39,7 @@ class SequenceLifecycle:
         state, scheduler = engine.state, engine.scheduler
         activity = state.activity
         if activity is IDLE or ((activity is DECODING or activity is PREFILLING) and len(scheduler.waiting) == 1
-                                and scheduler.admissible(rollout)):
+                                and scheduler.fits_now(rollout)):
             state.wake()
 
     def first_token(self, slot: Slot) -> None:

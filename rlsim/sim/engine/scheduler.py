@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from collections import deque
+from math import ceil
 from typing import TYPE_CHECKING
 
 import simpy
 
+from rlsim.sim.engine.admission import predicted_peak_tokens
 from rlsim.sim.engine.decode_batch import DecodeBatch
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.slot import Slot
@@ -25,16 +27,19 @@ class Scheduler:
     readmitted), then plans the iteration's prefill chunks out of the token budget left by the decodes: the running
     prefills first, then admissions while a sequence slot (`max_num_seqs`), the budget and the KV cache allow.
 
+    With `past_future` admission, a head that fits the cache now is admitted only if the running sequences' predicted
+    peak occupancy with it fits too (`rlsim.sim.engine.admission`).
+
     It also keeps the load figures of the outstanding rollouts: their predicted lengths and the tokens they generated
     (booked), for length-aware balancing."""
 
     __slots__ = ("env", "max_num_seqs", "max_num_batched_tokens", "kv", "batch", "tools", "telemetry", "waiting",
                  "running", "prefilling", "queued_tokens", "preemptions", "interruptions", "left", "predicted_total",
-                 "generated_total", "fetch", "_predicted", "_admissions")
+                 "generated_total", "fetch", "past_future", "_predicted", "_admissions")
 
     def __init__(self, env: simpy.Environment, max_num_seqs: int, max_num_batched_tokens: int, kv: KVLedger,
                  batch: DecodeBatch, tools: ToolWaits, telemetry: EngineTelemetry, waiting: deque[Rollout],
-                 running: dict[Rollout, Slot]):
+                 running: dict[Rollout, Slot], admission: str = "current_kv"):
         self.env = env
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -53,6 +58,7 @@ class Scheduler:
         self.predicted_total = 0.0  # predicted lengths of the outstanding rollouts
         self.generated_total = 0  # tokens they generated (booked)
         self.fetch: KVFetch | None = None  # a decode engine's rollouts prefilled elsewhere (prefill/decode disaggregation)
+        self.past_future = admission == "past_future"
         self._admissions = 0
 
     def submit(self, rollout: Rollout, predicted: float, queue: bool = True) -> None:
@@ -164,12 +170,37 @@ class Scheduler:
         return done
 
     def admissible(self, rollout: Rollout, growth: int = 0) -> bool:
+        """Whether `rollout` is admitted: it `fits_now`, and with `past_future` admission and something running, the
+        running sequences' predicted peak KV with it fits the cache too."""
+        return (self.fits_now(rollout, growth)
+                and (not self.past_future or not self.running or self._peak_fits(rollout)))
+
+    def fits_now(self, rollout: Rollout, growth: int = 0) -> bool:
         """A free slot, and room in the KV cache for its context after the decodes of the next iteration; `growth`:
-        at the boundary after the cache has grown by that many more tokens."""
+        at the boundary after the cache has grown by that many more tokens. The cache only grows while a batch
+        decodes, so a rollout that does not fit now does not before the batch changes (the predicted peak, by
+        contrast, falls as running sequences near their predicted ends)."""
         decoding = self.batch.size
         running = len(self.running) if self.fetch is None else len(self.running) + self.fetch.fetching
         return (running < self.max_num_seqs and decoding < self.max_num_batched_tokens
                 and self.kv.fits(rollout, growth + decoding))
+
+    def _peak_fits(self, rollout: Rollout) -> bool:
+        """Whether the predicted peak KV occupancy of the running sequences and `rollout` fits the cache (the
+        Past-Future scheduler's admission); each is predicted to end at its predicted length, or one token on when
+        it has outgrown it."""
+        iteration, predicted, kv = self.batch.iteration, self._predicted, self.kv
+        sequences: list[tuple[int, int]] = []
+        for running, slot in self.running.items():
+            # A decoding slot's `generated` is booked lazily; its progress is the iteration counter's.
+            generated = (slot.start_generated + iteration - slot.start_iteration if slot.decoding
+                         else running.generated)
+            own = (slot.own_prompt + running.context_tokens - running.prompt_tokens + generated - running.generated
+                   + (1 if slot.prefill_left else 0))  # a prefilling slot's reservation for its first token
+            sequences.append((max(ceil(predicted[running]) - generated, 1), own))
+        need = kv.admission_tokens(rollout)
+        sequences.append((max(ceil(predicted[rollout]) - rollout.generated, 1), need))
+        return predicted_peak_tokens(kv.used + need, sequences) <= kv.capacity
 
     def steal(self, n: int) -> list[Rollout]:
         """Take up to n rollouts that have not started from the back of the queue, in queue order."""

@@ -9,7 +9,7 @@ class Slot:
     derived from the engine's iteration counter, so booking an iteration touches no slot)."""
 
     __slots__ = ("rollout", "order", "own_prompt", "prefill_left", "computed", "start_iteration", "start_generated",
-                 "live")
+                 "live", "decoding")
 
     def __init__(self, rollout: Rollout, order: int):
         self.rollout = rollout
@@ -22,3 +22,4 @@ class Slot:
         self.start_iteration = 0  # engine iteration at which it started decoding
         self.start_generated = 0  # its generated tokens then
         self.live = True  # False once it left the engine (its entry in the finish heap is then stale)
+        self.decoding = False  # in the decode batch: its `generated` is derived from the iteration counter
