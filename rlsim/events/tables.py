@@ -23,7 +23,7 @@ LABEL_CODE = {label: code for code, label in enumerate(LABELS)}
 CHUNK = 65_536
 
 
-def _same_records(table: Any, other: object) -> bool:
+def same_records(table: Any, other: object) -> bool:
     """A table equals another table of its kind, or a tuple or list, holding the same records in the same order."""
     if isinstance(other, type(table) | tuple | list):
         return len(table) == len(other) and all(a == b for a, b in zip(table, other, strict=True))
@@ -135,7 +135,7 @@ class SpanTable:
                     LABELS[self.label[i]], self.stage_names[self.stage[i]], int(self.step[i]), int(self.version[i]),
                     self.unit_names[self.unit[i]])
 
-    __eq__ = _same_records
+    __eq__ = same_records
     __hash__ = None  # type: ignore[assignment]
 
     @property
@@ -215,6 +215,14 @@ class SampleColumns:
             counters(values)
         return write
 
+    def drain(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The samples appended so far as (engine codes, times, counters [n, SAMPLE_COUNTERS]) copies, emptying the
+        columns in place: the writers handed out keep appending to the same columns."""
+        drained = (np.array(self.engine, dtype=np.int64), np.array(self.time, dtype=np.float64),
+                   np.array(self.counters, dtype=np.int64).reshape(len(self.time), len(SAMPLE_COUNTERS)))
+        del self.engine[:], self.time[:], self.counters[:]
+        return drained
+
     def table(self) -> SampleTable:
         return SampleTable(_frozen(self.engine), _frozen(self.time),
                            _frozen(self.counters).reshape(len(self.time), len(SAMPLE_COUNTERS)),
@@ -248,6 +256,15 @@ class SampleTable:
                                        self.counters[a:b].tolist(), strict=True):
                 yield EngineSample(names[code], time, *row)
 
+    def rows_by_engine(self, groups: list[list[int]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Per group of engine codes: its samples (each engine's in table order, engines in the group's order), as
+        (times, counters [n, SAMPLE_COUNTERS])."""
+        order = np.argsort(self.engine, kind="stable")
+        bounds = np.searchsorted(self.engine[order], np.arange(len(self.engine_names) + 1))
+        for codes in groups:
+            index = np.concatenate([order[bounds[c]:bounds[c + 1]] for c in codes] or [np.zeros(0, dtype=np.intp)])
+            yield self.time[index], self.counters[index]
+
     def in_time_order(self) -> SampleTable:
         """The samples sorted by time, each engine's (and simultaneous ones') in recording order: an engine books a
         preemption chain's samples when the chain ends, after other engines recorded theirs."""
@@ -260,7 +277,7 @@ class SampleTable:
         i = range(len(self))[index]
         return EngineSample(self.engine_names[self.engine[i]], float(self.time[i]), *self.counters[i].tolist())
 
-    __eq__ = _same_records
+    __eq__ = same_records
     __hash__ = None  # type: ignore[assignment]
 
 
@@ -328,7 +345,7 @@ class SequenceTable:
         i = range(len(self))[index]
         return next(iter(self.take(np.array([i]))))
 
-    __eq__ = _same_records
+    __eq__ = same_records
     __hash__ = None  # type: ignore[assignment]
 
     def take(self, index: np.ndarray) -> SequenceTable:

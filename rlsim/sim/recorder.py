@@ -6,6 +6,9 @@ still generate: `tail`; a trainer waiting for samples: `starved`; a producer hel
 `staleness_block`) records that interval, and freezing fills each GPU's gaps with the label of the context covering
 them — `unassigned` where none does (rlsim.sim.idle_labels). So for every GPU the labels sum to the wall time by
 construction.
+
+Engine samples, the largest table, stay in memory up to SAMPLES_KEPT_IN_MEMORY; past that they are spilled to disk at
+each RL step (rlsim.events.sample_spill), so a long run holds a step's samples rather than the run's.
 """
 from __future__ import annotations
 
@@ -15,8 +18,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlsim.events import LABELS, EventLog, SequenceRecord, Span, StepRecord
-from rlsim.events.tables import SPAN_COLUMNS, SampleColumns, SequenceColumns, SpanColumns, SpanTable
+from rlsim.events.sample_spill import SampleSpill, SpilledSamples
+from rlsim.events.tables import SPAN_COLUMNS, SampleColumns, SampleTable, SequenceColumns, SpanColumns, SpanTable
 from rlsim.sim.idle_labels import idle_spans
+
+# Engine samples a run keeps in memory before it spills them to disk: 2^18 samples are 17 MB of columns (66 bytes a
+# sample, rlsim.events.tables), a run of ~50 RL steps on 1,024 GPUs (benchmarks/bench_horizon records ~4,700 samples a
+# step); every shipped scenario and test run stays below it and reads its samples from memory.
+SAMPLES_KEPT_IN_MEMORY = 2**18
 
 
 @dataclass
@@ -28,7 +37,7 @@ class Phase:
 
 
 class Recorder:
-    def __init__(self, gpus: int):
+    def __init__(self, gpus: int, samples_kept_in_memory: int | None = None):
         self.gpus = gpus
         self.phase = Phase()
         self._spans = SpanColumns()
@@ -37,6 +46,8 @@ class Recorder:
         self._steps: list[StepRecord] = []
         self.engine_samples = SampleColumns()  # engines append theirs as the run goes on
         self.on_step: Callable[[StepRecord], None] | None = None  # told of each RL step as it ends (live output)
+        self._samples_kept = SAMPLES_KEPT_IN_MEMORY if samples_kept_in_memory is None else samples_kept_in_memory
+        self._sample_spill: SampleSpill | None = None  # made once the samples outgrow memory
 
     def busy(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str,
              *, unit: str = "", step: int | None = None, version: int | None = None) -> None:
@@ -62,14 +73,23 @@ class Recorder:
 
     def step(self, record: StepRecord) -> None:
         self._steps.append(record)
+        self._spill_samples(at_least=self._samples_kept)
         if self.on_step is not None:
             self.on_step(record)
+
+    def _spill_samples(self, at_least: int) -> None:
+        """Spill the samples in memory to disk once they (or the run's, already spilled) number `at_least`."""
+        if self._sample_spill is None and len(self.engine_samples) < max(at_least, 1):
+            return
+        if self._sample_spill is None:
+            self._sample_spill = SampleSpill()
+        self._sample_spill.spill(self.engine_samples)
 
     def freeze(self, wall_s: float, events: int) -> EventLog:
         """The log of the run up to wall_s. The recorder's columns are handed over, not kept beside the log's (a long
         run's are hundreds of MB); it records nothing after this."""
         spans = self._frozen_spans(wall_s)
-        samples = self.engine_samples.table().in_time_order()
+        samples = self._frozen_samples()
         self._spans, self.engine_samples = SpanColumns(self._spans.stages, self._spans.units), SampleColumns()
         records = self._sequences.table()
         self._sequences = SequenceColumns()
@@ -77,6 +97,15 @@ class Recorder:
         return EventLog(spans=spans, sequences=sequences,
                         steps=tuple(sorted(self._steps, key=lambda r: r.step)), gpus=self.gpus, wall_s=wall_s,
                         events=events, engine_samples=samples)
+
+    def _frozen_samples(self) -> SampleTable | SpilledSamples:
+        """The engine samples in time order: in memory, or on disk when the run spilled them."""
+        if self._sample_spill is None:
+            return self.engine_samples.table().in_time_order()
+        self._sample_spill.spill(self.engine_samples)
+        names = tuple(self.engine_samples.engines.names)
+        spill, self._sample_spill = self._sample_spill, None
+        return SpilledSamples(spill, names)
 
     def _frozen_spans(self, wall_s: float) -> SpanTable:
         """Busy spans that start in the run (clipped to it) and the idle spans between them, by GPU then time, busy

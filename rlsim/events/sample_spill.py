@@ -1,0 +1,160 @@
+"""Engine samples spilled to disk while the run goes on, and read back one engine at a time or in time order.
+
+Engine samples are the largest table a long run records (66 bytes a sample; ~5,000 samples per RL step on 1,024 GPUs),
+and every metric over them is per engine (rlsim.metrics.engines): an engine's samples in time order are all a metric
+reads at once. So the recorder hands its samples over here a chunk at a time (at each RL step, once the run has
+recorded more than it keeps in memory), and the run holds a chunk, not the run.
+
+A chunk is one binary file, its rows grouped by engine (each engine's in recording order) with their position in the
+chunk, so that reading one engine is one slice per chunk. Reading in time order restores each chunk's recording
+order, sorts it by time (stable) and merges the chunks in recording order: the same rows in the same order as a stable
+sort of the whole table by time, as `SampleTable.in_time_order` gives (an engine books a preemption chain's samples
+when the chain ends, so a chunk may hold samples older than the previous chunk's).
+
+The files live in a temporary folder that is removed when nothing reads the samples any more or the interpreter exits,
+interrupted or not.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rlsim.events import EngineSample
+from rlsim.events.tables import CHUNK, SAMPLE_COUNTERS, SampleColumns, SampleTable
+
+COUNTERS = len(SAMPLE_COUNTERS)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """Where one spilled chunk is and what it holds: rows [offsets[e], offsets[e + 1]) are engine code e's."""
+
+    path: Path
+    offsets: np.ndarray
+    earliest: float  # the earliest sample time in the chunk
+
+    @property
+    def rows(self) -> int:
+        return int(self.offsets[-1])
+
+    def engine_rows(self, code: int) -> tuple[np.ndarray, np.ndarray]:
+        """Engine `code`'s samples in this chunk, in recording order: (times, counters [n, COUNTERS])."""
+        if code + 1 >= self.offsets.size:
+            return np.zeros(0), np.zeros((0, COUNTERS), dtype=np.int64)
+        a, b = int(self.offsets[code]), int(self.offsets[code + 1])
+        rows = self.rows
+        times = np.fromfile(self.path, dtype=np.float64, count=b - a, offset=8 * a)
+        counters = np.fromfile(self.path, dtype=np.int64, count=(b - a) * COUNTERS, offset=8 * (rows + a * COUNTERS))
+        return times, counters.reshape(b - a, COUNTERS)
+
+    def in_recording_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The whole chunk as recorded: (engine codes, times, counters)."""
+        rows = self.rows
+        data = np.fromfile(self.path, dtype=np.int64)
+        times = data[:rows].view(np.float64)
+        counters = data[rows:rows * (1 + COUNTERS)].reshape(rows, COUNTERS)
+        position = data[rows * (1 + COUNTERS):]
+        engines = np.repeat(np.arange(self.offsets.size - 1), np.diff(self.offsets))
+        order = np.empty(rows, dtype=np.int64)
+        order[position] = np.arange(rows)
+        return engines[order], times[order], counters[order]
+
+
+class SampleSpill:
+    """The chunks spilled so far, in a temporary folder of their own (removed with this object, or at exit)."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="rlsim-samples-"))
+        self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
+        self.chunks: list[_Chunk] = []
+
+    def spill(self, columns: SampleColumns) -> None:
+        """Write the samples `columns` holds as one chunk and empty it."""
+        engines, times, counters = columns.drain()
+        if not times.size:
+            return
+        order = np.argsort(engines, kind="stable")  # by engine, each in recording order
+        offsets = np.searchsorted(engines[order], np.arange(len(columns.engines.names) + 1))
+        path = self.folder / f"chunk{len(self.chunks):06d}.bin"
+        with open(path, "wb") as out:
+            out.write(times[order].astype(np.float64).tobytes())
+            out.write(counters[order].astype(np.int64).tobytes())
+            out.write(order.astype(np.int64).tobytes())
+        self.chunks.append(_Chunk(path, offsets.astype(np.int64), float(times.min())))
+
+    def remove(self) -> None:
+        self._remove()
+
+
+@dataclass(frozen=True, eq=False)
+class SpilledSamples:
+    """Engine samples spilled to disk; iterates as `EngineSample`s in time order (as `SampleTable` does), and gives
+    each engine's samples on its own without reading the others'."""
+
+    spill: SampleSpill
+    engine_names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return sum(chunk.rows for chunk in self.spill.chunks)
+
+    def in_time_order(self) -> SpilledSamples:
+        return self
+
+    def rows_by_engine(self, groups: list[list[int]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Per group of engine codes: its samples (each engine's in recording order, engines in the group's order),
+        as (times, counters [n, COUNTERS]); one group read from disk at a time."""
+        for codes in groups:
+            parts = [chunk.engine_rows(code) for code in codes for chunk in self.spill.chunks]
+            yield (np.concatenate([t for t, _ in parts] or [np.zeros(0)]),
+                   np.concatenate([c for _, c in parts] or [np.zeros((0, COUNTERS), dtype=np.int64)]))
+
+    def time_ordered_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(engine codes, times, counters) blocks, together the whole table in time order (stable).
+
+        Rows of the chunks read so far wait in `pending` until no later chunk holds an earlier sample; a later chunk's
+        sample at the same time comes after them, as in a stable sort."""
+        chunks = self.spill.chunks
+        if not chunks:
+            return
+        later_earliest = np.minimum.accumulate([c.earliest for c in chunks][::-1])[::-1].tolist()[1:] + [np.inf]
+        pending = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, COUNTERS), dtype=np.int64))
+        for chunk, bound in zip(chunks, later_earliest, strict=True):
+            engines, times, counters = (np.concatenate([old, new]) for old, new in
+                                        zip(pending, chunk.in_recording_order(), strict=True))
+            order = np.argsort(times, kind="stable")
+            engines, times, counters = engines[order], times[order], counters[order]
+            ready = int(np.searchsorted(times, bound, side="right"))
+            if ready:
+                yield engines[:ready], times[:ready], counters[:ready]
+            pending = (engines[ready:], times[ready:], counters[ready:])
+
+    def __iter__(self) -> Iterator[EngineSample]:
+        names = self.engine_names
+        for engines, times, counters in self.time_ordered_blocks():
+            for a in range(0, times.size, CHUNK):
+                b = a + CHUNK
+                for code, time, row in zip(engines[a:b].tolist(), times[a:b].tolist(), counters[a:b].tolist(),
+                                           strict=True):
+                    yield EngineSample(names[code], time, *row)
+
+    def __getitem__(self, index: int) -> EngineSample:
+        i = range(len(self))[index]
+        for engines, times, counters in self.time_ordered_blocks():
+            if i < times.size:
+                return EngineSample(self.engine_names[engines[i]], float(times[i]), *counters[i].tolist())
+            i -= times.size
+        raise IndexError(index)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any table, tuple or list of the same samples in the same order, in memory or spilled."""
+        if isinstance(other, SampleTable | SpilledSamples | tuple | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
