@@ -16,6 +16,7 @@ interrupted or not.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import weakref
@@ -66,27 +67,37 @@ class _Chunk:
         return engines[order], times[order], counters[order]
 
 
+def _remove_folder(folder: Path, owner: int) -> None:
+    """Remove the spill folder, unless this is a forked copy of the process that made it (a worker exiting)."""
+    if os.getpid() == owner:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class SampleSpill:
     """The chunks spilled so far, in a temporary folder of their own (removed with this object, or at exit)."""
 
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="rlsim-samples-"))
-        self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
+        self._remove = weakref.finalize(self, _remove_folder, self.folder, os.getpid())
         self.chunks: list[_Chunk] = []
 
     def spill(self, columns: SampleColumns) -> None:
-        """Write the samples `columns` holds as one chunk and empty it."""
-        engines, times, counters = columns.drain()
+        """Write the samples `columns` holds as one chunk and empty it. The rows are copied out a block at a time, so
+        spilling holds little beyond the columns themselves (the first spill writes all a run kept in memory)."""
+        engines, times, counters = columns.view()
         if not times.size:
             return
         order = np.argsort(engines, kind="stable")  # by engine, each in recording order
         offsets = np.searchsorted(engines[order], np.arange(len(columns.engines.names) + 1))
         path = self.folder / f"chunk{len(self.chunks):06d}.bin"
         with open(path, "wb") as out:
-            out.write(times[order].astype(np.float64).tobytes())
-            out.write(counters[order].astype(np.int64).tobytes())
-            out.write(order.astype(np.int64).tobytes())
+            for column in (times, counters, order):
+                for a in range(0, order.size, CHUNK):
+                    block = column[order[a:a + CHUNK]] if column is not order else order[a:a + CHUNK]
+                    out.write(block.astype(np.int64 if column is not times else np.float64).tobytes())
         self.chunks.append(_Chunk(path, offsets.astype(np.int64), float(times.min())))
+        del engines, times, counters
+        columns.clear()
 
     def remove(self) -> None:
         self._remove()

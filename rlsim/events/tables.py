@@ -215,13 +215,15 @@ class SampleColumns:
             counters(values)
         return write
 
-    def drain(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The samples appended so far as (engine codes, times, counters [n, SAMPLE_COUNTERS]) copies, emptying the
-        columns in place: the writers handed out keep appending to the same columns."""
-        drained = (np.array(self.engine, dtype=np.int64), np.array(self.time, dtype=np.float64),
-                   np.array(self.counters, dtype=np.int64).reshape(len(self.time), len(SAMPLE_COUNTERS)))
+    def view(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The samples appended so far as (engine codes, times, counters [n, SAMPLE_COUNTERS]) arrays over the columns'
+        memory (no copy): valid until the next append or `clear`."""
+        return (_frozen(self.engine), _frozen(self.time),
+                _frozen(self.counters).reshape(len(self.time), len(SAMPLE_COUNTERS)))
+
+    def clear(self) -> None:
+        """Empty the columns in place: the writers handed out keep appending to the same columns."""
         del self.engine[:], self.time[:], self.counters[:]
-        return drained
 
     def table(self) -> SampleTable:
         return SampleTable(_frozen(self.engine), _frozen(self.time),

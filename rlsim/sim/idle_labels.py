@@ -36,7 +36,8 @@ def idle_spans(busy: SpanTable, wall_s: float, gpus: int, contexts: list[Span], 
     passes = []
     for lo in range(0, edges.size - 1, GROUPS_PER_PASS):
         part = edges[lo:lo + GROUPS_PER_PASS + 1]
-        touching = busy.take((first_gpu < part[-1]) & (after > part[0]))
+        mask = (first_gpu < part[-1]) & (after > part[0])
+        touching = busy if mask.all() else busy.take(mask)  # one pass (up to 256 groups) touches them all: no copy
         passes.append(_idle_pass(touching, wall_s, part, contexts, stages, units))
     if len(passes) == 1:
         return passes[0]
