@@ -166,9 +166,14 @@ class SpanTable:
 def group_edges(spans: SpanTable, gpus: int, extra: list[int] | None = None) -> np.ndarray:
     """Cut the GPU range at every span's edge (and at `extra`): between two cuts every span covers all GPUs or none,
     so the GPUs of a group have identical timelines."""
-    first = spans.first_gpu.astype(np.int64)
-    cuts = np.concatenate([[0, gpus], extra or [], first, first + spans.gpu_count])
-    return np.unique(cuts.astype(np.int64))
+    # Marked on the GPU range rather than sorted: a long run has millions of spans, a cluster thousands of GPUs.
+    after = spans.first_gpu + spans.gpu_count
+    extra = [int(edge) for edge in extra or []]
+    cut = np.zeros(max([gpus, *extra, int(after.max()) if after.size else 0]) + 1, dtype=bool)
+    cut[[0, gpus, *extra]] = True
+    cut[spans.first_gpu] = True
+    cut[after] = True
+    return np.flatnonzero(cut).astype(np.int64)
 
 
 def span_groups(spans: SpanTable, edges: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
