@@ -190,6 +190,39 @@ def span_groups(spans: SpanTable, edges: np.ndarray, mask: np.ndarray | None = N
     return span, group
 
 
+class CoveringSpans:
+    """The spans covering each group of `edges` (cut at every span's edges, so a span covers a group when it starts
+    at or before the group's first GPU and ends past it), found a group at a time: those starting at the group's first
+    GPU through the spans sorted by first GPU and time, and the few reaching in from a GPU before (weight syncs over
+    every GPU, idle runs merged over many) kept apart. Expanding every span to every group it covers, then sorting,
+    held several arrays of that expanded size at once."""
+
+    def __init__(self, spans: SpanTable, edges: np.ndarray):
+        first = spans.first_gpu.astype(np.int64)
+        after = first + spans.gpu_count
+        self.spans = spans
+        self.edges = edges.astype(np.int64)
+        self._order = np.lexsort((spans.end, spans.start, first))  # ties keep the table's order
+        self._bounds = np.searchsorted(first[self._order], self.edges)
+        next_edge = self.edges[np.minimum(np.searchsorted(self.edges, first, side="right"), self.edges.size - 1)]
+        reaching = np.flatnonzero(after > next_edge)
+        self._reaching, self._reaching_first, self._reaching_after = reaching, first[reaching], after[reaching]
+
+    def __len__(self) -> int:
+        """How many groups."""
+        return max(self.edges.size - 1, 0)
+
+    def of(self, group: int) -> np.ndarray:
+        """Indices of the spans covering `group`, by start, end, then position in the table."""
+        starting = self._order[self._bounds[group]:self._bounds[group + 1]]
+        lo = self.edges[group]
+        reaching = self._reaching[(self._reaching_first < lo) & (self._reaching_after > lo)]
+        if not reaching.size:
+            return starting
+        index = np.concatenate([starting, reaching])
+        return index[np.lexsort((index, self.spans.end[index], self.spans.start[index]))]
+
+
 SAMPLE_COUNTERS = EngineSample._fields[2:]
 
 

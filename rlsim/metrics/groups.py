@@ -11,7 +11,7 @@ from typing import overload
 import numpy as np
 
 from rlsim.events import EventLog, Span
-from rlsim.events.tables import SpanTable, group_edges
+from rlsim.events.tables import CoveringSpans, SpanTable, group_edges
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.labels import group_units
 
@@ -43,32 +43,11 @@ class GroupSpans(Sequence[list[Span]]):
     """Per group, its spans in time order (each covers the whole group), made as records when a group is asked for:
     a long run's spans as records for every group at once would be many times the log's own size."""
 
-    def __init__(self, spans: SpanTable, edges: np.ndarray, groups: int):
-        # A span covers group g when it starts at or before the group's first GPU and ends past it (groups are cut at
-        # every span's edges). Those starting at it are found through the spans sorted by first GPU and time; the few
-        # reaching into it from a GPU before (weight syncs over every GPU, idle runs merged over many) are kept apart.
-        first = spans.first_gpu.astype(np.int64)
-        after = first + spans.gpu_count
-        self._spans = spans
-        self._order = np.lexsort((spans.end, spans.start, first))  # ties keep the log's order
-        self._bounds = np.searchsorted(first[self._order], edges[:groups + 1])
-        self._firsts = edges[:groups + 1].astype(np.int64)
-        reaching = np.flatnonzero(after > edges[np.minimum(np.searchsorted(edges, first, side="right"), edges.size - 1)])
-        self._reaching, self._reaching_first, self._reaching_after = reaching, first[reaching], after[reaching]
-
-    def _covering(self, g: int) -> np.ndarray:
-        """Indices of the spans covering group g, by start, end, then position in the log."""
-        starting = self._order[self._bounds[g]:self._bounds[g + 1]]
-        lo = self._firsts[g]
-        reaching = self._reaching[(self._reaching_first < lo) & (self._reaching_after > lo)]
-        if not reaching.size:
-            return starting
-        index = np.concatenate([starting, reaching])
-        spans = self._spans
-        return index[np.lexsort((index, spans.end[index], spans.start[index]))]
+    def __init__(self, spans: SpanTable, edges: np.ndarray):
+        self._covering = CoveringSpans(spans, edges)
 
     def __len__(self) -> int:
-        return self._bounds.size - 1
+        return len(self._covering)
 
     @overload
     def __getitem__(self, i: int) -> list[Span]: ...
@@ -79,10 +58,10 @@ class GroupSpans(Sequence[list[Span]]):
     def __getitem__(self, i: int | slice) -> list[Span] | list[list[Span]]:
         if isinstance(i, slice):
             return [self[k] for k in range(len(self))[i]]
-        return self._spans.records(self._covering(range(len(self))[i]))
+        return self._covering.spans.records(self._covering.of(range(len(self))[i]))
 
 
 def group_spans(log: EventLog, groups: list[GpuGroup]) -> GroupSpans:
     """Per group, its spans in time order (each covers the whole group), a group at a time."""
     edges = np.array([g.first_gpu for g in groups] + [groups[-1].first_gpu + groups[-1].gpu_count if groups else 0])
-    return GroupSpans(log.spans, edges, len(groups))
+    return GroupSpans(log.spans, edges)
