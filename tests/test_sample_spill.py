@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import tempfile
+from contextlib import contextmanager
 from unittest.mock import patch
 
 import numpy as np
@@ -73,13 +74,19 @@ def test_a_chunk_older_than_the_previous_one_is_merged_in_time_order():
                        EngineSample("engine0", 3.0, *[2] * 7), EngineSample("engine1", 3.0, *[4] * 7))
 
 
+@contextmanager
+def spilling_every_step():
+    with patch.object(recorder_module, "SAMPLES_KEPT_IN_MEMORY", 1), patch.object(recorder_module, "SAMPLES_PER_CHUNK", 1):
+        yield
+
+
 @pytest.fixture(scope="module")
 def kept_and_spilled():
     """One async run with its samples kept in memory, and again spilling them at every RL step."""
     b = bound(steps=4, schedule="async", staleness=1, prompts=16, samples=8, max_response=4096, mode="disaggregated",
               rollout_gpus=4, training_gpus=4)
     kept = simulate_log(b).log
-    with patch.object(recorder_module, "SAMPLES_KEPT_IN_MEMORY", 1):
+    with spilling_every_step():
         spilled = simulate_log(b).log
     return b, kept, spilled
 
@@ -108,7 +115,7 @@ def spill_folders(root) -> list:
 
 def test_the_spilled_samples_leave_no_folder_once_the_log_is_dropped(tmp_path):
     b = bound(steps=2)
-    with patch.object(tempfile, "tempdir", str(tmp_path)), patch.object(recorder_module, "SAMPLES_KEPT_IN_MEMORY", 1):
+    with patch.object(tempfile, "tempdir", str(tmp_path)), spilling_every_step():
         log = simulate_log(b).log
         assert len(spill_folders(tmp_path)) == 1
         del log
@@ -122,7 +129,7 @@ def test_an_interrupted_spilling_run_leaves_nothing_on_disk(tmp_path):
             raise KeyboardInterrupt
 
     b = bound(steps=4)
-    with patch.object(tempfile, "tempdir", str(tmp_path)), patch.object(recorder_module, "SAMPLES_KEPT_IN_MEMORY", 1):
+    with patch.object(tempfile, "tempdir", str(tmp_path)), spilling_every_step():
         with pytest.raises(KeyboardInterrupt):
             simulate_log(b, on_step=interrupt)
         gc.collect()

@@ -6,7 +6,7 @@ reads at once. So the recorder hands its samples over here a chunk at a time (at
 recorded more than it keeps in memory), and the run holds a chunk, not the run.
 
 A chunk is one binary file, its rows grouped by engine (each engine's in recording order) with their position in the
-chunk, so that reading one engine is one slice per chunk. Reading in time order restores each chunk's recording
+chunk, so that reading one engine is one read per chunk. Reading in time order restores each chunk's recording
 order, sorts it by time (stable) and merges the chunks in recording order: the same rows in the same order as a stable
 sort of the whole table by time, as `SampleTable.in_time_order` gives (an engine books a preemption chain's samples
 when the chain ends, so a chunk may hold samples older than the previous chunk's).
@@ -30,6 +30,9 @@ from rlsim.events import EngineSample
 from rlsim.events.tables import CHUNK, SAMPLE_COUNTERS, SampleColumns, SampleTable
 
 COUNTERS = len(SAMPLE_COUNTERS)
+# A spilled sample: its time, counters and position in the chunk as recorded (72 bytes). An engine's samples are
+# consecutive rows of a chunk, so reading them is one read.
+ROW = np.dtype([("time", np.float64), ("counters", np.int64, (COUNTERS,)), ("position", np.int64)])
 
 
 @dataclass(frozen=True)
@@ -49,22 +52,16 @@ class _Chunk:
         if code + 1 >= self.offsets.size:
             return np.zeros(0), np.zeros((0, COUNTERS), dtype=np.int64)
         a, b = int(self.offsets[code]), int(self.offsets[code + 1])
-        rows = self.rows
-        times = np.fromfile(self.path, dtype=np.float64, count=b - a, offset=8 * a)
-        counters = np.fromfile(self.path, dtype=np.int64, count=(b - a) * COUNTERS, offset=8 * (rows + a * COUNTERS))
-        return times, counters.reshape(b - a, COUNTERS)
+        rows = np.fromfile(self.path, dtype=ROW, count=b - a, offset=ROW.itemsize * a)
+        return rows["time"], rows["counters"]
 
     def in_recording_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The whole chunk as recorded: (engine codes, times, counters)."""
-        rows = self.rows
-        data = np.fromfile(self.path, dtype=np.int64)
-        times = data[:rows].view(np.float64)
-        counters = data[rows:rows * (1 + COUNTERS)].reshape(rows, COUNTERS)
-        position = data[rows * (1 + COUNTERS):]
+        rows = np.fromfile(self.path, dtype=ROW)
         engines = np.repeat(np.arange(self.offsets.size - 1), np.diff(self.offsets))
-        order = np.empty(rows, dtype=np.int64)
-        order[position] = np.arange(rows)
-        return engines[order], times[order], counters[order]
+        order = np.empty(rows.size, dtype=np.int64)
+        order[rows["position"]] = np.arange(rows.size)
+        return engines[order], rows["time"][order], rows["counters"][order]
 
 
 def _remove_folder(folder: Path, owner: int) -> None:
@@ -78,7 +75,7 @@ class SampleSpill:
 
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="rlsim-samples-"))
-        self._remove = weakref.finalize(self, _remove_folder, self.folder, os.getpid())
+        weakref.finalize(self, _remove_folder, self.folder, os.getpid())
         self.chunks: list[_Chunk] = []
 
     def spill(self, columns: SampleColumns) -> None:
@@ -91,16 +88,14 @@ class SampleSpill:
         offsets = np.searchsorted(engines[order], np.arange(len(columns.engines.names) + 1))
         path = self.folder / f"chunk{len(self.chunks):06d}.bin"
         with open(path, "wb") as out:
-            for column in (times, counters, order):
-                for a in range(0, order.size, CHUNK):
-                    block = column[order[a:a + CHUNK]] if column is not order else order[a:a + CHUNK]
-                    out.write(block.astype(np.int64 if column is not times else np.float64).tobytes())
+            for a in range(0, order.size, CHUNK):
+                block = order[a:a + CHUNK]
+                rows = np.empty(block.size, dtype=ROW)
+                rows["time"], rows["counters"], rows["position"] = times[block], counters[block], block
+                out.write(rows.tobytes())
         self.chunks.append(_Chunk(path, offsets.astype(np.int64), float(times.min())))
         del engines, times, counters
         columns.clear()
-
-    def remove(self) -> None:
-        self._remove()
 
 
 @dataclass(frozen=True, eq=False)

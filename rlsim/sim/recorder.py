@@ -8,7 +8,8 @@ them — `unassigned` where none does (rlsim.sim.idle_labels). So for every GPU 
 construction.
 
 Engine samples, the largest table, stay in memory up to SAMPLES_KEPT_IN_MEMORY; past that they are spilled to disk at
-each RL step (rlsim.events.sample_spill), so a long run holds a step's samples rather than the run's.
+the end of an RL step whenever SAMPLES_PER_CHUNK have gathered (rlsim.events.sample_spill), so a long run holds a
+chunk of samples rather than the run's.
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from rlsim.sim.idle_labels import idle_spans
 # sample, rlsim.events.tables), a run of ~50 RL steps on 1,024 GPUs (benchmarks/bench_horizon records ~4,700 samples a
 # step); every shipped scenario and test run stays below it and reads its samples from memory.
 SAMPLES_KEPT_IN_MEMORY = 2**18
+# Samples per spilled chunk once a run spills: 4 MB of columns. A metric reads an engine's samples as one slice of
+# every chunk, so chunks of a step each (~5,000 samples on 1,024 GPUs) would cost a file read per engine and step.
+SAMPLES_PER_CHUNK = 2**16
 
 
 @dataclass
@@ -37,7 +41,7 @@ class Phase:
 
 
 class Recorder:
-    def __init__(self, gpus: int, samples_kept_in_memory: int | None = None):
+    def __init__(self, gpus: int):
         self.gpus = gpus
         self.phase = Phase()
         self._spans = SpanColumns()
@@ -46,7 +50,8 @@ class Recorder:
         self._steps: list[StepRecord] = []
         self.engine_samples = SampleColumns()  # engines append theirs as the run goes on
         self.on_step: Callable[[StepRecord], None] | None = None  # told of each RL step as it ends (live output)
-        self._samples_kept = SAMPLES_KEPT_IN_MEMORY if samples_kept_in_memory is None else samples_kept_in_memory
+        # Taken when the recorder is made: a test sets them small to spill at every step.
+        self._samples_kept, self._samples_per_chunk = SAMPLES_KEPT_IN_MEMORY, SAMPLES_PER_CHUNK
         self._sample_spill: SampleSpill | None = None  # made once the samples outgrow memory
 
     def busy(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str,
@@ -73,13 +78,14 @@ class Recorder:
 
     def step(self, record: StepRecord) -> None:
         self._steps.append(record)
-        self._spill_samples(at_least=self._samples_kept)
+        self._spill_samples()
         if self.on_step is not None:
             self.on_step(record)
 
-    def _spill_samples(self, at_least: int) -> None:
-        """Spill the samples in memory to disk once they (or the run's, already spilled) number `at_least`."""
-        if self._sample_spill is None and len(self.engine_samples) < max(at_least, 1):
+    def _spill_samples(self) -> None:
+        """Spill the samples in memory to disk once they outgrow it, and from then on a chunk at a time."""
+        gathered = len(self.engine_samples)
+        if gathered < max(self._samples_kept if self._sample_spill is None else self._samples_per_chunk, 1):
             return
         if self._sample_spill is None:
             self._sample_spill = SampleSpill()
