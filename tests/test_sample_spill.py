@@ -4,6 +4,7 @@ byte for byte, and nothing is left on disk when the run ends, is interrupted, or
 from __future__ import annotations
 
 import gc
+import pickle
 import tempfile
 from contextlib import contextmanager
 from unittest.mock import patch
@@ -107,6 +108,12 @@ def test_a_spilled_run_has_the_same_samples_metrics_and_files(kept_and_spilled, 
     assert "engine_samples.csv.gz" in names and "report.html" in names
     for name in names:
         assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
+
+
+def test_spilled_samples_refuse_to_be_pickled(kept_and_spilled):
+    _, _, spilled = kept_and_spilled
+    with pytest.raises(TypeError, match="Result.save"):
+        pickle.dumps(spilled)
 
 
 def spill_folders(root) -> list:

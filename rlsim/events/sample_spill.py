@@ -78,6 +78,10 @@ class SampleSpill:
         weakref.finalize(self, _remove_folder, self.folder, os.getpid())
         self.chunks: list[_Chunk] = []
 
+    def __reduce__(self) -> tuple:
+        raise TypeError("spilled engine samples live in their process's temporary folder and cannot be pickled: "
+                        "write the run folder (Result.save) and read its engine_samples.csv.gz instead")
+
     def spill(self, columns: SampleColumns) -> None:
         """Write the samples `columns` holds as one chunk and empty it. The rows are copied out a block at a time, so
         spilling holds little beyond the columns themselves (the first spill writes all a run kept in memory)."""
