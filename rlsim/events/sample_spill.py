@@ -2,27 +2,24 @@
 
 Engine samples are the largest table a long run records (66 bytes a sample; ~5,000 samples per RL step on 1,024 GPUs),
 and every metric over them is per engine (rlsim.metrics.engines): an engine's samples in time order are all a metric
-reads at once. So the recorder hands its samples over here a chunk at a time (at each RL step, once the run has
-recorded more than it keeps in memory), and the run holds a chunk, not the run.
+reads at once. So the recorder hands its samples over here a chunk at a time (at the end of an RL step, once the run
+has recorded more than it keeps in memory), and the run holds a chunk, not the run.
 
-A chunk is one binary file, its rows grouped by engine (each engine's in recording order) with their position in the
+A chunk is a stretch of one file, its rows grouped by engine (each engine's in recording order) with their position in the
 chunk, so that reading one engine is one read per chunk. Reading in time order restores each chunk's recording
 order, sorts it by time (stable) and merges the chunks in recording order: the same rows in the same order as a stable
 sort of the whole table by time, as `SampleTable.in_time_order` gives (an engine books a preemption chain's samples
 when the chain ends, so a chunk may hold samples older than the previous chunk's).
 
-The files live in a temporary folder that is removed when nothing reads the samples any more or the interpreter exits,
-interrupted or not.
+The file is an anonymous temporary file (tempfile.TemporaryFile: no name on disk), so it goes when nothing reads the
+samples any more or the process ends in any way, even killed, and leaves nothing behind.
 """
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -37,9 +34,11 @@ ROW = np.dtype([("time", np.float64), ("counters", np.int64, (COUNTERS,)), ("pos
 
 @dataclass(frozen=True)
 class _Chunk:
-    """Where one spilled chunk is and what it holds: rows [offsets[e], offsets[e + 1]) are engine code e's."""
+    """Where one spilled chunk is and what it holds: rows [offsets[e], offsets[e + 1]) of the chunk, which starts
+    at byte `start` of `file`, are engine code e's."""
 
-    path: Path
+    file: BinaryIO
+    start: int
     offsets: np.ndarray
     earliest: float  # the earliest sample time in the chunk
 
@@ -52,34 +51,31 @@ class _Chunk:
         if code + 1 >= self.offsets.size:
             return np.zeros(0), np.zeros((0, COUNTERS), dtype=np.int64)
         a, b = int(self.offsets[code]), int(self.offsets[code + 1])
-        rows = np.fromfile(self.path, dtype=ROW, count=b - a, offset=ROW.itemsize * a)
+        rows = self._read(a, b - a)
         return rows["time"], rows["counters"]
 
     def in_recording_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The whole chunk as recorded: (engine codes, times, counters)."""
-        rows = np.fromfile(self.path, dtype=ROW)
+        rows = self._read(0, self.rows)
         engines = np.repeat(np.arange(self.offsets.size - 1), np.diff(self.offsets))
         order = np.empty(rows.size, dtype=np.int64)
         order[rows["position"]] = np.arange(rows.size)
         return engines[order], rows["time"][order], rows["counters"][order]
 
-
-def _remove_folder(folder: Path, owner: int) -> None:
-    """Remove the spill folder, unless this is a forked copy of the process that made it (a worker exiting)."""
-    if os.getpid() == owner:
-        shutil.rmtree(folder, ignore_errors=True)
+    def _read(self, first: int, count: int) -> np.ndarray:
+        self.file.seek(self.start + ROW.itemsize * first)
+        return np.frombuffer(self.file.read(ROW.itemsize * count), dtype=ROW)
 
 
 class SampleSpill:
-    """The chunks spilled so far, in a temporary folder of their own (removed with this object, or at exit)."""
+    """The chunks spilled so far, one after another in an anonymous temporary file of their own."""
 
     def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="rlsim-samples-"))
-        weakref.finalize(self, _remove_folder, self.folder, os.getpid())
+        self.file = tempfile.TemporaryFile(prefix="rlsim-samples-")  # closed, and gone, with this object
         self.chunks: list[_Chunk] = []
 
     def __reduce__(self) -> tuple:
-        raise TypeError("spilled engine samples live in their process's temporary folder and cannot be pickled: "
+        raise TypeError("spilled engine samples live in their process's temporary file and cannot be pickled: "
                         "write the run folder (Result.save) and read its engine_samples.csv.gz instead")
 
     def spill(self, columns: SampleColumns) -> None:
@@ -90,14 +86,13 @@ class SampleSpill:
             return
         order = np.argsort(engines, kind="stable")  # by engine, each in recording order
         offsets = np.searchsorted(engines[order], np.arange(len(columns.engines.names) + 1))
-        path = self.folder / f"chunk{len(self.chunks):06d}.bin"
-        with open(path, "wb") as out:
-            for a in range(0, order.size, CHUNK):
-                block = order[a:a + CHUNK]
-                rows = np.empty(block.size, dtype=ROW)
-                rows["time"], rows["counters"], rows["position"] = times[block], counters[block], block
-                out.write(rows.tobytes())
-        self.chunks.append(_Chunk(path, offsets.astype(np.int64), float(times.min())))
+        start = self.file.seek(0, 2)  # at the end, after the chunks before
+        for a in range(0, order.size, CHUNK):
+            block = order[a:a + CHUNK]
+            rows = np.empty(block.size, dtype=ROW)
+            rows["time"], rows["counters"], rows["position"] = times[block], counters[block], block
+            self.file.write(rows.tobytes())
+        self.chunks.append(_Chunk(self.file, start, offsets.astype(np.int64), float(times.min())))
         del engines, times, counters
         columns.clear()
 
