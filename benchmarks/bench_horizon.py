@@ -7,10 +7,12 @@ Scenario: Qwen2.5-7B GRPO, async with staleness 2, 256 prompts × 4 responses a 
 disaggregated three to one on the cluster's GPUs (H100 nodes of 8): the shape of a long RL run, small enough per
 step that the run's length, not the step, dominates. Each run is a separate process, so its peak RSS is its own; the
 best of `--repeats` runs is kept (the machines are shared: a wall time well above the CPU time means another process
-took the core). Targets (issue 36): 1,000 steps on 1,024 GPUs in ≤ 5 min and ≤ 2 GB; 100 steps on 16,384 GPUs in
-≤ 2 GB; time growing linearly with steps (exponent ≤ 1.05).
+took the core). `--events full|steps|none` also writes the run folder `rlsim run --events` would (into a temporary
+folder, removed after), so the figures include the event tables and the trace; without it only `rlsim.simulate` runs.
+Targets (issue 36): 1,000 steps on 1,024 GPUs in ≤ 5 min and ≤ 2 GB; 100 steps on 16,384 GPUs in ≤ 2 GB; time
+growing linearly with steps (exponent ≤ 1.05).
 
-    python -m benchmarks.bench_horizon [--gpus 1024] [--steps 10,100,1000] [--repeats 1]
+    python -m benchmarks.bench_horizon [--gpus 1024] [--steps 10,100,1000] [--repeats 1] [--events full]
 """
 from __future__ import annotations
 
@@ -25,9 +27,10 @@ ROOT = Path(__file__).parents[1]
 SCENARIO = ROOT / "scenarios" / "qwen2.5-7b-grpo-32xh100-disaggregated.yaml"
 
 CHILD = """
-import json, resource, sys, time
+import json, resource, sys, tempfile, time
+from pathlib import Path
 import rlsim
-gpus, steps = int(sys.argv[1]), int(sys.argv[2])
+gpus, steps, events = int(sys.argv[1]), int(sys.argv[2]), sys.argv[4]
 rollout = gpus * 3 // 4
 scenario = rlsim.with_(rlsim.load_scenario(sys.argv[3]), {
     "cluster.pools[0].nodes": gpus // 8, "placement.rollout.gpus": rollout, "placement.training.gpus": gpus - rollout,
@@ -36,14 +39,18 @@ scenario = rlsim.with_(rlsim.load_scenario(sys.argv[3]), {
     "run.steps": steps, "run.warmup_steps": min(3, steps - 1), "run.max_rollouts": 10**9})
 wall, cpu = time.perf_counter(), time.process_time()
 result = rlsim.simulate(scenario)
+if events != "-":
+    with tempfile.TemporaryDirectory() as folder:
+        result.save(Path(folder) / "run", events=events)
 print(json.dumps({"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "events": result.log.events}))
 """
 
 
-def run(gpus: int, steps: int) -> dict:
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", CHILD, str(gpus), str(steps), str(SCENARIO)],
+def run(gpus: int, steps: int, events: str | None) -> dict:
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", CHILD, str(gpus), str(steps), str(SCENARIO),
+                          events or "-"],
                          capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         raise SystemExit(f"the run of {steps} steps on {gpus} GPUs failed:\n{out.stderr[-2000:]}")
@@ -64,10 +71,12 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=1024)
     parser.add_argument("--steps", default="10,100,1000")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--events", choices=("full", "steps", "none"), default=None,
+                        help="also write the run folder with these event tables (default: simulate only)")
     args = parser.parse_args()
     rows = []
     for steps in (int(s) for s in args.steps.split(",")):
-        best = min((run(args.gpus, steps) for _ in range(args.repeats)), key=lambda r: r["cpu_s"])
+        best = min((run(args.gpus, steps, args.events) for _ in range(args.repeats)), key=lambda r: r["cpu_s"])
         rows.append((steps, best))
         print(f"{args.gpus:>6} GPUs {steps:>5} steps  {best['wall_s']:8.1f} s wall {best['cpu_s']:8.1f} s CPU  "
               f"peak {best['peak_mb']:7.0f} MB  {best['events']:>10,} events", flush=True)

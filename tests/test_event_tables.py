@@ -5,6 +5,7 @@ a price."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from unittest.mock import patch
 
 import pytest
@@ -14,9 +15,11 @@ from hypothesis import strategies as st
 import rlsim.report.event_files as event_files
 import rlsim.sim.idle_labels as idle_labels
 from rlsim.costs.memo import Memo
-from rlsim.events import RUN_END, EngineSample, SequenceRecord, Span
+from rlsim.events import RUN_END, EngineSample, EventLog, SequenceRecord, Span
 from rlsim.events.tables import SampleTable, SequenceTable, SpanTable
 from rlsim.metrics import RunFacts, run_metrics
+from rlsim.metrics.facts import PoolFacts
+from rlsim.metrics.groups import gpu_groups, group_spans
 from rlsim.report.figures import RunData
 from rlsim.report.run_folder import write_run_folder
 from rlsim.report.trace import trace_events, write_trace
@@ -116,6 +119,20 @@ def test_idle_pieces_of_every_gpu_are_the_definitions(busy, contexts, wall_s):
                                                                                "unassigned"))
         assert idle == sorted(idle_by_definition(kept_busy, kept_contexts, wall_s, gpu))
         assert sum(s.seconds for s in mine) == pytest.approx(wall_s)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(spans_strategy(["decode", "tail", "weight_sync"]), max_size=14))
+def test_each_gpu_groups_spans_are_the_ones_covering_it_in_time_order(spans):
+    log = EventLog(spans=tuple(spans), sequences=(), steps=(), gpus=GPUS, wall_s=10.0, events=0)
+    pools = (PoolFacts("a", "h100-sxm", 0, 2, 1.0, 1.0, None), PoolFacts("b", "h100-sxm", 2, GPUS - 2, 1.0, 1.0, None))
+    groups = gpu_groups(log, SimpleNamespace(pools=pools, pool_of_gpu=lambda gpu: pools[gpu >= 2]))
+    per_group = group_spans(log, groups)
+    assert len(per_group) == len(groups)
+    for group, mine in zip(groups, per_group, strict=True):
+        covering = sorted((i for i, s in enumerate(spans) if s.first_gpu <= group.first_gpu < s.first_gpu + s.gpu_count),
+                          key=lambda i: (spans[i].start, spans[i].end, i))
+        assert mine == [spans[i] for i in covering]
 
 
 @pytest.fixture(scope="module")

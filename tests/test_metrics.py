@@ -161,7 +161,7 @@ def test_staleness_histogram_counts_trained_sequences_only():
 
 
 def test_engine_tracks_hold_each_rollout_engine_in_index_order():
-    tracks = engine_tracks(hand_log())
+    tracks = list(engine_tracks(hand_log()))
     assert [t.engine for t in tracks] == ["engine0", "engine1"]
     assert tracks[1].running.tolist() == [1, 2, 1, 0, 0]
     # Just before each next sample the cache grew by the decode batch per iteration run in between.
@@ -433,5 +433,5 @@ def test_search_r1_decode_hbm_utilisation_is_below_the_bandwidth():
     assert 0.3 < result["decode"] <= hbm_bound(b)
     # Fewer decode-only iterations than the engines ran in all, and fewer decoded tokens than were generated: tool
     # returns prefill alongside the decode batch, and that time is labelled prefill.
-    tracks = engine_tracks(log)
+    tracks = list(engine_tracks(log))
     assert result["decode_iterations"] < sum(int(t.iterations[-1]) for t in tracks)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from rlsim.events.environments import EnvironmentRecord
+    from rlsim.events.sample_spill import SpilledSamples
     from rlsim.events.tables import SampleTable, SequenceTable, SpanTable
 
 # The idle taxonomy (DESIGN.md): every GPU-second carries exactly one of these labels.
@@ -133,8 +134,9 @@ class EventLog:
     """Everything a run produced. Built once by the simulator; read by metrics and reports.
 
     Spans, engine samples and sequence records are held as columns (rlsim.events.tables: a long run records millions
-    of them); each iterates as records. A log may also be built from tuples of records (tests, hand-made logs): they
-    are turned into columns here."""
+    of them); each iterates as records. A long run's engine samples are on disk (rlsim.events.sample_spill), read back
+    an engine at a time by the metrics and in time order by whoever iterates them. A log may also be built from tuples
+    of records (tests, hand-made logs): they are turned into columns here."""
 
     spans: SpanTable
     sequences: SequenceTable  # by seq_id
@@ -142,16 +144,17 @@ class EventLog:
     gpus: int
     wall_s: float  # simulated time from the start to the end of the last step
     events: int  # SimPy events processed: the simulator's work, independent of tokens in fast mode
-    engine_samples: SampleTable = ()  # type: ignore[assignment]  # in time order
+    engine_samples: SampleTable | SpilledSamples = ()  # type: ignore[assignment]  # in time order
     kv_transfers: tuple[KVTransfer, ...] = ()  # prefill/decode disaggregation: in the order they ended
     environments: EnvironmentRecord | None = None  # the environment pool's ledger (workload.environments), if any
 
     def __post_init__(self) -> None:
-        from rlsim.events.tables import SampleTable, SequenceTable, SpanTable  # the tables build on these records
+        from rlsim.events.sample_spill import SpilledSamples  # the tables build on these records
+        from rlsim.events.tables import SampleTable, SequenceTable, SpanTable
 
         if not isinstance(self.spans, SpanTable):
             object.__setattr__(self, "spans", SpanTable.from_spans(self.spans))
         if not isinstance(self.sequences, SequenceTable):
             object.__setattr__(self, "sequences", SequenceTable.from_records(self.sequences))
-        if not isinstance(self.engine_samples, SampleTable):
+        if not isinstance(self.engine_samples, SampleTable | SpilledSamples):
             object.__setattr__(self, "engine_samples", SampleTable.from_samples(self.engine_samples))

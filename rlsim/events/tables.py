@@ -23,7 +23,7 @@ LABEL_CODE = {label: code for code, label in enumerate(LABELS)}
 CHUNK = 65_536
 
 
-def _same_records(table: Any, other: object) -> bool:
+def same_records(table: Any, other: object) -> bool:
     """A table equals another table of its kind, or a tuple or list, holding the same records in the same order."""
     if isinstance(other, type(table) | tuple | list):
         return len(table) == len(other) and all(a == b for a, b in zip(table, other, strict=True))
@@ -135,7 +135,7 @@ class SpanTable:
                     LABELS[self.label[i]], self.stage_names[self.stage[i]], int(self.step[i]), int(self.version[i]),
                     self.unit_names[self.unit[i]])
 
-    __eq__ = _same_records
+    __eq__ = same_records
     __hash__ = None  # type: ignore[assignment]
 
     @property
@@ -166,9 +166,14 @@ class SpanTable:
 def group_edges(spans: SpanTable, gpus: int, extra: list[int] | None = None) -> np.ndarray:
     """Cut the GPU range at every span's edge (and at `extra`): between two cuts every span covers all GPUs or none,
     so the GPUs of a group have identical timelines."""
-    first = spans.first_gpu.astype(np.int64)
-    cuts = np.concatenate([[0, gpus], extra or [], first, first + spans.gpu_count])
-    return np.unique(cuts.astype(np.int64))
+    # Marked on the GPU range rather than sorted: a long run has millions of spans, a cluster thousands of GPUs.
+    after = spans.first_gpu + spans.gpu_count
+    extra = [int(edge) for edge in extra or []]
+    cut = np.zeros(max([gpus, *extra, int(after.max()) if after.size else 0]) + 1, dtype=bool)
+    cut[[0, gpus, *extra]] = True
+    cut[spans.first_gpu] = True
+    cut[after] = True
+    return np.flatnonzero(cut).astype(np.int64)
 
 
 def span_groups(spans: SpanTable, edges: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -183,6 +188,39 @@ def span_groups(spans: SpanTable, edges: np.ndarray, mask: np.ndarray | None = N
     span = np.repeat(index, count)
     group = np.repeat(lo, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
     return span, group
+
+
+class CoveringSpans:
+    """The spans covering each group of `edges` (cut at every span's edges, so a span covers a group when it starts
+    at or before the group's first GPU and ends past it), found a group at a time: those starting at the group's first
+    GPU through the spans sorted by first GPU and time, and the few reaching in from a GPU before (weight syncs over
+    every GPU, idle runs merged over many) kept apart. Expanding every span to every group it covers, then sorting,
+    held several arrays of that expanded size at once."""
+
+    def __init__(self, spans: SpanTable, edges: np.ndarray):
+        first = spans.first_gpu.astype(np.int64)
+        after = first + spans.gpu_count
+        self.spans = spans
+        self.edges = edges.astype(np.int64)
+        self._order = np.lexsort((spans.end, spans.start, first))  # ties keep the table's order
+        self._bounds = np.searchsorted(first[self._order], self.edges)
+        next_edge = self.edges[np.minimum(np.searchsorted(self.edges, first, side="right"), self.edges.size - 1)]
+        reaching = np.flatnonzero(after > next_edge)
+        self._reaching, self._reaching_first, self._reaching_after = reaching, first[reaching], after[reaching]
+
+    def __len__(self) -> int:
+        """How many groups."""
+        return max(self.edges.size - 1, 0)
+
+    def of(self, group: int) -> np.ndarray:
+        """Indices of the spans covering `group`, by start, end, then position in the table."""
+        starting = self._order[self._bounds[group]:self._bounds[group + 1]]
+        lo = self.edges[group]
+        reaching = self._reaching[(self._reaching_first < lo) & (self._reaching_after > lo)]
+        if not reaching.size:
+            return starting
+        index = np.concatenate([starting, reaching])
+        return index[np.lexsort((index, self.spans.end[index], self.spans.start[index]))]
 
 
 SAMPLE_COUNTERS = EngineSample._fields[2:]
@@ -214,6 +252,16 @@ class SampleColumns:
             times(time)
             counters(values)
         return write
+
+    def view(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The samples appended so far as (engine codes, times, counters [n, SAMPLE_COUNTERS]) arrays over the columns'
+        memory (no copy): valid until the next append or `clear`."""
+        return (_frozen(self.engine), _frozen(self.time),
+                _frozen(self.counters).reshape(len(self.time), len(SAMPLE_COUNTERS)))
+
+    def clear(self) -> None:
+        """Empty the columns in place: the writers handed out keep appending to the same columns."""
+        del self.engine[:], self.time[:], self.counters[:]
 
     def table(self) -> SampleTable:
         return SampleTable(_frozen(self.engine), _frozen(self.time),
@@ -248,6 +296,15 @@ class SampleTable:
                                        self.counters[a:b].tolist(), strict=True):
                 yield EngineSample(names[code], time, *row)
 
+    def rows_by_engine(self, groups: list[list[int]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Per group of engine codes: its samples (each engine's in table order, engines in the group's order), as
+        (times, counters [n, SAMPLE_COUNTERS])."""
+        order = np.argsort(self.engine, kind="stable")
+        bounds = np.searchsorted(self.engine[order], np.arange(len(self.engine_names) + 1))
+        for codes in groups:
+            index = np.concatenate([order[bounds[c]:bounds[c + 1]] for c in codes] or [np.zeros(0, dtype=np.intp)])
+            yield self.time[index], self.counters[index]
+
     def in_time_order(self) -> SampleTable:
         """The samples sorted by time, each engine's (and simultaneous ones') in recording order: an engine books a
         preemption chain's samples when the chain ends, after other engines recorded theirs."""
@@ -260,7 +317,7 @@ class SampleTable:
         i = range(len(self))[index]
         return EngineSample(self.engine_names[self.engine[i]], float(self.time[i]), *self.counters[i].tolist())
 
-    __eq__ = _same_records
+    __eq__ = same_records
     __hash__ = None  # type: ignore[assignment]
 
 
@@ -329,7 +386,7 @@ class SequenceTable:
         i = range(len(self))[index]
         return next(iter(self.take(np.array([i]))))
 
-    __eq__ = _same_records
+    __eq__ = same_records
     __hash__ = None  # type: ignore[assignment]
 
     def take(self, index: np.ndarray) -> SequenceTable:

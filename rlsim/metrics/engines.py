@@ -10,6 +10,7 @@ is zero; after its last (recorded when the run ends) its state holds.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,21 +71,20 @@ def _engine_index(name: str, prefix: str) -> int:
     return int(suffix) if name.startswith(prefix) and suffix.isdigit() else -1
 
 
-def engine_tracks(log: EventLog, prefix: str = ROLLOUT_ENGINE) -> list[EngineTrack]:
-    """The samples of the engines whose unit is `prefix` + index, per engine in index order."""
+def engine_tracks(log: EventLog, prefix: str = ROLLOUT_ENGINE) -> Iterator[EngineTrack]:
+    """The samples of the engines whose unit is `prefix` + index, per engine in index order, made one engine at a
+    time (a long run's samples may be spilled to disk: rlsim.events.sample_spill)."""
     samples = log.engine_samples
-    index_of = np.array([_engine_index(name, prefix) for name in samples.engine_names] or [-1], dtype=np.int64)
-    if not (index_of >= 0).any():
-        return []
-    engine, time, counts = index_of[samples.engine], samples.time, samples.counters
-    order = np.argsort(engine, kind="stable")  # by engine, in time order within each
-    engine, time, counts = engine[order], time[order], counts[order]
-    tracks = []
-    indices, starts = np.unique(engine, return_index=True)
-    for e, a, b in zip(indices, starts, [*starts[1:], engine.size], strict=True):
-        if e >= 0:
-            tracks.append(EngineTrack(f"{prefix}{e}", time[a:b], *counts[a:b].T))
-    return tracks
+    codes_of: dict[int, list[int]] = {}
+    for code, name in enumerate(samples.engine_names):
+        index = _engine_index(name, prefix)
+        if index >= 0:
+            codes_of.setdefault(index, []).append(code)
+    indices = sorted(codes_of)
+    for index, (time, counts) in zip(indices, samples.rows_by_engine([codes_of[i] for i in indices]), strict=True):
+        if time.size:
+            order = np.argsort(time, kind="stable")  # in time order; simultaneous samples as recorded
+            yield EngineTrack(f"{prefix}{index}", time[order], *counts[order].T)
 
 
 def _generating(log: EventLog) -> dict[str, np.ndarray]:
@@ -174,15 +174,17 @@ class EngineSeries:
 def engine_series(log: EventLog, facts: RunFacts, bins: int = 240) -> EngineSeries:
     """Time-weighted means per bin: exact averages of the sampled state, however many samples fall in a bin, so a
     long run or a big cluster is drawn from a fixed number of points per engine."""
-    tracks = engine_tracks(log)
     edges = np.linspace(0.0, log.wall_s, bins + 1)
     width = np.diff(edges)
     width = np.where(width > 0, width, 1.0)
-    shape = (len(tracks), bins)
-    kv, running, waiting = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-    for row, track in enumerate(tracks):
-        kv[row] = np.diff(track.integral(track.kv_tokens, track.kv_before_next, edges)) / width
-        running[row] = np.diff(track.integral(track.running, None, edges)) / width
-        waiting[row] = np.diff(track.integral(track.waiting, None, edges)) / width
-    return EngineSeries(tuple(t.engine for t in tracks), (edges[:-1] + edges[1:]) / 2,
-                        kv / max(facts.kv_capacity_tokens, 1), running, waiting)
+    engines, kv, running, waiting = [], [], [], []
+    for track in engine_tracks(log):
+        engines.append(track.engine)
+        kv.append(np.diff(track.integral(track.kv_tokens, track.kv_before_next, edges)) / width)
+        running.append(np.diff(track.integral(track.running, None, edges)) / width)
+        waiting.append(np.diff(track.integral(track.waiting, None, edges)) / width)
+
+    def rows(values: list[np.ndarray]) -> np.ndarray:
+        return np.array(values) if values else np.zeros((0, bins))
+    return EngineSeries(tuple(engines), (edges[:-1] + edges[1:]) / 2, rows(kv) / max(facts.kv_capacity_tokens, 1),
+                        rows(running), rows(waiting))

@@ -3,13 +3,15 @@ rollout engine's TP group, a training rank's block, or a GPU serving both when c
 one row per group instead of one per GPU."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import overload
 
 import numpy as np
 
 from rlsim.events import EventLog, Span
-from rlsim.events.tables import group_edges, span_groups
+from rlsim.events.tables import CoveringSpans, SpanTable, group_edges
 from rlsim.metrics.facts import RunFacts
 from rlsim.metrics.labels import group_units
 
@@ -37,13 +39,29 @@ def gpu_groups(log: EventLog, facts: RunFacts) -> list[GpuGroup]:
             for (a, b), u in zip(pairwise(edges.tolist()), units, strict=True)]
 
 
-def group_spans(log: EventLog, groups: list[GpuGroup]) -> list[list[Span]]:
-    """Per group, its spans in time order (each covers the whole group)."""
-    spans = log.spans
+class GroupSpans(Sequence[list[Span]]):
+    """Per group, its spans in time order (each covers the whole group), made as records when a group is asked for:
+    a long run's spans as records for every group at once would be many times the log's own size."""
+
+    def __init__(self, spans: SpanTable, edges: np.ndarray):
+        self._covering = CoveringSpans(spans, edges)
+
+    def __len__(self) -> int:
+        return len(self._covering)
+
+    @overload
+    def __getitem__(self, i: int) -> list[Span]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[list[Span]]: ...
+
+    def __getitem__(self, i: int | slice) -> list[Span] | list[list[Span]]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(len(self))[i]]
+        return self._covering.spans.records(self._covering.of(range(len(self))[i]))
+
+
+def group_spans(log: EventLog, groups: list[GpuGroup]) -> GroupSpans:
+    """Per group, its spans in time order (each covers the whole group), a group at a time."""
     edges = np.array([g.first_gpu for g in groups] + [groups[-1].first_gpu + groups[-1].gpu_count if groups else 0])
-    span, group = span_groups(spans, edges)
-    order = np.lexsort((span, spans.end[span], spans.start[span], group))  # ties keep the log's order
-    span, group = span[order], group[order]
-    bounds = np.searchsorted(group, np.arange(len(groups) + 1))
-    records = spans.records(span)
-    return [records[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+    return GroupSpans(log.spans, edges)

@@ -6,7 +6,7 @@ MAX_SPANS_PER_ROW spans is drawn as TIMELINE_BINS equal time bins, each coloured
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,7 +53,7 @@ def _role(group: GpuGroup) -> str:
     return "rollout" if group.units else "idle"
 
 
-def select_rows(groups: list[GpuGroup], spans: list[list[Span]], limit: int) -> list[int]:
+def select_rows(groups: list[GpuGroup], spans: Sequence[list[Span]], limit: int) -> list[int]:
     """Indices of at most `limit` groups to draw, in GPU order. Each role keeps a share of the rows in proportion to
     its groups (at least a few), picked evenly across its groups ranked by busy seconds, so the least and most busy
     and the median are always drawn."""
@@ -108,12 +108,13 @@ def timeline_figure(data: RunData) -> go.Figure:
     binned_rows = 0
     for i in rows:
         name = groups[i].name
-        if len(spans[i]) > MAX_SPANS_PER_ROW:
+        row = spans[i]
+        if len(row) > MAX_SPANS_PER_ROW:
             binned_rows += 1
             segments = [(a, b, label, "binned: the label covering most of each bin", -1)
-                        for a, b, label in binned_segments(spans[i], log.wall_s, TIMELINE_BINS)]
+                        for a, b, label in binned_segments(row, log.wall_s, TIMELINE_BINS)]
         else:
-            segments = [(s.start, s.end, s.label, s.stage or "-", s.step) for s in spans[i]]
+            segments = [(s.start, s.end, s.label, s.stage or "-", s.step) for s in row]
         for start, end, label, stage, step in segments:
             bar = bars[label]
             bar["base"].append(start)

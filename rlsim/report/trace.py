@@ -68,8 +68,8 @@ def _events(log: EventLog, facts: RunFacts) -> Iterator[dict]:
                 yield _complete(span.label, CATEGORY_OF[span.label], start, end, pid, tid,
                                 {"stage": span.stage, "step": span.step, "version": span.version,
                                  "unit": span.unit, "gpus": group.gpu_count}, LABEL_CNAMES[span.label])
-    trainer = next((spans for group, spans in zip(groups, spans_of, strict=True)
-                    if any(u.startswith("dp") for u in group.units)), [])
+    trainer_group = next((i for i, group in enumerate(groups) if any(u.startswith("dp") for u in group.units)), None)
+    trainer = spans_of[trainer_group] if trainer_group is not None else []
     for step in log.steps:
         start, end = _ns(step.start), _ns(step.end)
         yield _complete(f"step {step.step}", "step", start, end, loop_pid, 1,

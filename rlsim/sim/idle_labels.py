@@ -2,8 +2,9 @@
 covering them (`unassigned` where none does), so for every GPU the labels sum to the wall time by construction.
 
 GPUs between two edges of spans or contexts have identical timelines, so each such group is swept once, a pass of
-GROUPS_PER_PASS groups at a time (the scratch arrays hold a slice of the run, however many GPUs the cluster has);
-neighbouring GPUs with identical pieces are merged into one span, so the log stays O(events), not O(GPUs).
+GROUPS_PER_PASS groups at a time (the pieces held before merging are a slice of the run's, however many GPUs the
+cluster has); neighbouring GPUs with identical pieces are merged into one span, so the log stays O(events), not
+O(GPUs).
 """
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from rlsim.events import Span
-from rlsim.events.tables import LABEL_CODE, SPAN_COLUMNS, Names, SpanTable, group_edges, span_groups
+from rlsim.events.tables import LABEL_CODE, SPAN_COLUMNS, CoveringSpans, Names, SpanTable, group_edges
 
-# GPU groups swept per pass: a pass's scratch arrays are its share of the run's spans.
+# GPU groups swept per pass: a pass holds its groups' idle pieces until they are merged.
 GROUPS_PER_PASS = 256
 # Relative tolerance of float time comparisons: spans that touch within it are treated as touching.
 TIME_EPS = 1e-12
@@ -28,26 +29,23 @@ def idle_spans(busy: SpanTable, wall_s: float, gpus: int, contexts: list[Span], 
     """Fill each GPU's gaps between busy spans with the label of the latest context covering them, as columns
     (codes into `stages` and `units`), runs of neighbouring GPUs with identical pieces merged.
     GPUs between two edges of spans or contexts have identical timelines, so each such group is swept once; the
-    groups are swept GROUPS_PER_PASS at a time, so the scratch arrays hold a slice of the run, not all of it."""
+    groups are swept GROUPS_PER_PASS at a time, so the pieces held before merging are a slice of the run's."""
     context_edges = [edge for c in contexts for edge in (c.first_gpu, c.first_gpu + c.gpu_count)]
-    edges = group_edges(busy, gpus, context_edges)
-    first_gpu = busy.first_gpu.astype(np.int64)
-    after = first_gpu + busy.gpu_count
-    passes = []
-    for lo in range(0, edges.size - 1, GROUPS_PER_PASS):
-        part = edges[lo:lo + GROUPS_PER_PASS + 1]
-        touching = busy.take((first_gpu < part[-1]) & (after > part[0]))
-        passes.append(_idle_pass(touching, wall_s, part, contexts, stages, units))
+    covering = CoveringSpans(busy, group_edges(busy, gpus, context_edges))
+    passes = [_idle_pass(covering, wall_s, range(lo, min(lo + GROUPS_PER_PASS, len(covering))), contexts, stages,
+                         units)
+              for lo in range(0, len(covering), GROUPS_PER_PASS)]
     if len(passes) == 1:
         return passes[0]
     # Runs of identical pieces may continue from one pass's GPUs into the next: merge once more over all.
     return _merged_runs({name: np.concatenate([p[name] for p in passes]) for name, _ in SPAN_COLUMNS})
 
-def _idle_pass(busy: SpanTable, wall_s: float, edges: np.ndarray, contexts: list[Span], stages: Names,
+
+def _idle_pass(covering: CoveringSpans, wall_s: float, groups: range, contexts: list[Span], stages: Names,
                units: Names) -> dict[str, np.ndarray]:
-    """The merged idle pieces of the groups between `edges` (`busy`: the spans touching them)."""
+    """The merged idle pieces of `groups`."""
     pieces = _Pieces()
-    for (first_gpu, gpu_count), sweep, gap_starts, gap_ends in _group_gaps(busy, wall_s, edges, contexts):
+    for (first_gpu, gpu_count), sweep, gap_starts, gap_ends in _group_gaps(covering, wall_s, groups, contexts):
         if sweep is None:
             pieces.unassigned(first_gpu, gpu_count, gap_starts, gap_ends)
             continue
@@ -59,32 +57,25 @@ def _idle_pass(busy: SpanTable, wall_s: float, edges: np.ndarray, contexts: list
     return pieces.merged(contexts, stages, units)
 
 
-def _group_gaps(busy: SpanTable, wall_s: float, edges: np.ndarray,
+def _group_gaps(covering: CoveringSpans, wall_s: float, groups: range,
                 contexts: list[Span]) -> Iterator[tuple[tuple[int, int], _ContextSweep | None, np.ndarray, np.ndarray]]:
-    """Per group of GPUs between two `edges`: its GPUs, its contexts' sweep (None when none covers it) and the gaps
-    between its busy spans up to wall_s (their starts and ends), in time order. Spans are expanded to one row per
-    group they cover and sorted once; a group's gaps are where a span starts after the latest end before it (by more
-    than TIME_EPS)."""
-    span, group = span_groups(busy, edges)
-    start = busy.start[span]
-    end = np.minimum(busy.end[span], wall_s)
-    order = np.lexsort((end, start, group))
-    group, start, end = group[order], start[order], end[order]
-    groups = edges.size - 1
-    bounds = np.searchsorted(group, np.arange(groups + 1))
+    """Per group of GPUs in `groups`: its GPUs, its contexts' sweep (None when none covers it) and the gaps between
+    its busy spans up to wall_s (their starts and ends), in time order. A group's gaps are where a span starts after
+    the latest end before it (by more than TIME_EPS)."""
+    busy, edges = covering.spans, covering.edges
     # Groups between the same two context edges are covered by the same contexts: they share one sweep.
     context_edges = sorted({0} | {edge for c in contexts for edge in (c.first_gpu, c.first_gpu + c.gpu_count)})
     sweeps: dict[int, _ContextSweep | None] = {}
-    for g in range(groups):
+    for g in groups:
         first_gpu, after = int(edges[g]), int(edges[g + 1])
         segment = bisect_right(context_edges, first_gpu) - 1
         if segment not in sweeps:
-            covering = [(order, c) for order, c in enumerate(contexts)
-                        if c.first_gpu <= first_gpu < c.first_gpu + c.gpu_count]
-            sweeps[segment] = _ContextSweep(covering) if covering else None
-        a, b = bounds[g], bounds[g + 1]
-        cursor = np.maximum.accumulate(np.concatenate([[0.0], end[a:b]]))  # the latest end before each span, then all
-        starts = start[a:b]
+            covered_by = [(order, c) for order, c in enumerate(contexts)
+                          if c.first_gpu <= first_gpu < c.first_gpu + c.gpu_count]
+            sweeps[segment] = _ContextSweep(covered_by) if covered_by else None
+        mine = covering.of(g)  # by start (then end): the order the gaps are read in
+        starts = busy.start[mine]
+        cursor = np.maximum.accumulate(np.concatenate([[0.0], np.minimum(busy.end[mine], wall_s)]))  # latest end so far
         opens = starts > cursor[:-1] + TIME_EPS
         gap_starts, gap_ends = cursor[:-1][opens], starts[opens]
         if wall_s > cursor[-1] + TIME_EPS:

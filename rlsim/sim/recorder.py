@@ -6,6 +6,10 @@ still generate: `tail`; a trainer waiting for samples: `starved`; a producer hel
 `staleness_block`) records that interval, and freezing fills each GPU's gaps with the label of the context covering
 them — `unassigned` where none does (rlsim.sim.idle_labels). So for every GPU the labels sum to the wall time by
 construction.
+
+Engine samples, the largest table, stay in memory up to SAMPLES_KEPT_IN_MEMORY; past that they are spilled to disk at
+the end of an RL step whenever SAMPLES_PER_CHUNK have gathered (rlsim.events.sample_spill), so a long run holds a
+chunk of samples rather than the run's.
 """
 from __future__ import annotations
 
@@ -16,8 +20,17 @@ import numpy as np
 
 from rlsim.events import LABELS, EventLog, KVTransfer, SequenceRecord, Span, StepRecord
 from rlsim.events.environments import EnvironmentRecord
-from rlsim.events.tables import SPAN_COLUMNS, SampleColumns, SequenceColumns, SpanColumns, SpanTable
+from rlsim.events.sample_spill import SampleSpill, SpilledSamples
+from rlsim.events.tables import SPAN_COLUMNS, SampleColumns, SampleTable, SequenceColumns, SpanColumns, SpanTable
 from rlsim.sim.idle_labels import idle_spans
+
+# Engine samples a run keeps in memory before it spills them to disk: 2^18 samples are 17 MB of columns (66 bytes a
+# sample, rlsim.events.tables), a run of ~50 RL steps on 1,024 GPUs (benchmarks/bench_horizon records ~4,700 samples a
+# step); every shipped scenario and test run stays below it and reads its samples from memory.
+SAMPLES_KEPT_IN_MEMORY = 2**18
+# Samples per spilled chunk once a run spills: 4 MB of columns. A metric reads an engine's samples as one slice of
+# every chunk, so chunks of a step each (~5,000 samples on 1,024 GPUs) would cost a file read per engine and step.
+SAMPLES_PER_CHUNK = 2**16
 
 
 @dataclass
@@ -42,6 +55,9 @@ class Recorder:
         self.on_step: Callable[[StepRecord], None] | None = None  # told of each RL step as it ends (live output)
         # What the run's environment pool did up to the wall time (None: no pool), asked for when the log freezes.
         self.environments: Callable[[float], EnvironmentRecord | None] | None = None
+        # Taken when the recorder is made: a test sets them small to spill at every step.
+        self._samples_kept, self._samples_per_chunk = SAMPLES_KEPT_IN_MEMORY, SAMPLES_PER_CHUNK
+        self._sample_spill: SampleSpill | None = None  # made once the samples outgrow memory
 
     def busy(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str,
              *, unit: str = "", step: int | None = None, version: int | None = None) -> None:
@@ -81,14 +97,24 @@ class Recorder:
 
     def step(self, record: StepRecord) -> None:
         self._steps.append(record)
+        self._spill_samples()
         if self.on_step is not None:
             self.on_step(record)
+
+    def _spill_samples(self) -> None:
+        """Spill the samples in memory to disk once they outgrow it, and from then on a chunk at a time."""
+        gathered = len(self.engine_samples)
+        if gathered < max(self._samples_kept if self._sample_spill is None else self._samples_per_chunk, 1):
+            return
+        if self._sample_spill is None:
+            self._sample_spill = SampleSpill()
+        self._sample_spill.spill(self.engine_samples)
 
     def freeze(self, wall_s: float, events: int) -> EventLog:
         """The log of the run up to wall_s. The recorder's columns are handed over, not kept beside the log's (a long
         run's are hundreds of MB); it records nothing after this."""
         spans = self._frozen_spans(wall_s)
-        samples = self.engine_samples.table().in_time_order()
+        samples = self._frozen_samples()
         self._spans, self.engine_samples = SpanColumns(self._spans.stages, self._spans.units), SampleColumns()
         records = self._sequences.table()
         self._sequences = SequenceColumns()
@@ -98,6 +124,15 @@ class Recorder:
                         steps=tuple(sorted(self._steps, key=lambda r: r.step)), gpus=self.gpus, wall_s=wall_s,
                         events=events, engine_samples=samples, kv_transfers=tuple(self._kv_transfers),
                         environments=environments)
+
+    def _frozen_samples(self) -> SampleTable | SpilledSamples:
+        """The engine samples in time order: in memory, or on disk when the run spilled them."""
+        if self._sample_spill is None:
+            return self.engine_samples.table().in_time_order()
+        self._sample_spill.spill(self.engine_samples)
+        names = tuple(self.engine_samples.engines.names)
+        spill, self._sample_spill = self._sample_spill, None
+        return SpilledSamples(spill, names)
 
     def _frozen_spans(self, wall_s: float) -> SpanTable:
         """Busy spans that start in the run (clipped to it) and the idle spans between them, by GPU then time, busy
