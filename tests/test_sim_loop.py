@@ -313,7 +313,10 @@ def small_scenario(draw):
         kwargs["response"] = response
     kwargs["workload"] = workload
     uncapped = kwargs["group_cap"] is None and kwargs.get("rollout_group_cap") is None
-    if schedule == "sync" and kwargs.get("partial", "off") == "off" and variant != "multiturn" and uncapped:
+    # Remedies are modelled for single-turn responses generated on the rollout engines themselves.
+    single_turn = variant not in ("multiturn", "environments")
+    if (schedule == "sync" and kwargs.get("partial", "off") == "off" and single_turn and uncapped
+            and "prefill" not in kwargs):
         remedy = draw(st.sampled_from(sorted(LONG_TAIL_REMEDIES)))
         if remedy == "early_abort" or (remedy == "tail_batching" and variant != "budget"):
             kwargs.update(dynamic_sampling=False, long_tail=LONG_TAIL_REMEDIES[remedy])
