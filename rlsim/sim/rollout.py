@@ -373,8 +373,9 @@ class RolloutEngine(EngineControls):
         """The prefill run the iteration just begun opens, where one can be booked after the fact: nothing may
         observe its boundaries as they pass (a probe), nor change the batch or the cache in between (held tool calls,
         KV caches in transfer, a pause)."""
-        if (self.mode == "exact" or self.telemetry.probe is not None or self._holds_kv_in_transit()
-                or self.state.pause is not None):
+        # Most prefill iterations carry several chunks, which no run covers: that test first.
+        if (len(plan) != 1 or self.mode == "exact" or self.telemetry.probe is not None
+                or self._holds_kv_in_transit() or self.state.pause is not None):
             return None
         now, scheduler, waiting = self.env.now, self.scheduler, self._waiting
         run = plan_prefill_run(now, seconds, plan, self.batch, self.kv, alone=len(scheduler.prefilling) == 1,
