@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import simpy
+from scipy.special import ndtri
 
 from rlsim.config import parse_scenario
 from rlsim.config.environments import EnvironmentPool
@@ -26,11 +27,13 @@ def pool_of(env: simpy.Environment, **fields) -> SandboxPool:
     return SandboxPool(env, None, EnvironmentPool(**fields), np.random.default_rng(0))
 
 
-def call_at(env: simpy.Environment, pool: SandboxPool, at: float, seconds: float, rollout: object | None = None,
+def call_at(env: simpy.Environment, pool: SandboxPool, at: float, seconds: float | tuple[float, ...],
+            rollout: object | None = None,
             log: list | None = None, name: str = ""):
     def process():
         yield env.timeout(at)
-        yield from pool.calls(ENGINE, rollout if rollout is not None else object(), seconds)
+        calls = seconds if isinstance(seconds, tuple) else (seconds,)
+        yield from pool.calls(ENGINE, rollout if rollout is not None else object(), calls)
         if log is not None:
             log.append((name, env.now))
     return env.process(process())
@@ -94,10 +97,10 @@ def test_a_trajectory_holds_its_sandbox_to_its_end_and_a_fresh_one_starts_cold_b
 
     def trajectory(rollout, at, name):
         yield env.timeout(at)
-        yield from pool.calls(ENGINE, rollout, 1.0)
+        yield from pool.calls(ENGINE, rollout, (1.0,))
         log.append((name + " call 1", env.now))
         yield env.timeout(1.0)  # generating its next turn, the sandbox still held
-        yield from pool.calls(ENGINE, rollout, 1.0)
+        yield from pool.calls(ENGINE, rollout, (1.0,))
         log.append((name + " call 2", env.now))
         pool.finished(rollout)
 
@@ -119,6 +122,55 @@ def test_calls_wait_for_a_cpu_core_when_cores_are_the_limit():
         call_at(env, pool, 0.0, 0.5, log=log, name=name)
     env.run()
     assert log == [("a", 1.5), ("b", 2.5)]
+
+
+def test_a_turns_concurrent_calls_each_take_a_sandbox_and_the_turn_waits_for_the_slowest():
+    env = simpy.Environment()
+    pool = pool_of(env, sandboxes=2)
+    log: list = []
+    call_at(env, pool, 0.0, (1.0, 3.0, 2.0), log=log, name="three calls")
+    call_at(env, pool, 0.5, 1.0, log=log, name="one call")
+    env.run()
+    # Two sandboxes: calls of 1 and 3 s start at 0; the 2 s call takes the first freed (t = 1) and ends at 3; the
+    # other turn's call, arrived at 0.5, waits behind it for the next freed (t = 3).
+    assert log == [("three calls", 3.0), ("one call", 4.0)]
+    record = pool.record(env.now)
+    assert sorted(record.call_acquired.tolist()) == [0.0, 0.0, 1.0, 3.0] and peak_sandboxes(record) == 2
+
+
+def test_a_trajectory_runs_a_turns_concurrent_calls_side_by_side_in_its_one_sandbox():
+    env = simpy.Environment()
+    pool = pool_of(env, sandboxes=2, scope="trajectory", cold_start={"kind": "fixed", "seconds": 3.0})
+    log: list = []
+    rollout = object()
+    call_at(env, pool, 0.0, (1.0, 2.0, 2.5), rollout=rollout, log=log, name="turn")
+    env.run()
+    assert log == [("turn", 2.5)]
+    record = pool.record(env.now)
+    # One use of one sandbox, held from the start: busy 2.5 s, however many calls ran side by side in it.
+    assert record.call_done.tolist() == [2.5] and record.hold_start.tolist() == [0.0]
+    assert pool.held[rollout][0] == 1  # the most recently freed warm sandbox, held to the trajectory's end
+
+
+def test_calls_per_turn_draws_concurrent_calls_whose_slowest_sets_the_turn_and_whose_responses_add_up():
+    def sampled(calls_per_turn: list[int]):
+        config = MultiTurn.model_validate({
+            "turns": {"values": [4]}, "calls_per_turn": {"values": calls_per_turn},
+            "tool_turn_tokens": {"kind": "fixed", "tokens": 10}, "answer_turn_tokens": {"kind": "fixed", "tokens": 10},
+            "tool_latency": {"kind": "lognormal", "median_s": 1.0, "sigma": 0.5},
+            "tool_response_tokens": {"kind": "fixed", "tokens": 100}})
+        drawn = TrajectorySampler(config).draw(np.random.default_rng(1), np.full(2000, 10),
+                                               np.random.default_rng(0).standard_normal(2000), 0, 100, 100_000)
+        return [turn for trajectory in drawn for turn in trajectory.turns[:-1]]
+
+    one, three = sampled([1]), sampled([3])
+    assert {len(turn.call_s) for turn in one} == {1} and {len(turn.call_s) for turn in three} == {3}
+    assert {turn.tool_tokens for turn in one} == {100} and {turn.tool_tokens for turn in three} == {300}
+    # The slowest of three lognormal(σ = 0.5) calls: its median is the 0.5^(1/3) = 79th percentile of one call.
+    assert np.median([turn.tool_s for turn in three]) == pytest.approx(math.exp(0.5 * ndtri(0.5 ** (1 / 3))), rel=0.05)
+    assert np.median([turn.tool_s for turn in one]) == pytest.approx(1.0, rel=0.05)
+    mixed = sampled([1, 2])
+    assert {len(turn.call_s) for turn in mixed} == {1, 2}
 
 
 # ------------------------------------------------------------------------------------------------ queueing theory

@@ -360,8 +360,10 @@ WORKLOAD_VARIANTS = {
                         "sigma: 0.8}, answer_turn_tokens: {kind: lognormal, median_tokens: 100, sigma: 1.0}, "
                         "tool_latency: {kind: lognormal, median_s: 0.2, sigma: 1.0}, tool_response_tokens: "
                         "{kind: gamma, mean_tokens: 150, shape: 2.0}, within_trajectory_correlation: 0.3}"),
-    # Multi-turn with a turn-limit curriculum; the environment pool drawn in small_scenario.
+    # Multi-turn with a turn-limit curriculum and turns of several concurrent calls; the environment pool drawn in
+    # small_scenario.
     "environments": (None, "multiturn: {turns: {values: [1, 3, 6]}, max_turns: [{step: 0, turns: 2}, {step: 1, turns: 5}], "
+                           "calls_per_turn: {values: [1, 3]}, "
                            "tool_turn_tokens: {kind: lognormal, median_tokens: 40, sigma: 0.8}, answer_turn_tokens: "
                            "{kind: lognormal, median_tokens: 100, sigma: 1.0}, tool_latency: {kind: lognormal, median_s: 0.4, "
                            "sigma: 1.0}, tool_response_tokens: {kind: fixed, tokens: 60}}"),

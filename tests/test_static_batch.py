@@ -119,7 +119,7 @@ def test_a_multi_turn_trajectory_ends_its_turn_with_the_batch_and_prefills_whole
     env = simpy.Environment()
     costs = FixedCosts()
     (engine,), _ = static_engines(env, 1, costs, mode=mode)
-    agent = MultiTurnRollout(0, 0, 10, 6, False, 0.0, turns=(Turn(2, 3.0, 7), Turn(4, 0.0, 0)))
+    agent = MultiTurnRollout(0, 0, 10, 6, False, 0.0, turns=(Turn(2, (3.0,), 7), Turn(4)))
     engine.submit(agent)
     env.run()
     assert [c.tokens for chunks in costs.prefills for c in chunks] == [10, 10 + 2 + 7]

@@ -28,7 +28,7 @@ def test_a_tool_call_pauses_the_trajectory_and_its_return_prefills_the_tool_toke
     env, log = simpy.Environment(), []
     engines, recorder = engines_on(env, 1, FixedCosts(), mode=mode, log=log)
     engines[0].tool_wait = engines[0].tool_wait if policy == "hold" else _release()
-    a = trajectory(0, 10, [Turn(3, 2.5, 20), Turn(2)])
+    a = trajectory(0, 10, [Turn(3, (2.5,), 20), Turn(2)])
     engines[0].submit(a)
     env.run()
     samples = recorder.freeze(env.now, 0).engine_samples
@@ -65,7 +65,7 @@ def test_releasing_the_slot_lets_another_sequence_run_during_the_tool_call(mode)
         engines, _ = engines_on(env, 1, FixedCosts(), seqs=1, mode=mode)
         if policy == "release":
             engines[0].tool_wait = _release()
-        a = trajectory(0, 10, [Turn(2, 20.0, 5), Turn(2)])
+        a = trajectory(0, 10, [Turn(2, (20.0,), 5), Turn(2)])
         b = trajectory(1, 10, [Turn(5)])
         engines[0].submit(a)
         engines[0].submit(b)
@@ -82,7 +82,7 @@ def test_a_released_context_evicted_for_room_is_prefilled_again_in_full():
     engines, _ = engines_on(env, 1, FixedCosts(), kv=60, seqs=2)
     engine = engines[0]
     engine.tool_wait = _release()
-    a = trajectory(0, 10, [Turn(3, 40.0, 20), Turn(2)])  # its search outlasts all of B
+    a = trajectory(0, 10, [Turn(3, (40.0,), 20), Turn(2)])  # its search outlasts all of B
     b = trajectory(1, 20, [Turn(30)])
     engine.submit(a)
 
@@ -102,7 +102,7 @@ def test_a_released_context_still_cached_is_reused():
     env = simpy.Environment()
     engines, _ = engines_on(env, 1, FixedCosts(), kv=10_000, seqs=2)
     engines[0].tool_wait = _release()
-    a = trajectory(0, 10, [Turn(3, 5.0, 20), Turn(4, 1.0, 7), Turn(2)])
+    a = trajectory(0, 10, [Turn(3, (5.0,), 20), Turn(4, (1.0,), 7), Turn(2)])
     engines[0].submit(a)
     env.run()
     # Turn 2 found 10 + 3 − 1 tokens cached, turn 3 found 10 + 3 + 20 + 4 − 1.
@@ -114,7 +114,7 @@ def test_an_interrupt_during_a_held_tool_call_frees_the_slot_and_the_trajectory_
     env = simpy.Environment()
     engines, _ = engines_on(env, 1, FixedCosts(), mode=mode)
     engine = engines[0]
-    a = trajectory(0, 10, [Turn(3, 4.0, 20), Turn(2)])
+    a = trajectory(0, 10, [Turn(3, (4.0,), 20), Turn(2)])
     engine.submit(a)
 
     def weight_update():
@@ -160,7 +160,8 @@ def random_trajectories(rng: np.random.Generator, groups: int, scale: int = 1):
     for g in range(groups):
         prompt = int(rng.integers(10, 300))
         for _ in range(int(rng.integers(1, 4))):
-            turns = [Turn(int(rng.integers(1, 80)) * scale, float(rng.exponential(0.3)), int(rng.integers(1, 200)))
+            turns = [Turn(int(rng.integers(1, 80)) * scale, (float(rng.exponential(0.3)),),
+                           int(rng.integers(1, 200)))
                      for _ in range(int(rng.integers(0, 4)))]
             turns.append(Turn(int(rng.integers(1, 150)) * scale))
             specs.append((g, prompt, turns, int(rng.integers(2))))

@@ -17,7 +17,8 @@ class EnvironmentRecord:
     sandbox_ready: np.ndarray  # when its start-up ended (the wall time if it had not)
     sandbox_stopped: np.ndarray  # when it stopped (the wall time if it had not)
     on_demand: np.ndarray  # started during the run, paying a cold start
-    call_arrived: np.ndarray  # per completed tool-calling turn: when its calls were made
+    # Per completed use of a sandbox — a call (scope call), or a turn's calls side by side (scope trajectory):
+    call_arrived: np.ndarray  # when its calls were made
     call_acquired: np.ndarray  # when it had a sandbox (the wait for one, and its cold start, before)
     call_done: np.ndarray  # when its calls returned
     hold_start: np.ndarray  # per hold of a sandbox (a call, or a trajectory from its first call to its end)

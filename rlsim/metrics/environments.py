@@ -36,9 +36,9 @@ def peak_sandboxes(record: EnvironmentRecord) -> int:
 def environment_summary(log: EventLog, warmup_steps: int, step_time_s: float) -> dict | None:
     """metrics.json's `environments` (None without a pool). Utilisation is busy sandbox-seconds (running a tool
     call, its CPU wait included) over provisioned ones (running or starting); `held_fraction` counts the time a
-    trajectory held its sandbox (scope trajectory: from its first call to its end). Waits are per tool-calling turn
-    made in the measured steps: from its calls being made to its having a sandbox (a cold start included). Cost
-    prices the provisioned sandbox-seconds at the mean step time."""
+    trajectory held its sandbox (scope trajectory: from its first call to its end). Waits are per use of a sandbox
+    made in the measured steps (a call, or at scope trajectory a turn's calls): from its calls being made to its
+    having a sandbox (a cold start included). Cost prices the provisioned sandbox-seconds at the mean step time."""
     record = log.environments
     if record is None:
         return None

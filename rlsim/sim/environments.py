@@ -3,7 +3,8 @@
 start, or, when the pool is at its limit, the next one freed, first come first served — then a CPU core for its
 CPU-seconds, then its latency).
 
-An engine sees only when a turn's calls return: it hands each over with `calls(engine, rollout, seconds)`, a SimPy
+An engine sees only when a turn's calls return: it hands them over with `calls(engine, rollout, call_s)` (each call's
+latency; they run concurrently, each in a sandbox of its own, or side by side in the trajectory's), a SimPy
 generator, and says `finished(rollout)` when a trajectory ends (a trajectory-scoped sandbox is discarded then). The
 pool is a ledger of counts and FIFO queues with a handful of events per call (its waits, a cold start, its CPU and
 latency timeouts), never per sandbox-second.
@@ -48,10 +49,10 @@ class ToolLatency:
         self.recorder = recorder
         self._out: dict[Any, list] = {}  # per engine: [trajectories in tool calls, since when it has had any]
 
-    def calls(self, engine: Any, rollout: Rollout, seconds: float) -> Generator:
-        """The turn's tool calls, from now until they return."""
+    def calls(self, engine: Any, rollout: Rollout, call_s: tuple[float, ...]) -> Generator:
+        """The turn's tool calls, from now until the slowest returns."""
         self._leave(engine)
-        yield self.env.timeout(seconds)
+        yield self.env.timeout(max(call_s, default=0.0))
         self._back(engine)
 
     def finished(self, rollout: Rollout) -> None:
@@ -120,25 +121,42 @@ class SandboxPool(ToolLatency):
 
     # ---- the engines' side ------------------------------------------------------------------------------------
 
-    def calls(self, engine: Any, rollout: Rollout, seconds: float) -> Generator:
+    def calls(self, engine: Any, rollout: Rollout, call_s: tuple[float, ...]) -> Generator:
         self._leave(engine)
         arrived = self.env.now
-        held = self.held.get(rollout) if self.per_trajectory else None
-        if held is None:
-            sandbox = yield from self._acquire()
-            if self.per_trajectory:
+        if not self.per_trajectory:
+            yield from self._side_by_side([self._call(arrived, seconds) for seconds in call_s])
+        elif call_s:
+            # The trajectory's sandbox runs the turn's calls side by side: one use of it in the ledger.
+            held = self.held.get(rollout)
+            if held is None:
+                sandbox = yield from self._acquire()
                 self.held[rollout] = (sandbox, self.env.now)
-        else:
-            sandbox = held[0]
+            acquired = self.env.now
+            yield from self._side_by_side([self._execute(seconds) for seconds in call_s])
+            self._booked(arrived, acquired)
+        self._back(engine)
+
+    def _side_by_side(self, calls: list[Generator]) -> Generator:
+        """Run the calls concurrently until the last returns (one runs inline, with no process of its own)."""
+        if len(calls) == 1:
+            yield from calls[0]
+        elif calls:
+            yield self.env.all_of([self.env.process(call) for call in calls])
+
+    def _call(self, arrived: float, seconds: float) -> Generator:
+        """One call in a sandbox of its own (scope call): the sandbox, its CPU work and its latency."""
+        sandbox = yield from self._acquire()
         acquired = self.env.now
         yield from self._execute(seconds)
+        self._booked(arrived, acquired)
+        self.holds.append((acquired, self.env.now))
+        self._free(sandbox)
+
+    def _booked(self, arrived: float, acquired: float) -> None:
         self.arrived.append(arrived)
         self.acquired.append(acquired)
         self.done.append(self.env.now)
-        if not self.per_trajectory:
-            self.holds.append((acquired, self.env.now))
-            self._free(sandbox)
-        self._back(engine)
 
     def finished(self, rollout: Rollout) -> None:
         held = self.held.pop(rollout, None) if self.per_trajectory else None

@@ -277,10 +277,10 @@ class StaticBatchEngine(EngineControls):
         rollout.in_tool = True
         self.tool_calls += 1
         self.telemetry.observe("tool_call", rollout)
-        self.env.process(self._tools_return(rollout, turn.tool_s, turn.tool_tokens))
+        self.env.process(self._tools_return(rollout, turn.call_s, turn.tool_tokens))
 
-    def _tools_return(self, rollout: MultiTurnRollout, seconds: float, tokens: int) -> Generator:
-        yield from self.environment.calls(self, rollout, seconds)
+    def _tools_return(self, rollout: MultiTurnRollout, call_s: tuple[float, ...], tokens: int) -> Generator:
+        yield from self.environment.calls(self, rollout, call_s)
         rollout.in_tool = False
         rollout.turn += 1
         rollout.appended += tokens

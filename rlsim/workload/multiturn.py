@@ -1,8 +1,9 @@
 """Multi-turn agentic trajectories (Search-R1-like): turns of generation separated by tool calls whose responses are
 appended to the context.
 
-A trajectory is a tuple of `Turn`s: what the turn generates, then how long its tool calls take and how many tokens
-their responses append (zero for the final, answering turn). Generation obeys the engine's limits as verl's
+A trajectory is a tuple of `Turn`s: what the turn generates, then how long each of its tool calls takes (they run
+concurrently, so the turn waits for the slowest) and how many tokens their responses append (none for the final,
+answering turn). Generation obeys the engine's limits as verl's
 multi-turn rollout does: a turn generates at most max_response_tokens (its max_new_tokens), and the context never
 exceeds max_prompt_tokens + max_response_tokens (the model length); a trajectory that reaches it stops there,
 truncated.
@@ -21,8 +22,13 @@ from rlsim.workload.lengths import LengthSchedule, length_schedule
 @dataclass(frozen=True)
 class Turn:
     tokens: int  # tokens generated in this turn
-    tool_s: float = 0.0  # seconds its tool calls take (they run concurrently: the slowest); 0 for the final turn
+    call_s: tuple[float, ...] = ()  # seconds each of its tool calls takes; none for the final turn
     tool_tokens: int = 0  # tokens the tool responses append to the context
+
+    @property
+    def tool_s(self) -> float:
+        """Seconds until the turn's tool calls have all returned (they run concurrently)."""
+        return max(self.call_s, default=0.0)
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,7 @@ class TrajectorySampler:
         from rlsim.workload.latency import latency_distribution
 
         self.turns = Counts(config.turns)
+        self.calls = Counts(config.calls_per_turn)
         self.tool_turn: LengthSchedule = length_schedule(config.tool_turn_tokens)
         self.answer_turn: LengthSchedule = length_schedule(config.answer_turn_tokens)
         self.tool_tokens: LengthSchedule = length_schedule(config.tool_response_tokens)
@@ -112,22 +119,29 @@ class TrajectorySampler:
         wanted = self.turns.at(ndtr(scores))
         limit = self.turn_limit(version)
         turns = wanted if limit is None else np.minimum(wanted, limit)
-        calls = int(turns.sum() - len(turns))
+        tool_turns = int(turns.sum() - len(turns))
+        # A turn's calls: drawn only when some turn makes several, so one-call workloads keep their random streams.
+        per_turn = (self.calls.draw(rng, tool_turns) if self.calls.values[-1] > 1
+                    else np.ones(tool_turns, dtype=np.int64))
+        calls = int(per_turn.sum())
         shared, own = math.sqrt(self.rho), math.sqrt(1 - self.rho)
         factor = rng.standard_normal(len(scores))
         owners = np.repeat(factor, turns - 1)
-        tool_turn = self.tool_turn.at(version).lengths(ndtr(shared * owners + own * rng.standard_normal(calls)),
-                                                       max_new_tokens + 1)
-        tool_tokens = self.tool_tokens.at(version).lengths(ndtr(shared * owners + own * rng.standard_normal(calls)),
-                                                           model_len)
+        tool_turn = self.tool_turn.at(version).lengths(
+            ndtr(shared * owners + own * rng.standard_normal(tool_turns)), max_new_tokens + 1)
+        responses = self.tool_tokens.at(version).lengths(
+            ndtr(shared * np.repeat(owners, per_turn) + own * rng.standard_normal(calls)), model_len)
         latency = self.latency.ppf(rng.random(calls)) if calls else np.zeros(0)
         answer = self.answer_turn.at(version).lengths(
             ndtr(shared * factor + own * rng.standard_normal(len(scores))), max_new_tokens + 1)
+        first_call = np.concatenate([[0], np.cumsum(per_turn)])
+        appended = np.add.reduceat(responses, first_call[:-1]) if calls else np.zeros(0, dtype=np.int64)
         out = []
         start = 0
         for k, count in enumerate(turns):
             end = start + count - 1
-            drawn = [Turn(int(tool_turn[j]), float(latency[j]), int(tool_tokens[j])) for j in range(start, end)]
+            drawn = [Turn(int(tool_turn[j]), tuple(float(x) for x in latency[first_call[j]:first_call[j + 1]]),
+                          int(appended[j])) for j in range(start, end)]
             drawn.append(Turn(int(answer[k])))
             trajectory = cap_trajectory(int(prompts[k]), drawn, max_new_tokens, model_len)
             if count < wanted[k] and not trajectory.truncated:

@@ -1,6 +1,6 @@
 """Replay of a recorded trace: its groups exactly as recorded, in order, step after step; after the last step the
 trace starts again from its first. Packed-length traces give each prompt's length and its samples' response lengths;
-multi-turn traces give each trajectory's turns — tokens generated per turn, the slowest tool call's latency, and the
+multi-turn traces give each trajectory's turns — tokens generated per turn, each tool call's latency, and the
 tokens the context grew by before the next turn (tool responses and template text)."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class ReplayedGroup:
 
 def trajectory_of(recorded: RecordedTrajectory) -> Trajectory:
     turns = recorded.turns
-    replayed = [Turn(turn.generated_tokens, max(turn.tool_latencies_s, default=0.0), recorded.appended_after(i))
+    replayed = [Turn(turn.generated_tokens, turn.tool_latencies_s, recorded.appended_after(i))
                 for i, turn in enumerate(turns[:-1])]
     replayed.append(Turn(turns[-1].generated_tokens))
     return Trajectory(tuple(replayed), truncated=False)

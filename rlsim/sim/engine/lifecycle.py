@@ -77,11 +77,11 @@ class SequenceLifecycle:
         turn = rollout.turns[rollout.turn]
         if not engine.tools.call(slot):
             engine.scheduler.release(slot)
-        self.env.process(self._tools_return(rollout, turn.tool_s, turn.tool_tokens))
+        self.env.process(self._tools_return(rollout, turn.call_s, turn.tool_tokens))
 
-    def _tools_return(self, rollout: MultiTurnRollout, seconds: float, tokens: int) -> Generator:
+    def _tools_return(self, rollout: MultiTurnRollout, call_s: tuple[float, ...], tokens: int) -> Generator:
         engine = self.engine
-        yield from engine.environment.calls(engine, rollout, seconds)
+        yield from engine.environment.calls(engine, rollout, call_s)
         engine.settle()  # the queue it may join is sampled, so the boundaries before now come first
         if engine.tools.back(rollout, tokens):
             engine.state.wake()  # it continues at the next boundary, like every batch change
