@@ -322,6 +322,12 @@ def small_scenario(draw):
             kwargs.update(dynamic_sampling=False, long_tail=LONG_TAIL_REMEDIES[remedy])
         elif remedy == "segment_rollout":
             kwargs["long_tail"] = LONG_TAIL_REMEDIES[remedy]
+    if "prefill" not in kwargs:
+        # The engines' own admission rule and queue order, by predicted lengths the predictor may miss.
+        admission = draw(st.sampled_from(["current_kv", "past_future"]))
+        order = draw(st.sampled_from(["fcfs", "longest_predicted_first", "shortest_predicted_first"]))
+        kwargs.update(rollout=f", admission: {admission}, scheduling_policy: {order}",
+                      predictor_noise=draw(st.sampled_from([0.0, 0.7])))
     roles = draw(st.sampled_from(sorted(ROLE_PLACEMENTS)))
     if roles != "none":
         # PPO with a reward model, the critic, reference and reward model on 8 more GPUs of a second node.
