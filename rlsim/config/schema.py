@@ -587,7 +587,8 @@ class Schedule(Frozen):
         None, description="sync: a long-tail remedy and its parameters, by kind: tail_batching (RollPacker: "
         "speculative short rounds, the prompts they abort deferred to long rounds), segment_rollout (UloRL: "
         "responses decoded a segment per round, unfinished ones carried over), early_abort (DUET: responses with "
-        "no answer by a horizon aborted and left out of the loss); default: none")
+        "no answer by a horizon aborted and left out of the loss), online_pruning (ARRoL: more rollouts a prompt, those a "
+        "quality head scores at a pruning point pruned toward balanced successes, the survivors trained); default: none")
     load_balancer: LoadBalancerName = Field(
         "round_robin", description="how requests are routed to engines")
     length_predictor_noise: float = Field(
