@@ -12,7 +12,9 @@ import pytest
 import simpy
 
 from rlsim.config import parse_scenario
+from rlsim.config.bound import bind
 from rlsim.errors import ScenarioError
+from rlsim.estimate import estimate_step
 from rlsim.sim.engine.queue_order import repredicted_remaining
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.rollout import RolloutEngine
@@ -184,6 +186,17 @@ def test_longest_predicted_first_shortens_a_synchronous_grpo_step():
                                                           rollout=f", max_num_seqs: 32, scheduling_policy: {order}"), 0)
                for order in ("fcfs", "longest_predicted_first")}
     assert 1.08 < seconds["fcfs"] / seconds["longest_predicted_first"] < 1.15
+
+
+def test_the_estimate_says_it_serves_queues_first_come_first_served():
+    """The analytical estimate replays engines first come, first served; with a ranked queue it says so."""
+    text = scenario_yaml(max_num_seqs=8).replace("max_num_seqs: 8}", "max_num_seqs: 8, scheduling_policy: "
+                                                 "longest_predicted_first}")
+    ranked_gen = next(s for s in estimate_step(bind(parse_scenario(text))).stages if s.name == "gen")
+    plain_gen = next(s for s in estimate_step(bind(parse_scenario(scenario_yaml(max_num_seqs=8)))).stages
+                     if s.name == "gen")
+    assert "not longest_predicted_first" in ranked_gen.note and "longest_predicted_first" not in plain_gen.note
+    assert ranked_gen.seconds == plain_gen.seconds
 
 
 # ---- refused where it is not modelled ---------------------------------------------------------------------------
