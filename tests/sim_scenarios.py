@@ -17,10 +17,13 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
                   streaming: bool = False, every_updates: int | None = None, fetch: int = 1, workload: str = "",
                   placement: str = "",
                   algorithm: str = "grpo", group_cap: int | None = None, rollout_group_cap: int | None = None,
-                  framework: str = "", engine: str = "vllm", prefill: str = "", long_tail: str = "") -> str:
+                  framework: str = "", engine: str = "vllm", prefill: str = "", long_tail: str = "",
+                  rollout: str = "", predictor_noise: float = 0.0) -> str:
     """`prompt` / `response` None leave those models out (replay, joint and multi-turn workloads); `workload` and
     `placement` are extra YAML lines under those sections, `framework` the fields of a framework section, `prefill`
-    the fields of placement.rollout.prefill (prefill/decode disaggregation), `long_tail` the remedy's flow mapping."""
+    the fields of placement.rollout.prefill (prefill/decode disaggregation), `long_tail` the remedy's flow mapping,
+    `rollout` more fields of placement.rollout (", admission: past_future"), `predictor_noise` the schedule's
+    length_predictor_noise."""
     rollout_gpus = rollout_gpus if rollout_gpus is not None else gpus
     training = f"gpus: {training_gpus}, " if training_gpus is not None else ""
     staleness_line = f"  max_staleness: {staleness}\n" if staleness is not None else ""
@@ -37,6 +40,8 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
     sync_line = f"  weight_sync: {{every_updates: {every_updates}}}\n" if every_updates is not None else ""
     if long_tail:
         sync_line += f"  long_tail: {long_tail}\n"
+    if predictor_noise:
+        sync_line += f"  length_predictor_noise: {predictor_noise}\n"
     return f"""
 name: test
 seed: {seed}
@@ -48,7 +53,7 @@ workload:
 {prompt_line}{response_line}  informative_group_fraction: {informative}
 {workload_lines}placement:
   mode: {mode}
-  rollout: {{gpus: {rollout_gpus}, tp: {tp}, gpu_memory_utilization: 0.5, max_num_seqs: {max_num_seqs}{engine_field}}}
+  rollout: {{gpus: {rollout_gpus}, tp: {tp}, gpu_memory_utilization: 0.5, max_num_seqs: {max_num_seqs}{engine_field}{rollout}}}
   training: {{{training}micro_batch_tokens: {micro_batch_tokens}}}
 {placement_lines}
 schedule:

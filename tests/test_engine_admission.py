@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rlsim.sim.engine.admission import predicted_peak_tokens
-from tests.test_sim_rollout import Scenario, assert_consistent_samples, assert_same_samples, random_scenario, simulate
+from tests.test_sim_rollout import Scenario, assert_fast_matches_exact, mispredicted, random_scenario, simulate
 
 
 def test_the_peak_is_the_occupancy_just_before_a_predicted_end():
@@ -22,22 +22,12 @@ def test_the_peak_is_the_occupancy_just_before_a_predicted_end():
 
 def with_past_future(scenario: Scenario, seed: int, noise: float) -> Scenario:
     """The scenario with past_future admission, each rollout predicted at its length times exp(noise·N(0,1))."""
-    errors = np.exp(noise * np.random.default_rng(seed).standard_normal(len(scenario.rollouts)))
-    return dataclasses.replace(scenario, admission="past_future", predicted=[float(e) for e in errors])
+    return dataclasses.replace(mispredicted(scenario, seed, noise), admission="past_future")
 
 
 @pytest.mark.parametrize("seed", range(16))
 def test_fast_mode_agrees_with_stepping_every_iteration(seed):
-    scenario = with_past_future(random_scenario(seed), seed, noise=(0.0, 0.5, 1.0)[seed % 3])
-    fast, exact = simulate(scenario, "fast"), simulate(scenario, "exact")
-    assert fast.finished == pytest.approx(exact.finished, rel=1e-9)
-    assert fast.preemptions == exact.preemptions
-    assert fast.versions == exact.versions
-    for outcome in (fast, exact):
-        assert not outcome.kv_overflow
-        assert outcome.generated == {i: t for i, (_, _, t, _, _) in enumerate(scenario.rollouts)}
-    assert_same_samples(fast.samples, exact.samples)
-    assert_consistent_samples(fast)
+    assert_fast_matches_exact(with_past_future(random_scenario(seed), seed, noise=(0.0, 0.5, 1.0)[seed % 3]))
 
 
 def memory_pressure(kv: int, noise: float, admission: str) -> Scenario:

@@ -11,6 +11,7 @@ from rlsim.config import parse_scenario
 from rlsim.config.bound import bind
 from rlsim.errors import ScenarioError
 from rlsim.events import EventLog
+from rlsim.metrics.sample_use import sample_use
 from rlsim.sim.run import simulate_log
 from tests.sim_scenarios import bound, scenario_yaml
 
@@ -178,7 +179,93 @@ def test_early_abort_speeds_up_grpo_by_cutting_marker_less_tails():
     assert sum(r.response_tokens > 4352 for r in trained) < 0.2 * len(aborted)
 
 
+# ------------------------------------------------------------------------------------------------- ARRoL
+
+# Qwen3-1.7B (one of ARRoL's Qwen-3 and LLaMA-3.2 1B-8B models) on one 8-GPU node; lengths, cap and success rates are
+# ours (the paper's setup beyond its abstract was not available): a lognormal tail, prompts right 30 % of the time on
+# average, Beta-distributed across prompts.
+ARROL_WORKLOAD = """  prompt_tokens: {kind: lognormal, median_tokens: 150, sigma: 0.5}
+  response_tokens: {kind: lognormal, median_tokens: 2000, sigma: 0.9}
+  groups: {within_group_correlation: 0.5}
+  success_rate: {mean: 0.3, concentration: 2}
+  informative: {kind: success_rate}"""
+ARROL_STEPS = 3
+
+
+def arrol_batch(samples: int) -> str:
+    return f"prompts_per_step: 128, samples_per_prompt: {samples}, max_response_tokens: 8192"
+
+
+def arrol_run(accuracy: float) -> EventLog:
+    pruning = ("{kind: online_pruning, rollouts_per_prompt: 16, prune_at_tokens: 1024, "
+               f"quality_head_accuracy: {accuracy}}}")
+    return paper_run("Qwen3-1.7B", 1, 1, arrol_batch(8), ARROL_WORKLOAD, pruning, ARROL_STEPS, 0)
+
+
+def mixed_share(samples: int, mean: float = 0.3, concentration: float = 2.0) -> float:
+    """The chance a group of `samples` has right and wrong answers both, a prompt's success rate p ~ Beta: 1 − E[pⁿ]
+    − E[(1 − p)ⁿ], with E[pⁿ] = Π (a + k)/(a + b + k) over k < n."""
+    a, b = mean * concentration, (1 - mean) * concentration
+
+    def moment(x: float, y: float) -> float:
+        product = 1.0
+        for k in range(samples):
+            product *= (x + k) / (x + y + k)
+        return product
+
+    return 1 - moment(a, b) - moment(b, a)
+
+
+def test_choose_pruned_steers_the_survivors_toward_the_target_share():
+    from rlsim.sim.long_tail.online_pruning import choose_pruned
+
+    # Two known successes, six generating (predicted: 4 successes, 2 failures); prune four toward half.
+    pruned = choose_pruned([True, True], [True, False, True, True, False, True], 4, 0.5)
+    assert pruned == [5, 3, 2, 0]  # predicted successes, latest first, until the survivors' share is half (2 of 4)
+    # A group predicted all wrong keeps its successes: it prunes predicted failures, the latest first.
+    assert choose_pruned([], [False, True, False, False], 2, 0.5) == [3, 2]
+    # Nothing of the wanted kind left: the other kind goes; never more than are generating.
+    assert choose_pruned([False] * 6, [True, True], 5, 0.5) == [1, 0]
+
+
+def test_online_pruning_speeds_up_grpo_as_arrol_reports():
+    """ARRoL (arXiv 2603.24840): up to 1.7x faster training than GRPO on Qwen-3 and LLaMA-3.2 (1B-8B). rlsim, with 16
+    rollouts a prompt pruned to 8 at 1,024 tokens, against GRPO training all 16: ~1.45x. The pruned rollouts stop at
+    the pruning point (only those still generating there can be pruned, the longer half here) and leave the
+    log-probability passes and the update. The paper's other lever, a quality head that learns which partial
+    rollouts fail, decides which are pruned, not how many, so it moves the speed little here: rlsim's correctness does
+    not depend on length, where a real failing rollout often runs long."""
+    grpo = paper_run("Qwen3-1.7B", 1, 1, arrol_batch(16), ARROL_WORKLOAD, "", ARROL_STEPS, 0)
+    arrol = arrol_run(0.8)
+    speedup = measured_seconds_per_step(grpo, 0) / measured_seconds_per_step(arrol, 0)
+    assert 1.3 <= speedup <= 1.7
+    pruned = [r for r in arrol.sequences if r.dropped_by == "online_pruning"]
+    trained = [r for r in arrol.sequences if r.step_trained >= 0]
+    # Every pruned rollout stopped at the pruning point; each group trains at least its 8 survivors.
+    assert pruned and all(r.response_tokens == 1024 and r.truncated for r in pruned)
+    assert len(pruned) + len(trained) == ARROL_STEPS * 128 * 16
+    assert all(count >= 8 for count in Counter(r.group for r in trained).values())
+    assert sample_use(arrol)["never_trained"]["by_policy"] == {"online_pruning": len(pruned)}
+
+
+def test_a_better_quality_head_trains_more_groups_with_a_useful_gradient():
+    """ARRoL steers the survivors toward balanced successes, so more trained groups have rewards that differ (a
+    non-zero GRPO advantage). An oracle head keeps the minority answer of every mixed group: its share of useful groups
+    is 16 rollouts' (the closed form over the prompts' Beta success rates, within three standard errors of 384
+    groups), above the 8 a group trains without pruning; a coin-flip head prunes blind and stays near 8's."""
+    shares = {accuracy: sample_use(arrol_run(accuracy))["useful_gradient"]["group_share"] for accuracy in (0.5, 1.0)}
+    groups = ARROL_STEPS * 128
+    for accuracy, samples in ((1.0, 16), (0.5, 8)):
+        expected = mixed_share(samples)
+        assert abs(shares[accuracy] - expected) <= 3 * (expected * (1 - expected) / groups) ** 0.5
+    assert shares[1.0] > shares[0.5]
+
+
 # ------------------------------------------------------------------------------------------------- checks
+
+
+ARROL_TEST = "{kind: online_pruning, rollouts_per_prompt: 8, prune_at_tokens: 64, quality_head_accuracy: 0.8}"
+SUCCESS = "success_rate: {mean: 0.5, concentration: 2}"
 
 
 @pytest.mark.parametrize(("long_tail", "extra", "path"), [
@@ -194,6 +281,14 @@ def test_early_abort_speeds_up_grpo_by_cutting_marker_less_tails():
      "schedule.long_tail.abort_horizon_tokens"),
     ("{kind: early_abort, abort_horizon_tokens: 500, abort_keep_probability: 1.5}", {},
      "schedule.long_tail.abort_keep_probability"),
+    (ARROL_TEST, {"samples": 4}, "workload.success_rate"),
+    (ARROL_TEST.replace("rollouts_per_prompt: 8", "rollouts_per_prompt: 4"), {"samples": 4, "workload": SUCCESS},
+     "schedule.long_tail.rollouts_per_prompt"),
+    (ARROL_TEST.replace("prune_at_tokens: 64", "prune_at_tokens: 2048"), {"samples": 4, "workload": SUCCESS},
+     "schedule.long_tail.prune_at_tokens"),
+    (ARROL_TEST.replace("quality_head_accuracy: 0.8", "quality_head_accuracy: 0.3"), {"samples": 4, "workload": SUCCESS},
+     "schedule.long_tail.quality_head_accuracy"),
+    (ARROL_TEST, {"samples": 4, "workload": SUCCESS, "dynamic_sampling": True}, "algorithm.dynamic_sampling"),
 ])
 def test_a_bad_remedy_is_refused_at_its_field(long_tail, extra, path):
     with pytest.raises(ScenarioError) as caught:

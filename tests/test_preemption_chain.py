@@ -19,15 +19,18 @@ def run(scenario: Scenario, chains: bool, observe_every: float | None = None) ->
     recorder = Recorder(scenario.engines)
     probe = None if chains else (lambda event, rollout: None)
     engines = [RolloutEngine(env, i, costs, scenario.kv, scenario.seqs, scenario.batched, i, 1, recorder,
-                             lambda r: None, prefix_sharing=scenario.sharing, probe=probe)
+                             lambda r: None, prefix_sharing=scenario.sharing, probe=probe,
+                             admission=scenario.admission, order=scenario.order)
                for i in range(scenario.engines)]
     rollouts = [Rollout(i, g, p, t, False, at) for i, (g, p, t, _, at) in enumerate(scenario.rollouts)]
+    factors = scenario.predicted or [1.0] * len(rollouts)
     loads: list[tuple] = []
 
     def arrivals():
-        for r, (_, _, _, e, at) in sorted(zip(rollouts, scenario.rollouts, strict=True), key=lambda x: x[1][4]):
+        for r, (_, _, _, e, at), factor in sorted(zip(rollouts, scenario.rollouts, factors, strict=True),
+                                                  key=lambda x: x[1][4]):
             yield env.timeout(max(0.0, at - env.now))
-            engines[e].submit(r)
+            engines[e].submit(r, r.target_tokens * factor)
 
     def weight_updates():
         for version, (at, how, seconds) in enumerate(scenario.pauses, start=1):

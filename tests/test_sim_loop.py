@@ -24,7 +24,8 @@ from tests.sim_scenarios import bound, scenario_yaml
 from tests.test_sim_rollout import assert_same_samples
 
 HEAVY = "{kind: lognormal, median_tokens: 600, sigma: 1.3}"
-DROP_POLICIES = {"staleness_bound", "dynamic_sampling", "batch_full", "run_end", "tail_batching", "early_abort"}
+DROP_POLICIES = {"staleness_bound", "dynamic_sampling", "batch_full", "run_end", "tail_batching", "early_abort",
+                 "online_pruning"}
 
 
 def run(warmup: int = 1, **kwargs):
@@ -320,8 +321,18 @@ def small_scenario(draw):
         remedy = draw(st.sampled_from(sorted(LONG_TAIL_REMEDIES)))
         if remedy == "early_abort" or (remedy == "tail_batching" and variant != "budget"):
             kwargs.update(dynamic_sampling=False, long_tail=LONG_TAIL_REMEDIES[remedy])
+        elif remedy == "online_pruning" and variant != "budget":
+            # Pruned from three rollouts a prompt to the group's samples (two or four), by predicted success.
+            kwargs.update(dynamic_sampling=False, long_tail=LONG_TAIL_REMEDIES[remedy].replace("N", str(kwargs["samples"] + 3)),
+                          workload="\n".join(filter(None, (kwargs["workload"], "success_rate: {mean: 0.4, concentration: 3}"))))
         elif remedy == "segment_rollout":
             kwargs["long_tail"] = LONG_TAIL_REMEDIES[remedy]
+    if "prefill" not in kwargs:
+        # The engines' own admission rule and queue order, by predicted lengths the predictor may miss.
+        admission = draw(st.sampled_from(["current_kv", "past_future"]))
+        order = draw(st.sampled_from(["fcfs", "longest_predicted_first", "shortest_predicted_first"]))
+        kwargs.update(rollout=f", admission: {admission}, scheduling_policy: {order}",
+                      predictor_noise=draw(st.sampled_from([0.0, 0.7])))
     roles = draw(st.sampled_from(sorted(ROLE_PLACEMENTS)))
     if roles != "none":
         # PPO with a reward model, the critic, reference and reward model on 8 more GPUs of a second node.
@@ -346,7 +357,9 @@ ROLE_PLACEMENTS = {
 LONG_TAIL_REMEDIES = {"none": "", "tail_batching": "{kind: tail_batching, eta: 1.5}",
                       "segment_rollout": "{kind: segment_rollout, segments: 3}",
                       "early_abort": "{kind: early_abort, abort_horizon_tokens: 100, grace_window_tokens: 20, "
-                                     "abort_keep_probability: 0.2}"}
+                                     "abort_keep_probability: 0.2}",
+                      "online_pruning": "{kind: online_pruning, rollouts_per_prompt: N, prune_at_tokens: 40, "
+                                        "quality_head_accuracy: 0.7}"}
 
 
 # Workload features the invariants must survive: (response model, or "keep" the drawn one; extra workload YAML).

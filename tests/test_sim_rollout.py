@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 import numpy as np
@@ -92,14 +92,15 @@ def assert_same_samples(fast: Iterable[EngineSample], exact: Iterable[EngineSamp
 
 
 def engines_on(env, count, costs, *, kv=10_000, seqs=4, batched=64, mode="fast", sharing=True, log=None,
-               admission="current_kv"):
+               admission="current_kv", order="fcfs"):
     recorder = Recorder(count)
     probe = None
     if log is not None:
         def probe(event, r):
             log.append((event, r.engine, r.seq_id, round(env.now, 9)))
     engines = [RolloutEngine(env, i, costs, kv, seqs, batched, i, 1, recorder, lambda r: None, mode=mode,
-                             prefix_sharing=sharing, probe=probe, admission=admission) for i in range(count)]
+                             prefix_sharing=sharing, probe=probe, admission=admission, order=order)
+               for i in range(count)]
     return engines, recorder
 
 
@@ -341,6 +342,7 @@ class Scenario:
     pauses: list[tuple[float, str, float]] = field(default_factory=list)  # (time, how, seconds paused)
     admission: str = "current_kv"
     predicted: list[float] | None = None  # each rollout's predicted length over its target (None: exact)
+    order: str = "fcfs"  # the engines' queue order (placement.rollout.scheduling_policy)
 
 
 @dataclass
@@ -366,7 +368,7 @@ def simulate(scenario: Scenario, mode: str, costs=None, scale: int = 1) -> Outco
     costs = costs or real_costs()
     engines, recorder = engines_on(env, scenario.engines, costs, kv=scenario.kv, seqs=scenario.seqs,
                             batched=scenario.batched, mode=mode, sharing=scenario.sharing,
-                            admission=scenario.admission)
+                            admission=scenario.admission, order=scenario.order)
     rollouts = [Rollout(i, g, p, t * scale, False, at) for i, (g, p, t, _, at) in enumerate(scenario.rollouts)]
     predicted = {} if scenario.predicted is None else {
         r.seq_id: r.target_tokens * factor for r, factor in zip(rollouts, scenario.predicted, strict=True)}
@@ -407,6 +409,26 @@ def drive(env: simpy.Environment, engines, submissions: list[tuple[Rollout, int]
     env.process(arrivals())
     env.process(weight_updates())
     env.run()
+
+
+def mispredicted(scenario: Scenario, seed: int, noise: float) -> Scenario:
+    """The scenario with each rollout predicted at its length times exp(noise·N(0,1)), drawn from `seed`."""
+    errors = np.exp(noise * np.random.default_rng(seed).standard_normal(len(scenario.rollouts)))
+    return replace(scenario, predicted=[float(e) for e in errors])
+
+
+def assert_fast_matches_exact(scenario: Scenario) -> None:
+    """The fast mode finishes, preempts, versions and samples what stepping every iteration does, every rollout with
+    its tokens and the cache never over-full."""
+    fast, exact = simulate(scenario, "fast"), simulate(scenario, "exact")
+    assert fast.finished == pytest.approx(exact.finished, rel=1e-9)
+    assert fast.preemptions == exact.preemptions
+    assert fast.versions == exact.versions
+    for outcome in (fast, exact):
+        assert not outcome.kv_overflow
+        assert outcome.generated == {i: t for i, (_, _, t, _, _) in enumerate(scenario.rollouts)}
+    assert_same_samples(fast.samples, exact.samples)
+    assert_consistent_samples(fast)
 
 
 def random_scenario(seed: int) -> Scenario:
@@ -512,14 +534,17 @@ def test_a_preemption_whose_sequence_cannot_return_yet_costs_no_single_iteration
     batched=st.integers(1, 96),
     sharing=st.booleans(),
     admission=st.sampled_from(["current_kv", "past_future"]),
+    order=st.sampled_from(["fcfs", "longest_predicted_first", "shortest_predicted_first"]),
     error=st.floats(0.25, 4.0),
 )
 def test_every_rollout_finishes_with_its_tokens_and_the_cache_never_overflows(prompts, targets, kv_slack, seqs,
-                                                                               batched, sharing, admission, error):
+                                                                               batched, sharing, admission, order,
+                                                                               error):
     rollouts = [(group, prompts[group], target, 0, 0.0) for target, group in targets]
     kv = max(p + t for _, p, t, _, _ in rollouts) + kv_slack
-    # Past-future admission with every other rollout mispredicted by `error` (a factor over or under its length).
-    scenario = Scenario(1, rollouts, kv, seqs, batched, sharing, admission=admission,
+    # Past-future admission and a length-predicted queue order with every other rollout mispredicted by `error` (a
+    # factor over or under its length).
+    scenario = Scenario(1, rollouts, kv, seqs, batched, sharing, admission=admission, order=order,
                         predicted=[error if i % 2 else 1 / error for i in range(len(rollouts))])
     fast = simulate(scenario, "fast", costs=FixedCosts())
     assert not fast.kv_overflow

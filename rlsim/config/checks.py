@@ -412,6 +412,10 @@ def _check_hf_engine(scenario: Scenario, spec: ModelSpec, check: _Checker) -> No
     if rollout.admission != "current_kv":
         check.fail(("placement", "rollout", "admission"), f"{why} runs static batches, which admit nothing while one "
                    "decodes", value=rollout.admission, valid="current_kv, or engine vllm / sglang")
+    if rollout.scheduling_policy != "fcfs":
+        check.fail(("placement", "rollout", "scheduling_policy"), f"{why} fills each static batch with the rollouts "
+                   "queued first and runs it to its longest; a priority would only reorder whole batches, which is not "
+                   "modelled", value=rollout.scheduling_policy, valid="fcfs, or engine vllm / sglang")
     arch = spec.architecture
     if arch.moe is not None or arch.mla is not None:
         check.fail(("placement", "rollout", "engine"), f"{why} is modelled for dense models; {spec.name} has "

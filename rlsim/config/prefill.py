@@ -50,6 +50,10 @@ def check_prefill(scenario: Scenario, spec: ModelSpec, hardware: HardwareCatalog
     if placement.rollout.engine == "hf":
         fail(AT, "Hugging Face generate() prefills and decodes each static batch in one process; it has no KV "
              "connector to ship a prompt's cache elsewhere", value="engine hf", valid="engine vllm or sglang")
+    if placement.rollout.scheduling_policy != "fcfs":
+        fail(("placement", "rollout", "scheduling_policy"), "with prefill engines a rollout reaches its decode engine's "
+             "queue when a prefill engine, first come, first served, is done with it; a priority over both is not "
+             "modelled", value=placement.rollout.scheduling_policy, valid="fcfs, or leave placement.rollout.prefill out")
     if placement.rollout.speculative is not None:
         fail(("placement", "rollout", "speculative"), "with prefill engines the drafter's KV cache of every prompt "
              "would have to be prefilled and shipped too, which rlsim does not price",

@@ -28,7 +28,7 @@ from rlsim.fields import (
     Variants,
 )
 from rlsim.models.architecture import Architecture
-from rlsim.registry import DP_BALANCERS, LOAD_BALANCERS, LONG_TAIL_REMEDIES, SCHEDULES
+from rlsim.registry import DP_BALANCERS, LOAD_BALANCERS, LONG_TAIL_REMEDIES, QUEUE_ORDERS, SCHEDULES
 
 POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 # The model shape's fields (rlsim/models/architecture.py, Hugging Face config.json names) that carry no description of
@@ -239,6 +239,10 @@ class PrefillPlacement(Frozen):
         return self.gpus // self.tp
 
 
+# The order an engine serves its queue in: a policy registered in rlsim/sim/engine/queue_order.py.
+QueueOrderName = Annotated[str, Registered(QUEUE_ORDERS)]
+
+
 class RolloutPlacement(Frozen):
     """Generation engines (vLLM/SGLang): `gpus` GPUs cut into engines of `tp` GPUs each; with `prefill`, these are the
     decode engines and the prompts are prefilled on engines of their own."""
@@ -283,6 +287,14 @@ class RolloutPlacement(Frozen):
         "past_future, only when the running sequences' predicted peak KV with it fits too, each predicted to end at "
         "its length predictor's figure (schedule.length_predictor_noise) — the Past-Future scheduler of LightLLM "
         "(Gong et al., ASPLOS 2025, arXiv 2507.10150): fewer recompute preemptions, more queueing")
+    scheduling_policy: QueueOrderName = Field(
+        "fcfs", description="the order an engine serves its waiting queue in (vLLM's --scheduling-policy): fcfs, first "
+        "come, first served (vLLM's and SGLang's default), or a length-predicted priority, each waiting rollout ranked "
+        "by its remaining tokens as its length predictor (schedule.length_predictor_noise) re-predicts them whenever it "
+        "queues, as the Length Value Model does token by token (arXiv 2604.27039): longest_predicted_first, for a "
+        "synchronous step's makespan (the longest responses start first instead of forming its tail), or "
+        "shortest_predicted_first, the serving systems' shortest-job-first for mean latency (Learning to Rank, arXiv "
+        "2408.15792)")
     speculative: SpeculativeDecoding | None = Field(
         None, description="speculative decoding: drafts verified in one pass of the policy; null: off")
     cuda_graphs: Flag = Field(
@@ -575,11 +587,14 @@ class Schedule(Frozen):
         None, description="sync: a long-tail remedy and its parameters, by kind: tail_batching (RollPacker: "
         "speculative short rounds, the prompts they abort deferred to long rounds), segment_rollout (UloRL: "
         "responses decoded a segment per round, unfinished ones carried over), early_abort (DUET: responses with "
-        "no answer by a horizon aborted and left out of the loss); default: none")
+        "no answer by a horizon aborted and left out of the loss), online_pruning (ARRoL: more rollouts a prompt, those a "
+        "quality head scores at a pruning point pruned toward balanced successes, the survivors trained); default: none")
     load_balancer: LoadBalancerName = Field(
         "round_robin", description="how requests are routed to engines")
-    length_predictor_noise: float = Field(0.0, ge=0.0, allow_inf_nan=False,
-                                          description="relative error of the length predictor (length_aware)")
+    length_predictor_noise: float = Field(
+        0.0, ge=0.0, allow_inf_nan=False,
+        description="relative error of the length predictor: a rollout of length L is predicted at L·exp(σ·N(0,1)) "
+        "(length_aware balancing, past_future admission, a length-predicted placement.rollout.scheduling_policy)")
     group_placement: Literal["together", "spread"] = Field(
         "spread", description="keep a prompt's samples on one engine, or spread them"
     )

@@ -235,6 +235,9 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
         note += f"; {lengths.tool_s:.2f} s of tool calls per trajectory"
     if scenario.schedule.long_tail is not None:
         note += f"; a step without its long-tail remedy ({scenario.schedule.long_tail.kind}: `rlsim run` simulates it)"
+    if scenario.placement.rollout.scheduling_policy != "fcfs":
+        note += (f"; queues served first come, first served, not {scenario.placement.rollout.scheduling_policy} "
+                 "(`rlsim run` simulates it)")
     return StageEstimate("gen", seconds, note)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from rlsim import registry
 from rlsim.config.schema import RolloutPlacement, Schedule
 from rlsim.registry import Registry
+from rlsim.sim.engine.queue_order import uses_predictions
 from rlsim.sim.sequence import Rollout
 
 if TYPE_CHECKING:  # names of policies are read when a scenario is loaded, which must not start the simulator
@@ -112,8 +113,9 @@ def work_stealing(unit: Sequence[Rollout], engines: Sequence[GenerationEngine], 
 
 
 def engines_predict(rollout: RolloutPlacement) -> bool:
-    """Whether the generation engines admit by predicted length, so every rollout is predicted whatever the balancer."""
-    return rollout.admission == "past_future"
+    """Whether the generation engines admit or order their queue by predicted length, so every rollout is predicted
+    whatever the balancer."""
+    return rollout.admission == "past_future" or uses_predictions(rollout.scheduling_policy)
 
 
 class Dispatcher:
@@ -132,7 +134,7 @@ class Dispatcher:
         self.rng = rng
         self.together = schedule.group_placement == "together"
         self.noise = schedule.length_predictor_noise
-        # The engines admit by predicted length (placement.rollout.admission past_future): every rollout is predicted.
+        # The engines admit or order their queue by predicted length: every rollout is predicted.
         self.predicts = self.balancer.predicts or engines_predict
         self.cursor = 0  # round-robin position
         self._loads: dict[Measure, list[float]] = {}  # per engine, within one dispatch call (see `least`)

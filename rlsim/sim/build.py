@@ -112,7 +112,8 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
         engines.append(RolloutEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
                                      engine_layout.max_num_batched_tokens, index[mine[0]], len(mine), recorder,
                                      _not_connected, mode=mode, tool_wait=scenario.workload.tool_wait,
-                                     admission=scenario.placement.rollout.admission))
+                                     admission=scenario.placement.rollout.admission,
+                                     order=scenario.placement.rollout.scheduling_policy))
 
     prefill_engines = _prefill_engines(env, bound, topology, index, recorder, gpus.prefill, rollout, engines, mode)
     tool_calls = tool_calls_for(env, recorder, scenario.workload.environments, np.random.default_rng(environment_seed))

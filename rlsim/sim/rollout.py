@@ -12,8 +12,9 @@ engine
 2. makes room in the KV cache for the tokens the next iteration writes, by preempting the most recently admitted
    sequence until they fit (vLLM's recompute preemption: the sequence returns to the front of the queue and
    re-prefills its prompt and generated tokens when readmitted);
-3. admits waiting sequences first come, first served while a sequence slot (`max_num_seqs`), the token budget and
-   the KV cache allow; none in a boundary that had to preempt (vLLM does the same).
+3. admits waiting sequences first come, first served (or in the order of a length-predicted priority,
+   `rlsim.sim.engine.queue_order`) while a sequence slot (`max_num_seqs`), the token budget and the KV cache allow;
+   none in a boundary that had to preempt (vLLM does the same).
 
 The engine is a process over named parts (`rlsim.sim.engine`): the scheduler (the queue, the running sequences,
 admission and preemption), the KV ledger (what the cache holds, prefix sharing within a GRPO group, released
@@ -82,7 +83,7 @@ class RolloutEngine(EngineControls):
                  on_finish: Callable[[Rollout], None], mode: Literal["fast", "exact"] = "fast",
                  prefix_sharing: bool = True, probe: Probe | None = None, tool_wait: str = "hold",
                  busy_labels: tuple[str, str, str] = ("prefill", "decode", "gen"), unit: str | None = None,
-                 admission: str = "current_kv"):
+                 admission: str = "current_kv", order: str = "fcfs"):
         if kv_capacity_tokens < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError(
                 f"engine {index}: kv_capacity_tokens, max_num_seqs and max_num_batched_tokens must be >= 1, got "
@@ -104,7 +105,7 @@ class RolloutEngine(EngineControls):
                                          self.batch, self._running, self._waiting)
         self.tools = ToolWaits(self, TOOL_WAIT_POLICIES[tool_wait])
         self.scheduler = Scheduler(env, max_num_seqs, max_num_batched_tokens, self.kv, self.batch, self.tools,
-                                   self.telemetry, self._waiting, self._running, admission)
+                                   self.telemetry, self._waiting, self._running, admission, order)
         self.state = EngineState(env, self._run())
 
     def take_prefills_from(self, router: PrefillRouter) -> None:
@@ -183,8 +184,8 @@ class RolloutEngine(EngineControls):
         self.tools.policy = policy
 
     def submit(self, rollout: Rollout, predicted_tokens: float | None = None) -> None:
-        """Queue `rollout` (first come, first served); `predicted_tokens`: its predicted length for length-aware
-        balancing (None: its true target)."""
+        """Queue `rollout` (first come, first served, or at its rank's place); `predicted_tokens`: its predicted
+        length for length-aware balancing, admission and queue order (None: its true target)."""
         if rollout.done:
             raise ValueError(f"rollout {rollout.seq_id} already has its {rollout.target_tokens} tokens")
         self.settle()  # its engine samples the queue it joins: the boundaries before now come first
@@ -358,10 +359,11 @@ class RolloutEngine(EngineControls):
     def _plan_chain(self) -> PreemptionChain | None:
         """The preemption chain the stretch just begun opens, where one can be booked after the fact: nothing may
         observe the boundaries as they pass (a probe), nor change the batch in between (prefills, held tool calls, a
-        pause)."""
+        pause). A chain takes the queue's head to be its last victim, as first come, first served puts it: a ranked
+        queue (length-predicted priority) books each boundary as it comes instead."""
         scheduler = self.scheduler
         if (self.telemetry.probe is not None or scheduler.prefilling or self._holds_kv_in_transit()
-                or self.state.pause is not None):
+                or self.state.pause is not None or scheduler.rank is not None):
             return None
         chain = plan_chain(self.env.now, self.batch, self.kv, self._running, self.max_num_seqs,
                            self.max_num_batched_tokens, self.costs)

@@ -31,14 +31,15 @@ class SequenceLifecycle:
         self.env = engine.env
 
     def queued(self, rollout: Rollout) -> None:
-        """The rollout joined the back of the queue: record a sample, and wake the engine if it idles, or if it
-        decodes a stretch (or prefills a run, whose last chunk may leave room) the rollout could join at the next
-        boundary."""
+        """The rollout joined the queue: record a sample, and wake the engine if it idles, or if it decodes a stretch
+        (or prefills a run, whose last chunk may leave room) the rollout could join at the next boundary — as the
+        queue's head (first come, first served: the only rollout waiting; in a ranked queue, one that outranks the
+        others) that fits."""
         engine = self.engine
         engine.telemetry.sample()
         state, scheduler = engine.state, engine.scheduler
         activity = state.activity
-        if activity is IDLE or ((activity is DECODING or activity is PREFILLING) and len(scheduler.waiting) == 1
+        if activity is IDLE or ((activity is DECODING or activity is PREFILLING) and scheduler.waiting[0] is rollout
                                 and scheduler.fits_now(rollout)):
             state.wake()
 

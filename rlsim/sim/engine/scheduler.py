@@ -1,6 +1,7 @@
 """Which sequences an engine runs: vLLM V1's scheduler, at the boundary between two iterations."""
 from __future__ import annotations
 
+from bisect import insort_right
 from collections import deque
 from math import ceil
 from typing import TYPE_CHECKING
@@ -10,6 +11,7 @@ import simpy
 from rlsim.sim.engine.admission import predicted_peak_tokens
 from rlsim.sim.engine.decode_batch import DecodeBatch
 from rlsim.sim.engine.kv_ledger import KVLedger
+from rlsim.sim.engine.queue_order import QUEUE_ORDERS, repredicted_remaining
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.telemetry import EngineTelemetry
 from rlsim.sim.engine.tool_waits import ToolWaits
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
 
 
 class Scheduler:
-    """The engine's outstanding rollouts: its queue (`waiting`, first come, first served) and its `running` sequences
+    """The engine's outstanding rollouts: its queue (`waiting`, first come, first served unless a length-predicted
+    `order` ranks it: `rlsim.sim.engine.queue_order`) and its `running` sequences
     in admission order, of which those still `prefilling`. At a boundary it makes room in the KV cache for the tokens
     the next iteration writes, preempting the most recently admitted sequence until they fit (vLLM's recompute
     preemption: the sequence returns to the front of the queue and re-prefills its prompt and generated tokens when
@@ -35,11 +38,11 @@ class Scheduler:
 
     __slots__ = ("env", "max_num_seqs", "max_num_batched_tokens", "kv", "batch", "tools", "telemetry", "waiting",
                  "running", "prefilling", "queued_tokens", "preemptions", "interruptions", "left", "predicted_total",
-                 "generated_total", "fetch", "past_future", "_predicted", "_admissions")
+                 "generated_total", "fetch", "past_future", "rank", "_predicted", "_admissions")
 
     def __init__(self, env: simpy.Environment, max_num_seqs: int, max_num_batched_tokens: int, kv: KVLedger,
                  batch: DecodeBatch, tools: ToolWaits, telemetry: EngineTelemetry, waiting: deque[Rollout],
-                 running: dict[Rollout, Slot], admission: str = "current_kv"):
+                 running: dict[Rollout, Slot], admission: str = "current_kv", order: str = "fcfs"):
         self.env = env
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -59,6 +62,7 @@ class Scheduler:
         self.generated_total = 0  # tokens they generated (booked)
         self.fetch: KVFetch | None = None  # a decode engine's rollouts prefilled elsewhere (prefill/decode disaggregation)
         self.past_future = admission == "past_future"
+        self.rank = QUEUE_ORDERS[order].rank  # None: first come, first served
         self._admissions = 0
 
     def submit(self, rollout: Rollout, predicted: float, queue: bool = True) -> None:
@@ -71,9 +75,20 @@ class Scheduler:
             self.queue(rollout)
 
     def queue(self, rollout: Rollout) -> None:
-        """Queue at the back: submitted, or back from tool calls that released its slot."""
-        self.waiting.append(rollout)
+        """Queue at the back (at its rank's place in a ranked queue): submitted, or back from tool calls that
+        released its slot."""
+        if self.rank is None:
+            self.waiting.append(rollout)
+        else:
+            self._insert_by_rank(rollout)
         self.queued_tokens += rollout.context_tokens
+
+    def _insert_by_rank(self, rollout: Rollout) -> None:
+        """Queue the rollout after every waiting one of a lower or equal rank, re-predicted from its progress; its
+        rank holds while it waits, as it generates nothing."""
+        rank, predicted = self.rank, self._predicted
+        assert rank is not None
+        insort_right(self.waiting, rollout, key=lambda waiting: rank(repredicted_remaining(waiting, predicted[waiting])))
 
     def finish(self, slot: Slot) -> None:
         """The slot's rollout reached its target: it leaves, its KV freed."""
@@ -240,7 +255,10 @@ class Scheduler:
             self.kv.drop(slot, rollout.context_tokens)
         if isinstance(rollout, MultiTurnRollout) and rollout.in_tool:
             return  # it queues again when its tools return
-        self.waiting.appendleft(rollout)
+        if self.rank is None:
+            self.waiting.appendleft(rollout)
+        else:
+            self._insert_by_rank(rollout)
         self.queued_tokens += rollout.context_tokens
 
     def _admit(self, rollout: Rollout) -> Slot:
