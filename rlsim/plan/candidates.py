@@ -25,7 +25,8 @@ STALENESS = (1, 2, 4)  # small bounds, the range AReaL studies (Fu et al. 2025, 
 DEDICATED_MEMORY_UTILIZATION = 0.9
 TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_batch_tokens", "logprob_micro_batch_tokens",
                         "activation_recompute", "offload_params", "offload_optimizer", "virtual_pipeline_stages",
-                        "reference_weights", "sequence_packing", "pp_pads_micro_batches", "logprob_kernel")
+                        "reference_weights", "sequence_packing", "pp_pads_micro_batches", "logprob_kernel",
+                        "overlap_grad_reduce")
 # Extra simulations refinement may spend: an async winner has up to five neighbours (two splits, two staleness bounds,
 # the other way of taking weights), so 12 allow two full rounds and most of a third. On the documented workload at 64
 # H100s, 4 stopped after one round at η=2 interrupted (201k tokens/s); the climb ends at η=2 in flight (212k) after 11.
