@@ -45,6 +45,9 @@ class RoleGPUs:
     prefill: tuple[GPU, ...] = ()  # prefill engines' GPUs (prefill/decode disaggregation); none without
 
 
+DomainKey = tuple[str, int]  # a scale-up domain: (pool, index)
+RailKey = tuple[int, int]  # a NIC rail of a node: (node, rail)
+
 _SOURCE = ("source",)
 _SINK = ("sink",)
 _CORE = ("core",)
@@ -232,8 +235,11 @@ class ClusterTopology:
             self._flows[key] = self._transfer(sources, sinks, factors)
         return self._flows[key]
 
-    def group(self, gpus: Iterable[GPU]) -> CommGroup:
-        """What a communicator over `gpus` can use; see CommGroup."""
+    def group(self, gpus: Iterable[GPU], alongside: Iterable[GPU] = ()) -> CommGroup:
+        """What a communicator over `gpus` can use; see CommGroup. `alongside`: GPUs that run the same collective in
+        communicators of their own at the same time (the other tensor-parallel ranks' data-parallel groups), whose
+        traffic shares a NIC rail with this group's members where a node has fewer rails than GPUs: each rail's
+        bandwidth is split among the GPUs sending through it."""
         members = tuple(sorted(set(gpus)))
         if not members:
             raise ValueError("a communicator needs at least one GPU")
@@ -243,10 +249,11 @@ class ClusterTopology:
         layouts = {g.pool: self._layout(g.pool) for g in members}
         scale_up = min((lay.hardware.intra_node for lay in layouts.values()), key=lambda link: link.bytes_per_s)
         up_rates = [_domain_rate(layouts[pool], count) for (pool, _), count in per_domain.items()]
-        rails: dict[tuple[str, int], set[tuple[int, int]]] = defaultdict(set)
+        rails: dict[DomainKey, set[RailKey]] = defaultdict(set)
         for gpu in members:
             if layouts[gpu.pool].nics_per_node:
                 rails[self.domain(gpu)].add((gpu.node, layouts[gpu.pool].rail(gpu)))
+        shares = self._rail_shares(members, alongside)
         links = [lay.hardware.inter_node for lay in layouts.values()
                  if lay.nics_per_node and lay.hardware.inter_node is not None]
         scale_out = min(links, key=lambda link: link.bytes_per_s) if links and len(links) == len(layouts) else None
@@ -256,7 +263,7 @@ class ClusterTopology:
         nics = 0
         if scale_out is not None:
             per_rail = {pool: min(scale_out.bytes_per_s, lay.hardware.host_link.bytes_per_s) for pool, lay in layouts.items()}
-            totals = {d: len(rails[d]) * per_rail[d[0]] for d in per_domain}
+            totals = {d: sum(shares[d, rail] for rail in rails[d]) * per_rail[d[0]] for d in per_domain}
             out_total = min(totals.values())
             out_per_gpu = min(totals[d] / per_domain[d] for d in per_domain)
             nics = min(len(rails[d]) for d in per_domain)
@@ -275,6 +282,22 @@ class ClusterTopology:
         )
 
     # ---- internals --------------------------------------------------------------------------------------------
+
+    def _rail_shares(self, members: tuple[GPU, ...], alongside: Iterable[GPU]) -> dict[tuple[DomainKey, RailKey], float]:
+        """The share of each NIC rail the members drive that is theirs: members on the rail over every GPU sending
+        through it at once (members and `alongside`), by (domain, (node, rail))."""
+        own: Counter[tuple[DomainKey, RailKey]] = Counter()
+        busy: Counter[tuple[DomainKey, RailKey]] = Counter()
+        member_set = set(members)
+        for gpu in member_set | set(alongside):
+            layout = self._layout(gpu.pool)
+            if not layout.nics_per_node:
+                continue
+            key = (self.domain(gpu), (gpu.node, layout.rail(gpu)))
+            busy[key] += 1
+            if gpu in member_set:
+                own[key] += 1
+        return {key: own[key] / busy[key] for key in own}
 
     def _layout(self, pool: str) -> _PoolLayout:
         try:

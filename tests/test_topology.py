@@ -112,6 +112,28 @@ def test_group_inside_and_across_nodes(h100):
     assert half.scale_out_bytes_per_s == pytest.approx(200e9)
 
 
+def test_communicators_running_at_once_share_a_rail_a_node_has_fewer_of_than_gpus():
+    """HybridFlow's testbed (arXiv 2409.19256 §8.1): A100 nodes joined by 200 Gb/s per machine, one rail for eight
+    GPUs. A data-parallel group of one GPU per node alone has the rail; with the other seven GPUs of each node reducing
+    in groups of their own at the same time, it gets an eighth. With one rail per GPU (the profile's eight), the
+    others use rails of their own and nothing changes."""
+    lines = "    - {name: main, gpu: a100-80gb-sxm, nodes: 2, nics_per_node: 1}"
+    shared = ClusterTopology.from_pools(bind(parse_scenario(SCENARIO.format(pools=lines, first="main",
+                                                                            last="main"))).pools)
+    gpus = shared.gpus("main")
+    ring = [gpus[0], gpus[8]]  # tensor-parallel rank 0's data-parallel group across the two nodes
+    alone = shared.group(ring)
+    assert alone.nics_per_domain == 1 and alone.scale_out_bytes_per_s == pytest.approx(25e9)
+    crowded = shared.group(ring, alongside=gpus)
+    assert crowded.scale_out_bytes_per_s == pytest.approx(25e9 / 8)
+    assert crowded.scale_out_bytes_per_s_per_gpu == pytest.approx(25e9 / 8)
+    pair = shared.group([gpus[0], gpus[1], gpus[8], gpus[9]], alongside=gpus)  # two members per node on the rail
+    assert pair.scale_out_bytes_per_s == pytest.approx(2 * 25e9 / 8)
+    own_rails = topology(("main", "a100-80gb-sxm", 2))
+    every = own_rails.gpus("main")
+    assert own_rails.group([every[0], every[8]], alongside=every) == own_rails.group([every[0], every[8]])
+
+
 def test_mi300x_mesh_gives_a_pair_one_link():
     topo = topology(("main", "mi300x", 1))
     gpus = topo.gpus("main")

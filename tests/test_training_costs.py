@@ -327,6 +327,43 @@ def test_megatron_ring_attention_passes_blocks_to_the_next_rank_at_the_slowest_h
     assert TrainingCosts(spec, RATES, layout, spread).layer_forward("dense", [16384]).attention > 0
 
 
+def test_data_parallel_groups_of_a_stage_share_the_node_nic_when_a_node_has_one():
+    """Every tensor-parallel rank reduces its gradients in its own data-parallel group at the same time: on nodes with
+    one 200 Gb/s NIC for eight A100s (HybridFlow's testbed, arXiv 2409.19256 §8.1) the eight groups split it, so a
+    large reduce-scatter takes about eight times as long as on nodes with a NIC per GPU."""
+    def dp_on(nics: int):
+        pool = Pool(name="main", gpu="a100-80gb-sxm", nodes=2, gpus_per_node=8, intra_node="nvlink3", inter_node="ib-hdr",
+                    nics_per_node=nics)
+        topology = ClusterTopology.from_pools({"main": pool_hardware(pool, HARDWARE)})
+        layout = TrainingPlacement(gpus=16, tp=8, dp=2, backend="megatron", zero_stage=1)
+        return GroupCollectives.on_cluster(topology, topology.gpus("main"), layout).dp
+
+    gradients = 4 * 13e9 / 8  # fp32 gradients of a 13B model's tensor-parallel shard
+    shared, own = dp_on(1)("reduce_scatter", gradients), dp_on(8)("reduce_scatter", gradients)
+    assert shared == pytest.approx(8 * own, rel=0.01)
+
+
+def test_gradients_reduced_after_the_backward_pass_expose_what_the_overlap_hid():
+    """ZeRO-1 reduces each layer's gradients under the last micro-batch's backward pass (Megatron's
+    overlap_grad_reduce); verl's Megatron workers turn that off, so every layer's reduce-scatter waits for the end of
+    the backward pass: the compute is the same, all the reduce-scatters are exposed, and the exposed time grows by
+    what the overlap hid, at most the last micro-batch's backward pass."""
+    spec = MODELS.spec("Qwen2.5-7B")
+    batch = [[4096] * 2] * 3
+
+    def update(overlap: bool) -> TrainingTime:
+        layout = TrainingPlacement(gpus=8, dp=8, backend="megatron", zero_stage=1, activation_recompute="none",
+                                   overlap_grad_reduce=overlap)
+        return TrainingCosts(spec, RATES, layout, GroupCollectives(dp=ring(8, bus_bytes_per_s=20e9))).update(batch).stages[0]
+
+    under, after = update(True), update(False)
+    assert (after.forward, after.backward, after.optimizer) == (under.forward, under.backward, under.optimizer)
+    layer = sum(spec.layer_params("dense").values())
+    every_layer = spec.architecture.num_hidden_layers * ring(8, 20e9)("reduce_scatter", 4 * layer)
+    assert after.exposed_collective > every_layer
+    assert 0 < after.exposed_collective - under.exposed_collective <= after.backward / len(batch)
+
+
 def test_fsdp_gathers_hide_behind_compute_unless_the_network_is_slow():
     layout = TrainingPlacement(gpus=8, dp=8, backend="fsdp", zero_stage=3, activation_recompute="full")
     spec = MODELS.spec("Qwen2.5-7B")

@@ -380,6 +380,11 @@ class TrainingPlacement(Frozen):
     activation_recompute: Literal["none", "selective", "full"] = Field(
         "full", description="activations recomputed in the backward pass instead of stored: none, selective (attention only) or "
         "full (verl actor_rollout_ref.model.enable_gradient_checkpointing is full)")
+    overlap_grad_reduce: Flag = Field(
+        True, description="ZeRO-0/1: the data-parallel gradient reduction runs layer by layer under the last "
+        "micro-batch's backward pass (Megatron's overlap_grad_reduce, NeMo-RL's distributed_data_parallel_config; PyTorch "
+        "DDP's buckets); false: all of it after the backward, as verl's Megatron workers do (overlap_grad_reduce=False "
+        "in verl/utils/megatron_utils.py unless override_ddp_config sets it)")
     sequence_packing: Flag = Field(
         True, description="pack whole sequences into micro-batches of micro_batch_tokens (verl's use_remove_padding, "
         "NeMo-RL's sequence_packing); false: every sequence is padded to the longest of the step's batch and a "

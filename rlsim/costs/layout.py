@@ -56,6 +56,7 @@ class TrainingLayout:
     micro_batch_tokens: int = 16384
     forward_micro_batch_tokens: int = 16384  # per GPU in the forward-only passes (log-probs, reference, values)
     activation_recompute: Recompute = "full"
+    overlap_grad_reduce: bool = True  # ZeRO-0/1's gradient reduction under the last backward, or after it
     sequence_packing: bool = True
     pp_pads_micro_batches: bool = False
     logprob_kernel: LogprobKernel = "fused"

@@ -27,7 +27,8 @@ What a micro-batch costs, layer by layer (one GPU; T = the micro-batch's tokens 
   Σ max(0, comm_i − compute_(i−1)) plus the first gather and the last reduce-scatter, which nothing hides. ZeRO-2
   reduce-scatters gradients every micro-batch the same way; ZeRO-0/1 reduce once per mini-batch, during the last
   micro-batch's backward, layer by layer with the same overlap rule (the effect of PyTorch DDP buckets and Megatron's
-  --overlap-grad-reduce, at layer granularity), and ZeRO-1/2 all-gather the updated weights after the optimizer step.
+  --overlap-grad-reduce, at layer granularity) or, without that overlap (`overlap_grad_reduce: false`, verl's Megatron
+  workers), all after it; ZeRO-1/2 all-gather the updated weights after the optimizer step.
 * **Pipeline**: 1F1B (and Megatron's interleaved schedule with v model chunks per stage) is played out op by op, so the
   wall time of unequal micro-batches is exact (a framework that pads every micro-batch to one shape for the pipeline
   passes `pad_to`: the padding runs through the GEMMs, elementwise work, head and sends, not attention); with equal

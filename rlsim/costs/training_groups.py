@@ -40,21 +40,23 @@ class GroupCollectives:
         Ranks follow Megatron-Core's default order, TP fastest, then CP, DP and PP (rank = t + tp·(c + cp·(d + dp·s))),
         so TP stays inside a node. Routed experts use the folded grid (expert TP 1): EP groups are consecutive ranks of
         a stage, expert data parallelism strides over them. Every rank of a regular layout sees groups of the same shape.
+        Every rank of a stage reduces its gradients and gathers its weights at once, each in its own data-parallel
+        group, so those groups share the NIC rails of a node that has fewer rails than GPUs.
         """
         dp = layout.dp
         stage = layout.tp * layout.cp * dp
         if len(gpus) < stage * layout.pp:
             raise ValueError(f"the layout needs {stage * layout.pp} GPUs, {len(gpus)} given")
 
-        def on(ranks: Sequence[int]) -> Collective | None:
-            return _priced(topology.group(gpus[r] for r in ranks)) if len(ranks) > 1 else None
+        def on(ranks: Sequence[int], alongside: Sequence[GPU] = ()) -> Collective | None:
+            return _priced(topology.group((gpus[r] for r in ranks), alongside)) if len(ranks) > 1 else None
 
         hardware = topology.hardware(gpus[0].pool)
         link = hardware.host_link
         host_rate = link.bytes_per_s * HOST_LINK_EFFICIENCY
         return cls(
-            dp=on([layout.tp * j for j in range(layout.cp * dp)]),
-            expert_dp=on([layout.ep * j for j in range(stage // layout.ep)]),
+            dp=on([layout.tp * j for j in range(layout.cp * dp)], gpus[:stage]),
+            expert_dp=on([layout.ep * j for j in range(stage // layout.ep)], gpus[:stage]),
             tp=on(range(layout.tp)),
             cp=_ring(topology, [gpus[layout.tp * j] for j in range(layout.cp)]) if layout.cp > 1 else None,
             ep=on(range(layout.ep)),

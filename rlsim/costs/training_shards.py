@@ -135,10 +135,15 @@ class ShardPricing:
         gathers = [gather_of[kind] for kind in order]
         reduces = [reduce_of[kind] for kind in order]
         root_reduce = self.reduce(self.root_trained[chunk], 0.0) if reduce_gradients else 0.0
+        after = root_reduce
+        if self.layout.zero_stage <= 1 and not self.layout.overlap_grad_reduce:
+            # Reduced after the backward pass, every layer's gradients at once (verl's Megatron DDP).
+            after += sum(reduces)
+            reduces = [0.0] * len(order)
         # While layer i computes, the next layer's gather and the previous layer's reduce-scatter run.
         comms = tuple(((gathers[i + 1] if i + 1 < len(order) else 0.0) + (reduces[i - 1] if i > 0 else 0.0), kind)
                       for i, kind in enumerate(order))
-        after = reduces[-1] + root_reduce
+        after += reduces[-1]
         if self.layout.offload_params and reduce_gradients:
             # The gradient shards go to host memory, where the offloaded weights live.
             assert self.collectives.host is not None

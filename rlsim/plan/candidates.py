@@ -25,7 +25,8 @@ STALENESS = (1, 2, 4)  # small bounds, the range AReaL studies (Fu et al. 2025, 
 DEDICATED_MEMORY_UTILIZATION = 0.9
 TRAINING_LAYOUT_KEYS = ("backend", "zero_stage", "tp", "pp", "cp", "ep", "micro_batch_tokens", "logprob_micro_batch_tokens",
                         "activation_recompute", "offload_params", "offload_optimizer", "virtual_pipeline_stages",
-                        "reference_weights", "sequence_packing", "pp_pads_micro_batches", "logprob_kernel")
+                        "reference_weights", "sequence_packing", "pp_pads_micro_batches", "logprob_kernel",
+                        "overlap_grad_reduce")
 # Extra simulations refinement may spend: an async winner has up to five neighbours (two splits, two staleness bounds,
 # the other way of taking weights), so 12 allow two full rounds and most of a third. On the documented workload at 64
 # H100s, 4 stopped after one round at η=2 interrupted (201k tokens/s); the climb ends at η=2 in flight (212k) after 11.
@@ -130,8 +131,8 @@ class Candidate:
 def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Candidate]:
     """Every candidate for `gpus` GPUs of profile `gpu`; `base` is the base scenario as written (for its rollout and
     training settings). Candidates may still be invalid or not fit: the planner validates and prunes them."""
-    nodes, per_node = (gpus // gpus_per_node, gpus_per_node) if gpus >= gpus_per_node else (1, gpus)
-    cluster = [{"name": "main", "gpu": gpu, "nodes": nodes, "gpus_per_node": per_node}]
+    per_node = min(gpus, gpus_per_node)
+    cluster = [_pool("main", gpu, gpus, gpus_per_node, base)]
     placement = base.get("placement") or {}
     rollout_base = {k: v for k, v in (placement.get("rollout") or {}).items() if k not in ("gpus", "tp", "pool")}
     training_base = {k: v for k, v in (placement.get("training") or {}).items() if k in TRAINING_LAYOUT_KEYS}
@@ -191,8 +192,8 @@ def cross_pool_candidates(base: dict, first: tuple[str, int, int], second: tuple
     found = []
     for (rollout_gpu, rollout_count, rollout_node), (train_gpu, train_count, train_node) in ((first, second),
                                                                                             (second, first)):
-        cluster = [_pool("rollout", rollout_gpu, rollout_count, rollout_node),
-                   _pool("train", train_gpu, train_count, train_node)]
+        cluster = [_pool("rollout", rollout_gpu, rollout_count, rollout_node, base),
+                   _pool("train", train_gpu, train_count, train_node, base)]
         for tp in (t for t in ROLLOUT_TPS if t <= min(rollout_node, rollout_count) and rollout_count % t == 0):
             layout = {"mode": "disaggregated",
                       "rollout": {**rollout_base, "pool": "rollout", "gpus": rollout_count, "tp": tp,
@@ -238,7 +239,7 @@ def judge_candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> lis
         left = gpus - judge
         if judge % judge_tp or left < 2:
             continue
-        whole = [_pool("main", gpu, gpus, gpus_per_node)]
+        whole = [_pool("main", gpu, gpus, gpus_per_node, base)]
         for candidate in candidates(base, left, gpu, gpus_per_node):
             placement = {**candidate.overrides["placement"], "reward_model": {"gpus": judge, "tp": judge_tp}}
             found.append(replace(candidate, gpus=gpus, judge_gpus=judge,
@@ -246,9 +247,18 @@ def judge_candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> lis
     return found
 
 
-def _pool(name: str, gpu: str, count: int, per_node: int) -> dict[str, Any]:
+# A base pool's network, kept when a planned pool has its GPU type: the links a testbed had (HybridFlow's A100 nodes
+# with one 200 Gb/s NIC each, where the profile has eight) are part of the question the plan answers.
+POOL_LINK_KEYS = ("intra_node", "inter_node", "nics_per_node")
+
+
+def _pool(name: str, gpu: str, count: int, per_node: int, base: dict) -> dict[str, Any]:
+    """A planned pool of `count` GPUs of `gpu`, whole nodes of `per_node` (or one smaller node), with the links of
+    the base's first pool of that GPU type."""
     nodes, per = (count // per_node, per_node) if count >= per_node else (1, count)
-    return {"name": name, "gpu": gpu, "nodes": nodes, "gpus_per_node": per}
+    same = [p for p in ((base.get("cluster") or {}).get("pools") or []) if isinstance(p, dict) and p.get("gpu") == gpu]
+    links = {k: same[0][k] for k in POOL_LINK_KEYS if same and k in same[0]}
+    return {"name": name, "gpu": gpu, "nodes": nodes, "gpus_per_node": per, **links}
 
 
 def _roles_used(base: dict) -> set[str]:
