@@ -56,6 +56,7 @@ DEFAULTS: dict[str, tuple[Any, str]] = {key: (value, BASE) for key, value in {
     f"{MEGATRON}.expert_model_parallel_size": 1,
     f"{MEGATRON}.optimizer.use_distributed_optimizer": True,
     f"{MEGATRON}.optimizer.optimizer_cpu_offload": False,
+    f"{MEGATRON}.distributed_data_parallel_config.overlap_grad_reduce": True,
     "policy.dynamic_batching.enabled": False,
     "policy.dynamic_batching.train_mb_tokens": "${mul:${policy.max_total_sequence_length}, ${policy.train_micro_batch_size}}",
     "policy.dynamic_batching.logprob_mb_tokens": "${mul:${policy.max_total_sequence_length}, ${policy.logprob_batch_size}}",
@@ -128,6 +129,8 @@ RULES: tuple[KeyRule, ...] = (
     KeyRule(f"{MEGATRON}.optimizer.use_distributed_optimizer", "placement.training.zero_stage",
             "Megatron: true → 1, false → 0"),
     KeyRule(f"{MEGATRON}.optimizer.optimizer_cpu_offload", "placement.training.offload_optimizer", "Megatron"),
+    KeyRule(f"{MEGATRON}.distributed_data_parallel_config.overlap_grad_reduce",
+            "placement.training.overlap_grad_reduce", "Megatron: as is"),
     KeyRule(f"{MEGATRON}.fp8_cfg.enabled", "placement.training.precision", "true → fp8 (Transformer Engine)"),
     KeyRule(f"{MEGATRON}.activation_checkpointing", "placement.training.activation_recompute",
             "Megatron: true → recompute_granularity (full or selective), false → none"),
@@ -315,6 +318,8 @@ def _training(draft: Draft, reader: Reader) -> None:
             draft.set(f"{at}.{field}", value, origin)
         distributed, distributed_from = reader.flag(f"{MEGATRON}.optimizer.use_distributed_optimizer")
         draft.set(f"{at}.zero_stage", 1 if distributed else 0, distributed_from)
+        overlap, overlap_from = reader.flag(f"{MEGATRON}.distributed_data_parallel_config.overlap_grad_reduce")
+        draft.set(f"{at}.overlap_grad_reduce", overlap, overlap_from)
         checkpointing, checkpointing_from = reader.flag(f"{MEGATRON}.activation_checkpointing")
         granularity = reader.get(f"{MEGATRON}.recompute_granularity").value if checkpointing else "none"
         draft.set(f"{at}.activation_recompute", granularity if granularity in ("full", "selective") else "full",

@@ -59,6 +59,9 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
     f"{ACTOR}.megatron.param_offload": (False, MEGATRON),
     f"{ACTOR}.megatron.optimizer_offload": (False, MEGATRON),
     f"{ACTOR}.megatron.override_transformer_config.recompute_granularity": (None, MEGATRON),
+    # Not in the trainer config: verl/utils/megatron_utils.py builds Megatron's DDP config with it off, and
+    # override_ddp_config ({} by default) may turn it on.
+    f"{ACTOR}.megatron.override_ddp_config.overlap_grad_reduce": (False, "verl/utils/megatron_utils.py's DDP config"),
     "actor_rollout_ref.ref.megatron.param_offload": (
         "${oc.select:actor_rollout_ref.actor.megatron.param_offload,False}", MEGATRON),
     f"{ROLLOUT}.name": ("???", PPO),
@@ -153,6 +156,8 @@ RULES: tuple[KeyRule, ...] = (
     KeyRule(f"{ACTOR}.megatron.expert_model_parallel_size", "placement.training.ep", "Megatron"),
     KeyRule(f"{ACTOR}.megatron.use_distributed_optimizer", "placement.training.zero_stage",
             "Megatron: true → 1 (optimizer sharded), false → 0"),
+    KeyRule(f"{ACTOR}.megatron.override_ddp_config.overlap_grad_reduce", "placement.training.overlap_grad_reduce",
+            "Megatron: as is (verl leaves it off: gradients reduced after the backward pass)"),
     KeyRule(f"{ACTOR}.fsdp_config.param_offload", "placement.training.offload_while_generating.weights, "
             "offload_weights_per_call", "the weights leave the GPU between worker calls (V10)"),
     KeyRule(f"{ACTOR}.fsdp_config.optimizer_offload", "placement.training.offload_while_generating.optimizer",
@@ -490,6 +495,8 @@ def _training(draft: Draft, reader: Reader) -> None:
             draft.set(f"{at}.virtual_pipeline_stages", value, origin)
         distributed, distributed_from = reader.flag(f"{ACTOR}.megatron.use_distributed_optimizer")
         draft.set(f"{at}.zero_stage", 1 if distributed else 0, distributed_from)
+        overlap, overlap_from = reader.flag(f"{ACTOR}.megatron.override_ddp_config.overlap_grad_reduce")
+        draft.set(f"{at}.overlap_grad_reduce", overlap, overlap_from)
         recompute = reader.get(f"{ACTOR}.megatron.override_transformer_config.recompute_granularity")
         granularity = recompute.value if recompute.value in ("full", "selective") else "none"
         draft.set(f"{at}.activation_recompute", granularity, recompute.origin)
