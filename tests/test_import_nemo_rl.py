@@ -119,6 +119,7 @@ cluster: {num_nodes: 2}
     assert (t.backend, t.pp, t.zero_stage, t.activation_recompute) == ("megatron", 2, 1, "full")
     assert (t.micro_batch_tokens, t.logprob_micro_batch_tokens) == (4096, 8192)  # as V3's Llama-3.1-8B row
     assert t.pp_pads_micro_batches and t.offload_host_memory.optimizer == "pageable"
+    assert t.overlap_grad_reduce is True  # grpo_math_1B.yaml's distributed_data_parallel_config
     assert s.algorithm.mini_batches == 4 and s.schedule.weight_sync.method == "per_tensor"
 
 

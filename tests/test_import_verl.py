@@ -142,6 +142,12 @@ trainer: {nnodes: 4, n_gpus_per_node: 8}
     t = s.placement.training
     assert (t.backend, t.tp, t.pp, t.cp, t.zero_stage) == ("megatron", 4, 2, 2, 1)
     assert t.logprob_kernel == "fp32_vocab_parallel" and s.schedule.weight_sync.method == "per_tensor"
+    # verl reduces Megatron's gradients after the backward pass unless override_ddp_config says otherwise.
+    assert t.overlap_grad_reduce is False
+    overlapped = config.replace("      context_parallel_size: 2\n", "      context_parallel_size: 2\n"
+                                "      override_ddp_config: {overlap_grad_reduce: true}\n")
+    code, out = _import(tmp_path, ("dapo-overlapped.yaml", overlapped))
+    assert code == 0 and rlsim.load_scenario(out).placement.training.overlap_grad_reduce is True
 
 
 ONE_STEP_OFF = """\
