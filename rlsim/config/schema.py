@@ -631,6 +631,32 @@ class Run(Frozen):
         "(sections failures, checkpoint, evaluation). Unset: no goodput")
 
 
+AGENT_NAME = r"^[A-Za-z][A-Za-z0-9_\-]*$"
+
+
+class Agent(Frozen):
+    """One policy of a multi-agent run (MARFT's agents, FlexMARL's heterogeneous agents): its own model, rollout
+    engines and training layout, on GPUs of its own."""
+
+    name: str = Field(pattern=AGENT_NAME, description="how agents.turn_order calls it, and its label in reports")
+    model: ModelConfig | None = Field(
+        None, description="its policy model (a catalog name, as the scenario's `model`); default: the scenario's")
+    placement: Placement | None = Field(
+        None, description="its rollout engines and training layout, on pools no other agent uses; default: the "
+        "scenario's placement (one agent at most may take it)")
+
+
+class Agents(Frozen):
+    """Several policies trained together on trajectories that call them in turn (multi-agent RL: MARFT, FlexMARL).
+    Each call of a trajectory is one generation by the agent it names, whose prompt is the trajectory so far; each
+    agent trains on its own calls."""
+
+    turn_order: list[str] = Field(
+        min_length=2, max_length=64, description="the agents a trajectory calls, in order (planner, coder, coder: "
+        "three calls, two of them the coder's); an agent's share of the calls is how often it appears")
+    members: list[Agent] = Field(min_length=2, max_length=16, description="the agents, each on GPUs of its own")
+
+
 class Scenario(Frozen):
     # Set by rlsim.api: the YAML this scenario was read from, so that `with_` re-applies a change to what the user
     # wrote (derived defaults follow it). Not content: two scenarios with equal fields are equal wherever they came from.
@@ -659,6 +685,9 @@ class Scenario(Frozen):
     evaluation: Evaluation | None = Field(
         None, description="run.horizon: a generation-only validation pass every test_freq steps (verl "
         "trainer.test_freq); left out, none")
+    agents: Agents | None = Field(
+        None, description="multi-agent RL: several policies, each with its own engines and training GPUs, called in "
+        "turn by every trajectory; left out, one policy (the scenario's model and placement)")
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Scenario) and self.__dict__ == other.__dict__

@@ -235,6 +235,9 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
         note += f"; {lengths.tool_s:.2f} s of tool calls per trajectory"
     if scenario.schedule.long_tail is not None:
         note += f"; a step without its long-tail remedy ({scenario.schedule.long_tail.kind}: `rlsim run` simulates it)"
+    if scenario.agents is not None:
+        note += ("; the scenario's own model and placement generating alone, not its agents calling each other in "
+                 "turn (`rlsim run` simulates them)")
     return StageEstimate("gen", seconds, note)
 
 
