@@ -185,3 +185,12 @@ def test_labels_sum_to_wall_time_on_every_gpu_of_a_two_agent_run():
     for seconds in gpu_label_seconds(log):
         assert sum(seconds.values()) == pytest.approx(log.wall_s, rel=1e-9)
         assert seconds.get("unassigned", 0.0) == 0.0
+
+
+def test_the_same_multi_agent_scenario_and_seed_give_identical_runs():
+    from rlsim.metrics import summary
+
+    first, second = two_agents(seed=5), two_agents(seed=5)
+    assert summary(first, 1) == summary(second, 1)
+    assert agent_metrics(first, 1) == agent_metrics(second, 1)
+    assert agent_metrics(two_agents(seed=6), 1) != agent_metrics(first, 1)

@@ -24,6 +24,7 @@ def _agent(log: EventLog, agent: AgentRecord, measured: set[int], window: float,
         for label, value in range_label_seconds(log.spans, first, count).items():
             seconds[label] += value
     tokens = sum(s.tokens for s in own)
+    total = sum(seconds.values())
     return {
         "model": agent.model,
         "gpus": agent.gpu_count,
@@ -37,5 +38,6 @@ def _agent(log: EventLog, agent: AgentRecord, measured: set[int], window: float,
         "busy_until_s": sum(s.seconds for s in own) / len(own) if own else 0.0,
         "stages_s": stage_means(own),
         "gpu_seconds_by_label": seconds,
+        "label_shares": {label: value / total if total else 0.0 for label, value in seconds.items()},
         "utilisation": utilisation(seconds),
     }
