@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Unit = Literal["s", "fraction", "count", "per_s", "per_gpu_hour", "usd", "gpu_hours", "versions"]
+Better = Literal["lower", "higher", "neither"]
 
 
 @dataclass(frozen=True)
@@ -13,7 +14,7 @@ class Headline:
     path: tuple[str, ...]  # where the value lives in metrics.json
     title: str
     unit: Unit
-    better: Literal["lower", "higher", "neither"]
+    better: Better
     optional: bool = False  # only some runs have it (goodput, prefill engines, a pool): shown where present
 
     @property
@@ -71,7 +72,7 @@ HEADLINES = (
 
 
 # Each agent's figures in a multi-agent run (metrics.json `agents`), shown for every agent some run has.
-AGENT_HEADLINES = (
+AGENT_HEADLINES: tuple[tuple[tuple[str, ...], str, Unit, Better], ...] = (
     (("tokens_per_s",), "trained tokens/s", "per_s", "higher"),
     (("tokens_per_s_per_gpu",), "trained tokens/s per GPU", "per_s", "higher"),
     (("busy_until_s",), "step done after (trained, weights loaded)", "s", "lower"),
