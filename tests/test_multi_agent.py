@@ -11,7 +11,7 @@ from rlsim.config import load_scenario, parse_scenario
 from rlsim.config.bound import bind
 from rlsim.errors import ScenarioError
 from rlsim.events import LABELS
-from rlsim.metrics import gpu_label_seconds, gpu_seconds_by_label
+from rlsim.metrics import RunFacts, gpu_label_seconds, gpu_seconds_by_label
 from rlsim.metrics.agents import agent_metrics
 from rlsim.metrics.labels import utilisation
 from rlsim.sim.run import simulate_log
@@ -27,8 +27,13 @@ def agents_yaml(order: str = "[a, b, a]", second: str = SECOND, first: str = "{n
 
 
 def two_agents(**kwargs):
+    return two_agents_with_facts(**kwargs)[0]
+
+
+def two_agents_with_facts(**kwargs):
     kwargs.setdefault("agents", agents_yaml())
-    return simulate_log(bound(prompts=8, samples=2, steps=2, **kwargs)).log
+    run = bound(prompts=8, samples=2, steps=2, **kwargs)
+    return simulate_log(run).log, RunFacts.from_bound(run)
 
 
 def test_each_agent_generates_its_own_calls_on_its_own_gpus_and_trains_on_them():
@@ -77,8 +82,8 @@ def test_a_calls_prompt_is_cut_to_the_prompt_budget():
 
 
 def test_per_agent_metrics_cover_each_agents_gpus_and_add_up():
-    log = two_agents()
-    metrics = agent_metrics(log, 1)
+    log, facts = two_agents_with_facts()
+    metrics = agent_metrics(log, facts)
     total = gpu_seconds_by_label(log)
     for label in LABELS:
         assert sum(m["gpu_seconds_by_label"][label] for m in metrics.values()) == pytest.approx(total[label], abs=1e-6)
@@ -190,7 +195,27 @@ def test_labels_sum_to_wall_time_on_every_gpu_of_a_two_agent_run():
 def test_the_same_multi_agent_scenario_and_seed_give_identical_runs():
     from rlsim.metrics import summary
 
-    first, second = two_agents(seed=5), two_agents(seed=5)
+    (first, facts), (second, _) = two_agents_with_facts(seed=5), two_agents_with_facts(seed=5)
     assert summary(first, 1) == summary(second, 1)
-    assert agent_metrics(first, 1) == agent_metrics(second, 1)
-    assert agent_metrics(two_agents(seed=6), 1) != agent_metrics(first, 1)
+    assert agent_metrics(first, facts) == agent_metrics(second, facts)
+    other, other_facts = two_agents_with_facts(seed=6)
+    assert agent_metrics(other, other_facts) != agent_metrics(first, facts)
+
+
+def test_whole_run_flops_and_engine_figures_sum_each_agents_own():
+    """Each agent's FLOPs are priced with its own model and its engines' KV against its own cache; the run's figures
+    gather the agents'."""
+    from rlsim.metrics import run_metrics
+
+    log, facts = two_agents_with_facts()
+    metrics = run_metrics(log, facts)
+    a, b = metrics["agents"]["a"], metrics["agents"]["b"]
+    assert metrics["engines"]["engines"] == 16
+    for agent in (a, b):
+        assert 0 < agent["kv_occupancy"]["mean"] <= agent["kv_occupancy"]["max"] <= 1
+        assert 0 < agent["mfu"]["generation"] < 1 and 0 < agent["mfu"]["training"] < 1
+        assert 0 < agent["hbm_bandwidth_utilisation"]["decode"] < 1
+    decode = metrics["hbm_bandwidth_utilisation"]
+    assert decode["decode_bytes"] == pytest.approx(a["hbm_bandwidth_utilisation"]["decode_bytes"]
+                                                   + b["hbm_bandwidth_utilisation"]["decode_bytes"])
+    assert 0 < metrics["mfu"]["overall"] < 1

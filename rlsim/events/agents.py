@@ -18,6 +18,7 @@ class AgentRecord:
     calls_per_trajectory: int
     steps: tuple[StepRecord, ...]
     generated_tokens: int  # response tokens its engines generated, trained or not
+    seq_ids: tuple[int, ...] = ()  # its calls' rollouts (their sequence records), in the order they were sent
 
     @property
     def gpu_count(self) -> int:

@@ -80,7 +80,7 @@ def run_metrics(log: EventLog, facts: RunFacts) -> dict:
     if facts.long_run is not None:
         metrics["goodput"] = horizon_goodput(log, facts)
     if log.agents:
-        metrics["agents"] = agent_metrics(log, facts.warmup_steps)
+        metrics["agents"] = agent_metrics(log, facts)
     return metrics
 
 

@@ -62,6 +62,7 @@ class AgentRun:
     calls_per_trajectory: int
     steps: list[StepRecord] = field(default_factory=list)
     generated_tokens: int = 0
+    seq_ids: list[int] = field(default_factory=list)
 
     @property
     def gpus(self) -> list[GPURange]:
@@ -69,7 +70,7 @@ class AgentRun:
 
     def record(self) -> AgentRecord:
         return AgentRecord(self.name, self.sim.bound.model.name, tuple(self.gpus), self.calls_per_trajectory,
-                           tuple(self.steps), self.generated_tokens)
+                           tuple(self.steps), self.generated_tokens, tuple(self.seq_ids))
 
 
 class MultiAgentLoop:
@@ -161,6 +162,7 @@ class MultiAgentLoop:
             (rollout,) = agent.controller.groups.send([PromptGroup(
                 call, min(context, cap), (group.response_tokens[j],), (group.truncated[j],),
                 informative=group.informative)])
+            agent.seq_ids.append(rollout.seq_id)
             yield done
             agent.generated_tokens += rollout.generated
             self._last_call_end[agent.name] = env.now
