@@ -117,6 +117,8 @@ AGENT_ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     *((f"{stage} s (mean)", ("stages_s", stage), "{:,.2f}") for stage in
       ("gen", "old_log_prob", "ref", "adv", "update_actor", "weight_sync")),
     ("step done after, s", ("busy_until_s",), "{:,.2f}"), ("GPU-time busy", ("utilisation", "busy"), "{:.1%}"),
+    ("MFU while generating", ("mfu", "generation"), "{:.1%}"), ("MFU in training", ("mfu", "training"), "{:.1%}"),
+    ("KV cache in use while generating", ("kv_occupancy", "mean"), "{:.1%}"),
     *((f"GPU-time {label}", ("label_shares", label), "{:.1%}") for label in ("starved", "tail", "barrier")),
 )
 
