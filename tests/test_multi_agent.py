@@ -219,3 +219,14 @@ def test_whole_run_flops_and_engine_figures_sum_each_agents_own():
     assert decode["decode_bytes"] == pytest.approx(a["hbm_bandwidth_utilisation"]["decode_bytes"]
                                                    + b["hbm_bandwidth_utilisation"]["decode_bytes"])
     assert 0 < metrics["mfu"]["overall"] < 1
+
+
+def test_an_agent_that_does_not_fit_is_refused_naming_it_and_its_own_fields():
+    from rlsim.errors import InfeasibleError
+
+    scenario = load_scenario(ROOT / "scenarios" / "two-agent-planner-coder-24xh100.yaml",
+                             {"agents.members[1].model": "Qwen2.5-72B"})
+    with pytest.raises(InfeasibleError) as err:
+        simulate_log(bind(scenario))
+    assert err.value.role.startswith("agent coder: ")
+    assert err.value.hints and all("agents.members[1].placement." in hint for hint in err.value.hints)

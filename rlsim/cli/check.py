@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 def _agents(scenario: Scenario, printed: str, *, source: str) -> list[RoleMemory]:
     """Each agent of a multi-agent scenario: its calls, then what its own model and placement change in the summary
     above (the first agent's are usually the scenario's), with its memory per GPU. Returns every agent's roles."""
-    from rlsim.config.agents import agent_scenario, calls_per_trajectory
+    from rlsim.config.agents import agent_fields, agent_scenario, calls_per_trajectory
     from rlsim.config.bound import bind
     from rlsim.pricing.memory import memory_report
 
@@ -63,7 +63,8 @@ def _agents(scenario: Scenario, printed: str, *, source: str) -> list[RoleMemory
         memory = memory_report(bound.scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()},
                                bound.reward_model)
         roles += memory
-        own = [line for line in summary(bound, memory, source=source).splitlines()
+        own = [agent_fields(line, scenario, i) if "would fit with" in line else line
+               for line in summary(bound, memory, source=source).splitlines()
                if line not in shown and not line.startswith("scenario")]
         print(f"agent {member.name}: {calls[member.name]} of {len(scenario.agents.turn_order)} calls, model "
               f"{bound.model.name}" + ("; model, placement and memory as above" if not own else ""))

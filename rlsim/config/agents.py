@@ -8,6 +8,7 @@ are reported at the agent's fields (`agents.members[1].placement.rollout.tp`).
 from __future__ import annotations
 
 import copy
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -33,6 +34,17 @@ def agent_scenario(scenario: Scenario, index: int) -> Scenario:
     return scenario.model_copy(update={"model": member.model or scenario.model,
                                        "placement": member.placement or scenario.placement,
                                        "agents": None, "seed": seed})
+
+
+def agent_fields(text: str, scenario: Scenario, index: int) -> str:
+    """`text` (a hint naming fields of agent `index`'s scenario) with the model and placement fields named where the
+    agent gives them: its own (agents.members[i].placement…), unless it takes the scenario's."""
+    assert scenario.agents is not None
+    member = scenario.agents.members[index]
+    for section in AGENT_SECTIONS:
+        if getattr(member, section) != getattr(scenario, section):
+            text = re.sub(rf"(?<![\w.\]]){section}\.", f"agents.members[{index}].{section}.", text)
+    return text
 
 
 def calls_per_trajectory(scenario: Scenario) -> dict[str, int]:

@@ -697,12 +697,12 @@ def scenario_json_schema() -> dict[str, Any]:
     """JSON Schema of a scenario file, including the `model: <catalog name>` shorthand that a before-validator expands."""
     schema = Scenario.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["properties"]["model"] = {
-        "description": Scenario.model_fields["model"].description,
-        "anyOf": [{"type": "string", "description": "catalog model name or Hugging Face id (Qwen2.5-7B, Qwen/Qwen3-8B), "
-                   "or the path of a config.json or of its folder, relative to the scenario file"},
-                  {"$ref": "#/$defs/ModelConfig"}],
-    }
+    name_shorthand = {"type": "string", "description": "catalog model name or Hugging Face id (Qwen2.5-7B, "
+                      "Qwen/Qwen3-8B), or the path of a config.json or of its folder, relative to the scenario file"}
+    schema["properties"]["model"] = {"description": Scenario.model_fields["model"].description,
+                                     "anyOf": [name_shorthand, {"$ref": "#/$defs/ModelConfig"}]}
+    # An agent's model takes the same shorthand (or is left out: the scenario's).
+    schema["$defs"]["Agent"]["properties"]["model"]["anyOf"].insert(0, name_shorthand)
     for (model, field), text in ARCHITECTURE_FIELDS.items():
         schema["$defs"][model]["properties"][field].setdefault("description", text)
     return schema

@@ -16,13 +16,14 @@ another waits at the step's end (`barrier`).
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import count
 
 import simpy
 
-from rlsim.config.agents import agent_scenario, calls_per_trajectory
+from rlsim.config.agents import agent_fields, agent_scenario, calls_per_trajectory
 from rlsim.config.bound import Bound, bind
+from rlsim.errors import InfeasibleError
 from rlsim.events import STAGES, StepRecord
 from rlsim.events.agents import AgentRecord
 from rlsim.sim.build import Simulation, build
@@ -86,8 +87,13 @@ class MultiAgentLoop:
         self.agents: list[AgentRun] = []
         seq_ids: Iterator[int] = count()  # one id source for every agent's rollouts
         for i, member in enumerate(scenario.agents.members):
-            sim = build(bind(agent_scenario(scenario, i)), mode=mode, env=self.env, recorder=self.recorder,
-                        unit_suffix=f":{member.name}")
+            try:
+                sim = build(bind(agent_scenario(scenario, i)), mode=mode, env=self.env, recorder=self.recorder,
+                            unit_suffix=f":{member.name}")
+            except InfeasibleError as err:
+                # The fields a hint names are the agent's own.
+                raise replace(err, role=f"agent {member.name}: {err.role}", hints=tuple(
+                    agent_fields(hint, scenario, i) for hint in err.hints)) from None
             self.recorder = sim.recorder
             controller = AgentController(sim, reward_for(sim), KeepAll())
             controller.groups.seq_ids = seq_ids
