@@ -230,3 +230,23 @@ def test_an_agent_that_does_not_fit_is_refused_naming_it_and_its_own_fields():
         simulate_log(bind(scenario))
     assert err.value.role.startswith("agent coder: ")
     assert err.value.hints and all("agents.members[1].placement." in hint for hint in err.value.hints)
+
+
+def turns_overlap(log) -> bool:
+    """Whether any call started before every call of the turn before it had ended (agents a, b, a; 16 trajectories)."""
+    a, b = log.agents
+    records = {r.seq_id: r for r in log.sequences if r.step_trained == 0}
+    first = [records[i] for i in a.seq_ids[:16]]
+    second = [records[i] for i in b.seq_ids[:16]]
+    third = [records[i] for i in a.seq_ids[16:32]]
+    return any(min(r.submitted for r in later) < max(r.finished for r in earlier)
+               for earlier, later in ((first, second), (second, third)))
+
+
+def test_turn_by_turn_batches_each_turn_over_the_whole_batch_and_is_slower_on_long_tails():
+    heavy = "{kind: lognormal, median_tokens: 150, sigma: 1.2}"
+    free = two_agents(response=heavy)
+    turns = two_agents(response=heavy, agents=agents_yaml() + "  turn_by_turn: true\n")
+    assert turns_overlap(free) and not turns_overlap(turns)
+    # Each turn waits for its longest call: the step's generation is longer than when trajectories run on freely.
+    assert turns.steps[0].stages["gen"] > free.steps[0].stages["gen"]

@@ -655,6 +655,10 @@ class Agents(Frozen):
         min_length=2, max_length=64, description="the agents a trajectory calls, in order (planner, coder, coder: "
         "three calls, two of them the coder's); an agent's share of the calls is how often it appears")
     members: list[Agent] = Field(min_length=2, max_length=16, description="the agents, each on GPUs of its own")
+    turn_by_turn: Flag = Field(
+        False, description="the batch's k-th calls all end before any (k+1)-th call starts: the workflow run a turn "
+        "at a time over the whole batch, each turn one generation call per agent; default: each trajectory sends its "
+        "next call as soon as its last returns")
 
 
 class Scenario(Frozen):

@@ -39,6 +39,19 @@ from rlsim.sim.sync import SyncController
 from rlsim.workload.batches import PromptGroup
 
 
+class TurnBarrier:
+    """One turn of a turn-by-turn batch: `done` fires when all `count` trajectories have ended their call of it."""
+
+    def __init__(self, env: simpy.Environment, count: int):
+        self.left = count
+        self.done = env.event()
+
+    def arrive(self) -> None:
+        self.left -= 1
+        if not self.left:
+            self.done.succeed()
+
+
 class AgentController(SyncController):
     """One agent's controller: its engines, trainer and weight movement, driven by the multi-agent loop, which hands
     it calls (each a group of one rollout) and asks it to train on them and publish its new weights."""
@@ -131,7 +144,10 @@ class MultiAgentLoop:
         self._last_call_end = {agent.name: start for agent in self.agents}
         drawn = self.sampler.draw(algorithm.prompts_per_step, self.version,
                                   samples=algorithm.samples_per_prompt * len(self.order))
-        trajectories = [env.process(self._trajectory(group, i, calls))
+        count = sum(len(group.response_tokens) // len(self.order) for group in drawn)
+        assert self.scenario.agents is not None
+        turns = [TurnBarrier(env, count) for _ in self.order] if self.scenario.agents.turn_by_turn else None
+        trajectories = [env.process(self._trajectory(group, i, calls, turns))
                         for group in drawn for i in range(len(group.response_tokens) // len(self.order))]
         yield simpy.AllOf(env, trajectories)
         gen_end = env.now
@@ -155,12 +171,16 @@ class MultiAgentLoop:
                                       samples=sum(agent.steps[-1].samples for agent in self.agents),
                                       tokens=sum(agent.steps[-1].tokens for agent in self.agents)))
 
-    def _trajectory(self, group: PromptGroup, i: int, calls: dict[str, list[int]]) -> Generator:
-        """Trajectory `i` of the group: its calls in turn order, each to its agent; returns its last call's rollout."""
+    def _trajectory(self, group: PromptGroup, i: int, calls: dict[str, list[int]],
+                    turns: list[TurnBarrier] | None) -> Generator:
+        """Trajectory `i` of the group: its calls in turn order, each to its agent; with `turns`, a call only once the
+        whole batch's calls of the turn before have ended. Returns its last call's rollout."""
         env, cap = self.env, self.scenario.algorithm.max_prompt_tokens
         context = group.prompt_tokens
         rollout: Rollout | None = None
         for k, agent in enumerate(self.order):
+            if turns is not None and k:
+                yield turns[k - 1].done
             j = i * len(self.order) + k
             call = next(self._call_ids)
             done = self._waiting[call] = env.event()
@@ -173,6 +193,8 @@ class MultiAgentLoop:
             agent.generated_tokens += rollout.generated
             self._last_call_end[agent.name] = env.now
             context += rollout.generated
+            if turns is not None:
+                turns[k].arrive()
         return rollout
 
     def _call_done(self, call: int) -> None:
