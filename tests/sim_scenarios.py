@@ -22,7 +22,8 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
     """`prompt` / `response` None leave those models out (replay, joint and multi-turn workloads); `workload` and
     `placement` are extra YAML lines under those sections, `framework` the fields of a framework section, `prefill`
     the fields of placement.rollout.prefill (prefill/decode disaggregation), `long_tail` the remedy's flow mapping,
-    `agents` the YAML of an agents section (a multi-agent run: a second pool of 8 GPUs, `second`, is added for it)."""
+    `agents` the YAML of an agents section (a multi-agent run: a second pool of 8 GPUs, `second`, is added when it
+    names it)."""
     rollout_gpus = rollout_gpus if rollout_gpus is not None else gpus
     training = f"gpus: {training_gpus}, " if training_gpus is not None else ""
     staleness_line = f"  max_staleness: {staleness}\n" if staleness is not None else ""
@@ -39,7 +40,7 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
     sync_line = f"  weight_sync: {{every_updates: {every_updates}}}\n" if every_updates is not None else ""
     if long_tail:
         sync_line += f"  long_tail: {long_tail}\n"
-    second_pool = ", {name: second, gpu: h100-sxm, nodes: 1, gpus_per_node: 8}" if agents else ""
+    second_pool = ", {name: second, gpu: h100-sxm, nodes: 1, gpus_per_node: 8}" if "pool: second" in agents else ""
     return f"""
 name: test
 seed: {seed}

@@ -334,23 +334,27 @@ def small_scenario(draw):
         kwargs.setdefault("rollout_gpus", 8)
         kwargs["workload"] = "\n".join(filter(None, (workload, "reward: {kind: reward_model, model: Qwen2.5-0.5B}")))
     if multi_agent:
-        kwargs.update(dynamic_sampling=False, agents=draw(second_agent()))
+        kwargs.update(dynamic_sampling=False, agents=draw(second_agent(time_share=kwargs["mode"] == "colocated")))
     return kwargs
 
 
 @st.composite
-def second_agent(draw) -> str:
-    """An agents section: the scenario's placement as agent `a`, agent `b` on the pool `second` (8 GPUs)."""
+def second_agent(draw, time_share: bool) -> str:
+    """An agents section: the scenario's placement as agent `a`, agent `b` on the pool `second` (8 GPUs), or with
+    `time_share` possibly on agent a's colocated GPUs, turn by turn."""
+    model = draw(st.sampled_from(["Qwen2.5-0.5B", "Qwen3-0.6B"]))
+    order = draw(st.sampled_from(["[a, b]", "[b, a, b]", "[a, b, b, a]"]))
+    head = f"agents:\n  turn_order: {order}\n  members:\n    - {{name: a}}\n"
+    if time_share and draw(st.booleans()):
+        return head + f"    - {{name: b, model: {model}}}\n  turn_by_turn: true\n"
     placement = draw(st.sampled_from([
         "{mode: colocated, rollout: {pool: second, gpus: 8, max_num_seqs: 8}, training: {micro_batch_tokens: 8192}}",
         "{mode: disaggregated, rollout: {pool: second, gpus: 4}, training: {pool: second, gpus: 4, "
         "micro_batch_tokens: 8192}}",
         "{mode: hybrid, rollout: {pool: second, gpus: 8, tp: 2}, training: {pool: second, gpus: 4, "
         "micro_batch_tokens: 8192}}"]))
-    model = draw(st.sampled_from(["Qwen2.5-0.5B", "Qwen3-0.6B"]))
-    order = draw(st.sampled_from(["[a, b]", "[b, a, b]", "[a, b, b, a]"]))
-    return (f"agents:\n  turn_order: {order}\n  members:\n    - {{name: a}}\n"
-            f"    - {{name: b, model: {model}, placement: {placement}}}\n")
+    turn_by_turn = draw(st.sampled_from(["", "  turn_by_turn: true\n"]))
+    return head + f"    - {{name: b, model: {model}, placement: {placement}}}\n" + turn_by_turn
 
 
 # Role placements the invariants must survive (PPO, on 8 GPUs beside the policy's): none; HybridFlow's split

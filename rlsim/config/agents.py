@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from rlsim.config.checks import placed_gpus, resolve_and_check
-from rlsim.config.schema import Agent, Scenario
+from rlsim.config.schema import Agent, Agents, Placement, Scenario
 from rlsim.errors import Problem
 from rlsim.loading import closest, validate_document
 from rlsim.yamlsource import PathKey, YamlDocument
@@ -73,7 +73,7 @@ def resolve_agents(scenario: Scenario, doc: YamlDocument, base_dir: Path,
         members.append(member.model_copy(update={"model": resolved.model, "placement": resolved.placement}))
     resolved_agents = agents.model_copy(update={"members": members})
     if not problems:
-        problems += _own_pools(resolved_agents.members, doc)
+        problems += _own_pools(resolved_agents, doc)
     return scenario.model_copy(update={"agents": resolved_agents}), problems
 
 
@@ -96,12 +96,6 @@ def _structure(scenario: Scenario, doc: YamlDocument) -> list[Problem]:
         if name not in agents.turn_order:
             problems.append(doc.problem(at + ("members", i), f"agent {name!r} has no turn: no trajectory calls it",
                                         valid="its name in agents.turn_order, or no such agent"))
-    defaulted = [i for i, member in enumerate(agents.members) if member.placement is None]
-    for i in defaulted[1:]:
-        problems.append(doc.problem(
-            at + ("members", i), f"agent {names[i]!r} gives no placement, so it would run on the scenario's GPUs "
-            f"with agent {names[defaulted[0]]!r}: GPUs time-shared between agents are not modelled",
-            valid="a placement on pools of its own"))
     problems += _unsupported(scenario, doc)
     return problems
 
@@ -162,17 +156,36 @@ def _member_problems(index: int, member: Agent, found: list[Problem],
     return problems
 
 
-def _own_pools(members: list[Agent], doc: YamlDocument) -> list[Problem]:
-    """Every agent on pools no other agent uses: agents on the same GPUs would time-share them, which is not modelled."""
+def time_shared(placement: Placement) -> tuple[str, int] | None:
+    """The GPU group a colocated placement with nothing placed apart holds whole — (pool, GPUs), which agents may
+    time-share — else None."""
+    placed = placed_gpus(placement)
+    if placement.mode != "colocated" or len(placed) != 1:
+        return None
+    ((pool, gpus),) = placed.items()
+    return pool, gpus
+
+
+def _own_pools(agents: Agents, doc: YamlDocument) -> list[Problem]:
+    """Every agent on pools of its own, unless agents time-share one GPU group whole: each colocated on the same GPUs
+    (nothing placed apart), a turn at a time (agents.turn_by_turn), so one agent's engines run while the others'
+    sleep."""
     problems = []
-    owner: dict[str, str] = {}
-    for i, member in enumerate(members):
+    owner: dict[str, tuple[str, Placement]] = {}
+    for i, member in enumerate(agents.members):
         assert member.placement is not None
         for pool in placed_gpus(member.placement):
-            if pool in owner:
-                problems.append(doc.problem(
-                    ("agents", "members", i, "placement"), f"agent {member.name!r} runs on pool {pool!r}, which "
-                    f"agent {owner[pool]!r} uses too: GPUs time-shared between agents are not modelled",
-                    value=pool, valid="pools of its own for each agent (cluster.pools)"))
-            owner.setdefault(pool, member.name)
+            if pool not in owner:
+                owner[pool] = (member.name, member.placement)
+                continue
+            other, placement = owner[pool]
+            group = time_shared(member.placement)
+            if agents.turn_by_turn and group is not None and group == time_shared(placement):
+                continue
+            problems.append(doc.problem(
+                ("agents", "members", i, "placement"), f"agent {member.name!r} runs on pool {pool!r}, which agent "
+                f"{other!r} uses too: agents time-share GPUs only colocated on the same GPUs, with nothing placed "
+                "apart, a turn at a time (agents.turn_by_turn: true)", value=pool,
+                valid="pools of its own for each agent (cluster.pools), or the same colocated GPUs with "
+                "agents.turn_by_turn: true"))
     return problems

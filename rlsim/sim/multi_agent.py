@@ -36,14 +36,17 @@ from rlsim.sim.rollout import RolloutEngine
 from rlsim.sim.sequence import Rollout
 from rlsim.sim.static_batch import StaticBatchEngine
 from rlsim.sim.sync import SyncController
+from rlsim.sim.time_sharing import TimeSharing
 from rlsim.workload.batches import PromptGroup
 
 
 class TurnBarrier:
-    """One turn of a turn-by-turn batch: `done` fires when all `count` trajectories have ended their call of it."""
+    """One turn of a turn-by-turn batch: `open` fires when its calls may start, `done` when all `count` trajectories
+    have ended their call of it."""
 
     def __init__(self, env: simpy.Environment, count: int):
         self.left = count
+        self.open = env.event()
         self.done = env.event()
 
     def arrive(self) -> None:
@@ -121,6 +124,7 @@ class MultiAgentLoop:
         self._waiting: dict[int, simpy.Event] = {}  # call -> fires when its response is complete
         self._last_call_end: dict[str, float] = {}  # agent -> when its last call of this step ended
         self.version = 0
+        self.sharing = TimeSharing(self.env, self.agents)
 
     @property
     def rollout_engines(self) -> list[RolloutEngine | StaticBatchEngine]:
@@ -147,6 +151,8 @@ class MultiAgentLoop:
         count = sum(len(group.response_tokens) // len(self.order) for group in drawn)
         assert self.scenario.agents is not None
         turns = [TurnBarrier(env, count) for _ in self.order] if self.scenario.agents.turn_by_turn else None
+        if turns is not None:
+            env.process(self._open_turns(turns))
         trajectories = [env.process(self._trajectory(group, i, calls, turns))
                         for group in drawn for i in range(len(group.response_tokens) // len(self.order))]
         yield simpy.AllOf(env, trajectories)
@@ -179,8 +185,8 @@ class MultiAgentLoop:
         context = group.prompt_tokens
         rollout: Rollout | None = None
         for k, agent in enumerate(self.order):
-            if turns is not None and k:
-                yield turns[k - 1].done
+            if turns is not None:
+                yield turns[k].open
             j = i * len(self.order) + k
             call = next(self._call_ids)
             done = self._waiting[call] = env.event()
@@ -197,6 +203,14 @@ class MultiAgentLoop:
                 turns[k].arrive()
         return rollout
 
+    def _open_turns(self, turns: list[TurnBarrier]) -> Generator:
+        """Each turn once the one before has ended, its agent holding the GPUs it time-shares."""
+        for k, agent in enumerate(self.order):
+            if k:
+                yield turns[k - 1].done
+            yield from self.sharing.hand_to(agent)
+            turns[k].open.succeed()
+
     def _call_done(self, call: int) -> None:
         self._waiting.pop(call).succeed()
 
@@ -210,7 +224,12 @@ class MultiAgentLoop:
 
     def _update(self, agent: AgentRun, calls: list[int], stages: dict[str, float], step: int,
                 start: float) -> Generator:
-        """The agent trains on its own calls and loads its new weights into its engines."""
+        """The agent trains on its own calls and loads its new weights into its engines, holding the GPUs it
+        time-shares with other agents."""
+        yield from self.sharing.alone(agent, self._train_and_publish(agent, calls, stages, step, start))
+
+    def _train_and_publish(self, agent: AgentRun, calls: list[int], stages: dict[str, float], step: int,
+                           start: float) -> Generator:
         controller = agent.controller
         yield from controller.train(calls, stages)
         controller.groups.consume(calls, controller.version, step)
