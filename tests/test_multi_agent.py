@@ -58,6 +58,7 @@ def test_each_agent_generates_its_own_calls_on_its_own_gpus_and_trains_on_them()
     # The step ends when the slower agent has trained and loaded its weights; the other waits at the barrier.
     for step, (sa, sb) in zip(log.steps, zip(a.steps, b.steps, strict=True), strict=True):
         assert step.end == pytest.approx(max(sa.end, sb.end))
+        assert sum(step.stages.values()) == pytest.approx(step.seconds, rel=1e-9)
         assert step.samples == sa.samples + sb.samples and step.tokens == sa.tokens + sb.tokens
 
 
@@ -282,6 +283,10 @@ def test_agents_time_sharing_one_gpu_group_take_turns_and_pay_a_swap_each_time_i
     assert all(later[0] >= earlier[1] - 1e-9 for earlier, later in zip(busy, busy[1:], strict=False))
     for seconds in gpu_label_seconds(log):
         assert sum(seconds.values()) == pytest.approx(log.wall_s, rel=1e-9)
+    # An agent's wait for the GPUs and the swap before its update are its `wait` stage: its stages still add up.
+    for record in (*log.steps, *a.steps, *b.steps):
+        assert sum(record.stages.values()) == pytest.approx(record.seconds, rel=1e-9)
+    assert all(s.stages["wait"] > 0 for s in b.steps)
 
 
 def test_agents_time_share_gpus_only_colocated_on_the_same_gpus_turn_by_turn():

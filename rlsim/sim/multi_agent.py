@@ -226,7 +226,7 @@ class MultiAgentLoop:
                 start: float) -> Generator:
         """The agent trains on its own calls and loads its new weights into its engines, holding the GPUs it
         time-shares with other agents."""
-        yield from self.sharing.alone(agent, self._train_and_publish(agent, calls, stages, step, start))
+        yield from self.sharing.alone(agent, self._train_and_publish(agent, calls, stages, step, start), stages)
 
     def _train_and_publish(self, agent: AgentRun, calls: list[int], stages: dict[str, float], step: int,
                            start: float) -> Generator:

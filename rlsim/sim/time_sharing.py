@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the multi-agent loop builds this from its agents
 
 class TimeSharing:
     def __init__(self, env: simpy.Environment, agents: list[AgentRun]):
+        self._env = env
         groups: dict[tuple[str, int], list[AgentRun]] = {}
         for agent in agents:
             group = time_shared(agent.sim.bound.scenario.placement)
@@ -42,13 +43,16 @@ class TimeSharing:
         yield from agent.controller.roles.span_all("reload", agent.sim.switch.wake_s, "gen")
         self._holder[group] = agent
 
-    def alone(self, agent: AgentRun, body: Generator) -> Generator:
-        """Run `body` (the agent's update) holding its GPUs: agents sharing them wait their turn."""
+    def alone(self, agent: AgentRun, body: Generator, stages: dict[str, float]) -> Generator:
+        """Run `body` (the agent's update) holding its GPUs: agents sharing them wait their turn. The wait and the
+        swap count in the agent's `wait` stage, so its stages still add up to its part of the step."""
         group = self._group_of.get(agent.name)
         if group is None:
             yield from body
             return
+        began = self._env.now
         with self._lock[group].request() as turn:
             yield turn
             yield from self.hand_to(agent)
+            stages["wait"] = stages.get("wait", 0.0) + self._env.now - began
             yield from body
