@@ -18,12 +18,13 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
                   placement: str = "",
                   algorithm: str = "grpo", group_cap: int | None = None, rollout_group_cap: int | None = None,
                   framework: str = "", engine: str = "vllm", prefill: str = "", long_tail: str = "",
-                  rollout: str = "", predictor_noise: float = 0.0) -> str:
+                  rollout: str = "", predictor_noise: float = 0.0, agents: str = "") -> str:
     """`prompt` / `response` None leave those models out (replay, joint and multi-turn workloads); `workload` and
     `placement` are extra YAML lines under those sections, `framework` the fields of a framework section, `prefill`
     the fields of placement.rollout.prefill (prefill/decode disaggregation), `long_tail` the remedy's flow mapping,
     `rollout` more fields of placement.rollout (", admission: past_future"), `predictor_noise` the schedule's
-    length_predictor_noise."""
+    length_predictor_noise, `agents` the YAML of an agents section (a multi-agent run: a second pool of 8 GPUs,
+    `second`, is added when it names it)."""
     rollout_gpus = rollout_gpus if rollout_gpus is not None else gpus
     training = f"gpus: {training_gpus}, " if training_gpus is not None else ""
     staleness_line = f"  max_staleness: {staleness}\n" if staleness is not None else ""
@@ -42,10 +43,11 @@ def scenario_yaml(*, gpus: int = 8, nodes: int = 1, model: str = "Qwen2.5-0.5B",
         sync_line += f"  long_tail: {long_tail}\n"
     if predictor_noise:
         sync_line += f"  length_predictor_noise: {predictor_noise}\n"
+    second_pool = ", {name: second, gpu: h100-sxm, nodes: 1, gpus_per_node: 8}" if "pool: second" in agents else ""
     return f"""
 name: test
 seed: {seed}
-cluster: {{pools: [{{gpu: h100-sxm, nodes: {nodes}, gpus_per_node: {gpus // nodes}}}]}}
+cluster: {{pools: [{{gpu: h100-sxm, nodes: {nodes}, gpus_per_node: {gpus // nodes}}}{second_pool}]}}
 model: {model}
 algorithm: {{name: {algorithm}, prompts_per_step: {prompts}, samples_per_prompt: {samples}, mini_batches: {mini_batches},
             max_prompt_tokens: 1024, max_response_tokens: {max_response}, dynamic_sampling: {str(dynamic_sampling).lower()}}}
@@ -66,6 +68,7 @@ schedule:
   fetch_mini_batches: {fetch}
 {sync_line}run: {{steps: {steps}}}
 {f"framework: {{{framework}}}" if framework else ""}
+{agents}
 """
 
 

@@ -277,9 +277,13 @@ def small_scenario(draw):
     )
     if kwargs["group_cap"] is None:
         kwargs["rollout_group_cap"] = draw(st.sampled_from([None, 1, 5]))
+    # Multi-agent runs are modelled for synchronous single-turn steps without partial rollout, remedies, dynamic
+    # sampling or a reward model: a third of the synchronous draws call a second agent in turn, on 8 GPUs of its own.
+    multi_agent = False
     if schedule == "sync":
         kwargs["mode"] = draw(st.sampled_from(["colocated", "disaggregated", "hybrid"]))
-        if draw(st.booleans()):
+        multi_agent = draw(st.sampled_from([True, False, False]))
+        if not multi_agent and draw(st.booleans()):
             kwargs.update(partial="april", over_provision=2.0)
     else:
         kwargs["mode"] = draw(st.sampled_from(["disaggregated", "hybrid"]))
@@ -295,7 +299,8 @@ def small_scenario(draw):
         kwargs.update(rollout_gpus=4, training_gpus=4)
     elif kwargs["mode"] == "hybrid":
         kwargs.update(rollout_gpus=8, training_gpus=4)
-    variant = draw(st.sampled_from(sorted(WORKLOAD_VARIANTS)))
+    variant = draw(st.sampled_from(sorted(set(WORKLOAD_VARIANTS) - ({"multiturn", "environments"} if multi_agent
+                                                                    else set()))))
     response, workload = WORKLOAD_VARIANTS[variant]
     if variant in ("multiturn", "environments"):
         # With prefill engines every turn is a new request: nothing holds a decode slot through its tool calls.
@@ -317,7 +322,7 @@ def small_scenario(draw):
     # Remedies are modelled for single-turn responses generated on the rollout engines themselves.
     single_turn = variant not in ("multiturn", "environments")
     if (schedule == "sync" and kwargs.get("partial", "off") == "off" and single_turn and uncapped
-            and "prefill" not in kwargs):
+            and "prefill" not in kwargs and not multi_agent):
         remedy = draw(st.sampled_from(sorted(LONG_TAIL_REMEDIES)))
         if remedy == "early_abort" or (remedy == "tail_batching" and variant != "budget"):
             kwargs.update(dynamic_sampling=False, long_tail=LONG_TAIL_REMEDIES[remedy])
@@ -327,19 +332,40 @@ def small_scenario(draw):
                           workload="\n".join(filter(None, (kwargs["workload"], "success_rate: {mean: 0.4, concentration: 3}"))))
         elif remedy == "segment_rollout":
             kwargs["long_tail"] = LONG_TAIL_REMEDIES[remedy]
-    if "prefill" not in kwargs:
+    if "prefill" not in kwargs and not multi_agent:
         # The engines' own admission rule and queue order, by predicted lengths the predictor may miss.
         admission = draw(st.sampled_from(["current_kv", "past_future"]))
         order = draw(st.sampled_from(["fcfs", "longest_predicted_first", "shortest_predicted_first"]))
         kwargs.update(rollout=f", admission: {admission}, scheduling_policy: {order}",
                       predictor_noise=draw(st.sampled_from([0.0, 0.7])))
-    roles = draw(st.sampled_from(sorted(ROLE_PLACEMENTS)))
+    roles = "none" if multi_agent else draw(st.sampled_from(sorted(ROLE_PLACEMENTS)))
     if roles != "none":
         # PPO with a reward model, the critic, reference and reward model on 8 more GPUs of a second node.
         kwargs.update(algorithm="ppo", gpus=16, nodes=2, placement=ROLE_PLACEMENTS[roles])
         kwargs.setdefault("rollout_gpus", 8)
         kwargs["workload"] = "\n".join(filter(None, (workload, "reward: {kind: reward_model, model: Qwen2.5-0.5B}")))
+    if multi_agent:
+        kwargs.update(dynamic_sampling=False, agents=draw(second_agent(time_share=kwargs["mode"] == "colocated")))
     return kwargs
+
+
+@st.composite
+def second_agent(draw, time_share: bool) -> str:
+    """An agents section: the scenario's placement as agent `a`, agent `b` on the pool `second` (8 GPUs), or with
+    `time_share` possibly on agent a's colocated GPUs, turn by turn."""
+    model = draw(st.sampled_from(["Qwen2.5-0.5B", "Qwen3-0.6B"]))
+    order = draw(st.sampled_from(["[a, b]", "[b, a, b]", "[a, b, b, a]"]))
+    head = f"agents:\n  turn_order: {order}\n  members:\n    - {{name: a}}\n"
+    if time_share and draw(st.booleans()):
+        return head + f"    - {{name: b, model: {model}}}\n  turn_by_turn: true\n"
+    placement = draw(st.sampled_from([
+        "{mode: colocated, rollout: {pool: second, gpus: 8, max_num_seqs: 8}, training: {micro_batch_tokens: 8192}}",
+        "{mode: disaggregated, rollout: {pool: second, gpus: 4}, training: {pool: second, gpus: 4, "
+        "micro_batch_tokens: 8192}}",
+        "{mode: hybrid, rollout: {pool: second, gpus: 8, tp: 2}, training: {pool: second, gpus: 4, "
+        "micro_batch_tokens: 8192}}"]))
+    turn_by_turn = draw(st.sampled_from(["", "  turn_by_turn: true\n"]))
+    return head + f"    - {{name: b, model: {model}, placement: {placement}}}\n" + turn_by_turn
 
 
 # Role placements the invariants must survive (PPO, on 8 GPUs beside the policy's): none; HybridFlow's split

@@ -35,12 +35,42 @@ def run(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario, parse_overrides(args.overrides))
     bound = bind(scenario)
     memory = memory_report(scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()}, bound.reward_model)
-    print(summary(bound, memory, source=str(args.scenario)))
+    text = summary(bound, memory, source=str(args.scenario))
+    print(text)
+    if scenario.agents is not None:
+        memory += _agents(scenario, text, source=str(args.scenario))
     if scenario.run.horizon is not None and all(role.fits for role in memory):
         print("\n".join(_long_run(bound)))
     for warning in caught:
         print(f"warning    {warning.message}")
     return OK if all(role.fits for role in memory) else INFEASIBLE
+
+
+def _agents(scenario: Scenario, printed: str, *, source: str) -> list[RoleMemory]:
+    """Each agent of a multi-agent scenario: its calls, then what its own model and placement change in the summary
+    above (the first agent's are usually the scenario's), with its memory per GPU. Returns every agent's roles."""
+    from rlsim.config.agents import agent_fields, agent_scenario, calls_per_trajectory
+    from rlsim.config.bound import bind
+    from rlsim.pricing.memory import memory_report
+
+    assert scenario.agents is not None
+    calls = calls_per_trajectory(scenario)
+    print(f"agents     a trajectory calls {' → '.join(scenario.agents.turn_order)}")
+    shown = set(printed.splitlines())
+    roles = []
+    for i, member in enumerate(scenario.agents.members):
+        bound = bind(agent_scenario(scenario, i))
+        memory = memory_report(bound.scenario, bound.model, {name: hw.gpu for name, hw in bound.pools.items()},
+                               bound.reward_model)
+        roles += memory
+        own = [agent_fields(line, scenario, i) if "would fit with" in line else line
+               for line in summary(bound, memory, source=source).splitlines()
+               if line not in shown and not line.startswith("scenario")]
+        print(f"agent {member.name}: {calls[member.name]} of {len(scenario.agents.turn_order)} calls, model "
+              f"{bound.model.name}" + ("; model, placement and memory as above" if not own else ""))
+        if own:
+            print("\n".join(f"  {line}" for line in own))
+    return roles
 
 
 def summary(bound: Bound, memory: list[RoleMemory], *, source: str) -> str:

@@ -285,7 +285,12 @@ def scenario_warnings(scenario: Scenario, doc: YamlDocument) -> list[Problem]:
     """What a valid, resolved scenario probably did not mean: pool GPUs no role uses. They sit idle in the
     simulation yet count in its cost and per-GPU figures (a colocated placement sized for fewer GPUs than the cluster
     is the usual slip)."""
-    placed = placed_gpus(scenario.placement)
+    placements = [scenario.placement] if scenario.agents is None else [
+        member.placement for member in scenario.agents.members if member.placement is not None]
+    placed: dict[str, int] = {}
+    for placement in placements:
+        for pool, gpus in placed_gpus(placement).items():
+            placed[pool] = placed.get(pool, 0) + gpus
     found = []
     for i, pool in enumerate(scenario.cluster.pools):
         used = placed.get(pool.name, 0)

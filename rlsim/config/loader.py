@@ -5,6 +5,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from rlsim.config.agents import resolve_agents
 from rlsim.config.checks import resolve_and_check, scenario_warnings
 from rlsim.config.schema import Scenario
 from rlsim.errors import ScenarioError, ScenarioWarning
@@ -35,6 +36,9 @@ def parse_scenario(text: str, *, file: str = "<string>", base_dir: Path | None =
 def scenario_from_document(doc: YamlDocument, *, base_dir: Path) -> Scenario:
     scenario = validate_document(Scenario, doc)
     resolved, problems = resolve_and_check(scenario, doc, base_dir)
+    if resolved.agents is not None:
+        resolved, more = resolve_agents(resolved, doc, base_dir, problems)
+        problems += more
     if problems:
         problems.sort(key=lambda p: p.line if p.line is not None else 10**9)
         raise ScenarioError(problems)

@@ -651,6 +651,36 @@ class Run(Frozen):
         "(sections failures, checkpoint, evaluation). Unset: no goodput")
 
 
+AGENT_NAME = r"^[A-Za-z][A-Za-z0-9_\-]*$"
+
+
+class Agent(Frozen):
+    """One policy of a multi-agent run (MARFT's agents, FlexMARL's heterogeneous agents): its own model, rollout
+    engines and training layout, on GPUs of its own."""
+
+    name: str = Field(pattern=AGENT_NAME, description="how agents.turn_order calls it, and its label in reports")
+    model: ModelConfig | None = Field(
+        None, description="its policy model (a catalog name, as the scenario's `model`); default: the scenario's")
+    placement: Placement | None = Field(
+        None, description="its rollout engines and training layout, on pools no other agent uses; default: the "
+        "scenario's placement (one agent at most may take it)")
+
+
+class Agents(Frozen):
+    """Several policies trained together on trajectories that call them in turn (multi-agent RL: MARFT, FlexMARL).
+    Each call of a trajectory is one generation by the agent it names, whose prompt is the trajectory so far; each
+    agent trains on its own calls."""
+
+    turn_order: list[str] = Field(
+        min_length=2, max_length=64, description="the agents a trajectory calls, in order (planner, coder, coder: "
+        "three calls, two of them the coder's); an agent's share of the calls is how often it appears")
+    members: list[Agent] = Field(min_length=2, max_length=16, description="the agents, each on GPUs of its own")
+    turn_by_turn: Flag = Field(
+        False, description="the batch's k-th calls all end before any (k+1)-th call starts: the workflow run a turn "
+        "at a time over the whole batch, each turn one generation call per agent; default: each trajectory sends its "
+        "next call as soon as its last returns")
+
+
 class Scenario(Frozen):
     # Set by rlsim.api: the YAML this scenario was read from, so that `with_` re-applies a change to what the user
     # wrote (derived defaults follow it). Not content: two scenarios with equal fields are equal wherever they came from.
@@ -679,6 +709,9 @@ class Scenario(Frozen):
     evaluation: Evaluation | None = Field(
         None, description="run.horizon: a generation-only validation pass every test_freq steps (verl "
         "trainer.test_freq); left out, none")
+    agents: Agents | None = Field(
+        None, description="multi-agent RL: several policies, each with its own engines and training GPUs, called in "
+        "turn by every trajectory; left out, one policy (the scenario's model and placement)")
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Scenario) and self.__dict__ == other.__dict__
@@ -688,12 +721,12 @@ def scenario_json_schema() -> dict[str, Any]:
     """JSON Schema of a scenario file, including the `model: <catalog name>` shorthand that a before-validator expands."""
     schema = Scenario.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["properties"]["model"] = {
-        "description": Scenario.model_fields["model"].description,
-        "anyOf": [{"type": "string", "description": "catalog model name or Hugging Face id (Qwen2.5-7B, Qwen/Qwen3-8B), "
-                   "or the path of a config.json or of its folder, relative to the scenario file"},
-                  {"$ref": "#/$defs/ModelConfig"}],
-    }
+    name_shorthand = {"type": "string", "description": "catalog model name or Hugging Face id (Qwen2.5-7B, "
+                      "Qwen/Qwen3-8B), or the path of a config.json or of its folder, relative to the scenario file"}
+    schema["properties"]["model"] = {"description": Scenario.model_fields["model"].description,
+                                     "anyOf": [name_shorthand, {"$ref": "#/$defs/ModelConfig"}]}
+    # An agent's model takes the same shorthand (or is left out: the scenario's).
+    schema["$defs"]["Agent"]["properties"]["model"]["anyOf"].insert(0, name_shorthand)
     for (model, field), text in ARCHITECTURE_FIELDS.items():
         schema["$defs"][model]["properties"][field].setdefault("description", text)
     return schema

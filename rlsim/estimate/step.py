@@ -238,6 +238,9 @@ def _generation(bound: Bound, topology: ClusterTopology, rollout_gpus, lengths: 
     if scenario.placement.rollout.scheduling_policy != "fcfs":
         note += (f"; queues served first come, first served, not {scenario.placement.rollout.scheduling_policy} "
                  "(`rlsim run` simulates it)")
+    if scenario.agents is not None:
+        note += ("; the scenario's own model and placement generating alone, not its agents calling each other in "
+                 "turn (`rlsim run` simulates them)")
     return StageEstimate("gen", seconds, note)
 
 

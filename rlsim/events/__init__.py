@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
+    from rlsim.events.agents import AgentRecord
     from rlsim.events.environments import EnvironmentRecord
     from rlsim.events.sample_spill import SpilledSamples
     from rlsim.events.tables import SampleTable, SequenceTable, SpanTable
@@ -147,6 +148,7 @@ class EventLog:
     engine_samples: SampleTable | SpilledSamples = ()  # type: ignore[assignment]  # in time order
     kv_transfers: tuple[KVTransfer, ...] = ()  # prefill/decode disaggregation: in the order they ended
     environments: EnvironmentRecord | None = None  # the environment pool's ledger (workload.environments), if any
+    agents: tuple[AgentRecord, ...] = ()  # a multi-agent run's agents (scenario agents:), else none
 
     def __post_init__(self) -> None:
         from rlsim.events.sample_spill import SpilledSamples  # the tables build on these records

@@ -2,6 +2,8 @@
 and says what is counted."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from rlsim.events import TRAINING_STAGES, EventLog
@@ -28,7 +30,12 @@ def model_flops(log: EventLog, facts: RunFacts) -> dict[str, float]:
     reference pass and the critic's values pass
     (2·N·tokens + attention each, the critic without the output head). updates: 3× the forward FLOPs (forward and
     backward) per PPO epoch, actor and critic. reward_model: one forward pass per trained sequence.
+    A multi-agent run's: each agent's sequences with its own model, summed.
     """
+    if facts.agents:
+        parts = [model_flops(replace(log, sequences=log.sequences.take(np.isin(log.sequences.seq_id, agent.seq_ids))),
+                             own) for agent, (_, own) in zip(log.agents, facts.agents, strict=True)]
+        return {kind: sum(part[kind] for part in parts) for kind in parts[0]}
     policy = facts.policy
     arrays = SequenceArrays.of(log)
     pairs, index = np.unique(np.stack([arrays.engine, arrays.group]), axis=1, return_inverse=True)
@@ -79,24 +86,39 @@ def decode_hbm_utilisation(log: EventLog, facts: RunFacts) -> dict[str, float]:
     from the engines' samples exactly: between two samples an engine ran a fixed decode batch for a counted number of
     decode iterations, and each sample carries the KV tokens its decode iterations read so far.
     """
-    spans = log.spans
-    decoding = spans.labelled("decode") & spans.unit_mask(lambda unit: unit.startswith(ROLLOUT_ENGINE))
-    decode_gpu_seconds = ordered_sum(spans.seconds[decoding] * spans.gpu_count[decoding])
-    iterations = kv_tokens_read = 0
-    weight_bytes = 0.0
-    for track in engine_tracks(log):
-        steps = np.diff(track.decode_iterations)
-        ran = steps > 0
-        weight_bytes += float((steps[ran] * facts.weight_bytes(track.decoding[:-1][ran])).sum())
-        iterations += int(track.decode_iterations[-1])
-        kv_tokens_read += int(track.decode_kv_read_tokens[-1])
-    kv_bytes = kv_tokens_read * facts.kv_bytes_per_token
+    weight_bytes = kv_bytes = readable = 0.0
+    iterations = 0
+    # A multi-agent run's engines agent by agent, each with its own model's bytes and its own pool's bandwidth.
+    for suffix, own in [(f":{name}", agent) for name, agent in facts.agents] or [("", facts)]:
+        reads = _decode_reads(log, own, suffix)
+        weight_bytes += reads[0]
+        kv_bytes += reads[1]
+        readable += reads[2]
+        iterations += reads[3]
     read = weight_bytes + kv_bytes
-    bandwidth = facts.pool(facts.rollout_pool).hbm_bytes_per_s
     return {
-        "decode": float(read / (bandwidth * decode_gpu_seconds)) if decode_gpu_seconds else 0.0,
+        "decode": float(read / readable) if readable else 0.0,
         "decode_bytes": float(read),
         "decode_weight_bytes": float(weight_bytes),
         "decode_kv_bytes": float(kv_bytes),
         "decode_iterations": iterations,
     }
+
+
+def _decode_reads(log: EventLog, facts: RunFacts, suffix: str) -> tuple[float, float, float, int]:
+    """The engines ending in `suffix`: weight and KV bytes their decode iterations read, the bytes their GPUs could
+    have read while labelled `decode`, and their decode iterations."""
+    spans = log.spans
+    decoding = spans.labelled("decode") & spans.unit_mask(
+        lambda unit: unit.startswith(ROLLOUT_ENGINE) and unit.endswith(suffix))
+    decode_gpu_seconds = ordered_sum(spans.seconds[decoding] * spans.gpu_count[decoding])
+    iterations = kv_tokens_read = 0
+    weight_bytes = 0.0
+    for track in engine_tracks(log, suffix=suffix):
+        steps = np.diff(track.decode_iterations)
+        ran = steps > 0
+        weight_bytes += float((steps[ran] * facts.weight_bytes(track.decoding[:-1][ran])).sum())
+        iterations += int(track.decode_iterations[-1])
+        kv_tokens_read += int(track.decode_kv_read_tokens[-1])
+    bandwidth = facts.pool(facts.rollout_pool).hbm_bytes_per_s
+    return weight_bytes, kv_tokens_read * facts.kv_bytes_per_token, bandwidth * decode_gpu_seconds, iterations

@@ -65,26 +65,29 @@ class EngineTrack:
         return np.where(before, 0.0, area[i] + inside)
 
 
-def _engine_index(name: str, prefix: str) -> int:
-    """The index of an engine named `prefix` + digits; -1 for any other name."""
-    suffix = name[len(prefix):]
-    return int(suffix) if name.startswith(prefix) and suffix.isdigit() else -1
+def _engine_index(name: str, prefix: str, suffix: str = "") -> int:
+    """The index of an engine named `prefix` + digits + `suffix`; -1 for any other name."""
+    if not name.endswith(suffix):
+        return -1
+    digits = name[len(prefix):len(name) - len(suffix)]
+    return int(digits) if name.startswith(prefix) and digits.isdigit() else -1
 
 
-def engine_tracks(log: EventLog, prefix: str = ROLLOUT_ENGINE) -> Iterator[EngineTrack]:
-    """The samples of the engines whose unit is `prefix` + index, per engine in index order, made one engine at a
-    time (a long run's samples may be spilled to disk: rlsim.events.sample_spill)."""
+def engine_tracks(log: EventLog, prefix: str = ROLLOUT_ENGINE, suffix: str = "") -> Iterator[EngineTrack]:
+    """The samples of the engines whose unit is `prefix` + index + `suffix` (a multi-agent run's engines end in
+    `:<agent>`), per engine in index order, made one engine at a time (a long run's samples may be spilled to disk:
+    rlsim.events.sample_spill)."""
     samples = log.engine_samples
     codes_of: dict[int, list[int]] = {}
     for code, name in enumerate(samples.engine_names):
-        index = _engine_index(name, prefix)
+        index = _engine_index(name, prefix, suffix)
         if index >= 0:
             codes_of.setdefault(index, []).append(code)
     indices = sorted(codes_of)
     for index, (time, counts) in zip(indices, samples.rows_by_engine([codes_of[i] for i in indices]), strict=True):
         if time.size:
             order = np.argsort(time, kind="stable")  # in time order; simultaneous samples as recorded
-            yield EngineTrack(f"{prefix}{index}", time[order], *counts[order].T)
+            yield EngineTrack(f"{prefix}{index}{suffix}", time[order], *counts[order].T)
 
 
 def _generating(log: EventLog) -> dict[str, np.ndarray]:
@@ -112,11 +115,17 @@ def _mean_over(track: EngineTrack, values: np.ndarray, ends: np.ndarray | None, 
 def engine_rows(log: EventLog, facts: RunFacts) -> list[dict]:
     """Per rollout engine: time-weighted means while it generated (its prefill and decode time) and maxima over the
     run of KV-cache occupancy (fraction of its cache), sequences running and waiting; its mean decode batch (per
-    decode iteration) and iteration counts."""
+    decode iteration) and iteration counts. A multi-agent run's engines, agent by agent, each of its own cache."""
+    if facts.agents:
+        return [row for name, own in facts.agents for row in _engine_rows(log, own, f":{name}")]
+    return _engine_rows(log, facts, "")
+
+
+def _engine_rows(log: EventLog, facts: RunFacts, suffix: str) -> list[dict]:
     capacity = max(facts.kv_capacity_tokens, 1)
     generating = _generating(log)
     rows = []
-    for track in engine_tracks(log):
+    for track in engine_tracks(log, suffix=suffix):
         intervals = generating.get(track.engine, np.zeros((0, 2)))
         seconds = float((intervals[:, 1] - intervals[:, 0]).sum())
         kv_end = track.kv_before_next
@@ -178,13 +187,15 @@ def engine_series(log: EventLog, facts: RunFacts, bins: int = 240) -> EngineSeri
     width = np.diff(edges)
     width = np.where(width > 0, width, 1.0)
     engines, kv, running, waiting = [], [], [], []
-    for track in engine_tracks(log):
-        engines.append(track.engine)
-        kv.append(np.diff(track.integral(track.kv_tokens, track.kv_before_next, edges)) / width)
-        running.append(np.diff(track.integral(track.running, None, edges)) / width)
-        waiting.append(np.diff(track.integral(track.waiting, None, edges)) / width)
+    # A multi-agent run's engines agent by agent, each against its own cache.
+    for suffix, own in [(f":{name}", agent) for name, agent in facts.agents] or [("", facts)]:
+        for track in engine_tracks(log, suffix=suffix):
+            engines.append(track.engine)
+            kv.append(np.diff(track.integral(track.kv_tokens, track.kv_before_next, edges)) / width
+                      / max(own.kv_capacity_tokens, 1))
+            running.append(np.diff(track.integral(track.running, None, edges)) / width)
+            waiting.append(np.diff(track.integral(track.waiting, None, edges)) / width)
 
     def rows(values: list[np.ndarray]) -> np.ndarray:
         return np.array(values) if values else np.zeros((0, bins))
-    return EngineSeries(tuple(engines), (edges[:-1] + edges[1:]) / 2, rows(kv) / max(facts.kv_capacity_tokens, 1),
-                        rows(running), rows(waiting))
+    return EngineSeries(tuple(engines), (edges[:-1] + edges[1:]) / 2, rows(kv), rows(running), rows(waiting))

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlsim.config.bound import Bound
+from rlsim.config.agents import agent_scenario
+from rlsim.config.bound import Bound, bind
 from rlsim.config.run_length import fill_steps
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu
 from rlsim.metrics.long_run import LongRunFacts
@@ -84,6 +85,8 @@ class RunFacts:
     pipeline_fill_steps: int = 0
     # With run.horizon: what the long run pays besides its steps (failures, restarts, checkpoints, evaluation).
     long_run: LongRunFacts | None = None
+    # A multi-agent run's agents, each by name with the facts of its own model and placement (scenario agents:).
+    agents: tuple[tuple[str, RunFacts], ...] = ()
 
     @classmethod
     def from_bound(cls, bound: Bound) -> RunFacts:
@@ -122,6 +125,8 @@ class RunFacts:
             decode_weight_bytes=decode_weight_bytes(bound),
             pipeline_fill_steps=fill_steps(scenario.schedule),
             long_run=LongRunFacts.from_bound(bound),
+            agents=tuple((member.name, cls.from_bound(bind(agent_scenario(scenario, i))))
+                         for i, member in enumerate(scenario.agents.members)) if scenario.agents else (),
         )
 
     def weight_bytes(self, batch: np.ndarray) -> np.ndarray:

@@ -35,16 +35,16 @@ def gpu_label_seconds(log: EventLog) -> list[dict[str, float]]:
 def pool_label_seconds(log: EventLog, facts: RunFacts) -> dict[str, dict[str, float]]:
     """Per pool: seconds by label summed over its GPUs (every label present). The pools' tables add up to
     `gpu_seconds_by_label`."""
-    spans = log.spans
+    return {pool.name: range_label_seconds(log.spans, pool.first_gpu, pool.gpus) for pool in facts.pools}
+
+
+def range_label_seconds(spans: SpanTable, first_gpu: int, gpus: int) -> dict[str, float]:
+    """Seconds by label summed over GPUs [first_gpu, first_gpu + gpus) (every label present)."""
     first = spans.first_gpu.astype(np.int64)
-    totals = {}
-    for pool in facts.pools:
-        inside = np.clip(np.minimum(first + spans.gpu_count, pool.first_gpu + pool.gpus)
-                         - np.maximum(first, pool.first_gpu), 0, None)
-        used = inside > 0
-        sums = ordered_sums(spans.label[used], spans.seconds[used] * inside[used], len(LABELS))
-        totals[pool.name] = dict(zip(LABELS, sums.tolist(), strict=True))
-    return totals
+    inside = np.clip(np.minimum(first + spans.gpu_count, first_gpu + gpus) - np.maximum(first, first_gpu), 0, None)
+    used = inside > 0
+    sums = ordered_sums(spans.label[used], spans.seconds[used] * inside[used], len(LABELS))
+    return dict(zip(LABELS, sums.tolist(), strict=True))
 
 
 def utilisation(label_seconds: dict[str, float]) -> dict[str, float]:

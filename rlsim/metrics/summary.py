@@ -7,6 +7,7 @@ import numpy as np
 
 from rlsim.config.run_length import RunLength, measured_window, short_warmup_warning
 from rlsim.events import RUN_END, EventLog
+from rlsim.metrics.agents import agent_metrics
 from rlsim.metrics.cost import cost
 from rlsim.metrics.disaggregation import prefill_decode
 from rlsim.metrics.efficiency import decode_hbm_utilisation, mfu, model_flops
@@ -78,6 +79,8 @@ def run_metrics(log: EventLog, facts: RunFacts) -> dict:
         metrics["environments"] = environments
     if facts.long_run is not None:
         metrics["goodput"] = horizon_goodput(log, facts)
+    if log.agents:
+        metrics["agents"] = agent_metrics(log, facts)
     return metrics
 
 

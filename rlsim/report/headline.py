@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Unit = Literal["s", "fraction", "count", "per_s", "per_gpu_hour", "usd", "gpu_hours", "versions"]
+Better = Literal["lower", "higher", "neither"]
 
 
 @dataclass(frozen=True)
@@ -13,7 +14,7 @@ class Headline:
     path: tuple[str, ...]  # where the value lives in metrics.json
     title: str
     unit: Unit
-    better: Literal["lower", "higher", "neither"]
+    better: Better
     optional: bool = False  # only some runs have it (goodput, prefill engines, a pool): shown where present
 
     @property
@@ -70,9 +71,25 @@ HEADLINES = (
 )
 
 
+# Each agent's figures in a multi-agent run (metrics.json `agents`), shown for every agent some run has.
+AGENT_HEADLINES: tuple[tuple[tuple[str, ...], str, Unit, Better], ...] = (
+    (("tokens_per_s",), "trained tokens/s", "per_s", "higher"),
+    (("tokens_per_s_per_gpu",), "trained tokens/s per GPU", "per_s", "higher"),
+    (("busy_until_s",), "step done after (trained, weights loaded)", "s", "lower"),
+    (("utilisation", "busy"), "GPU-time busy", "fraction", "higher"),
+    (("label_shares", "starved"), "GPU-time starved (its calls with other agents)", "fraction", "lower"),
+    (("label_shares", "tail"), "GPU-time in the tail (its calls done)", "fraction", "lower"),
+    (("label_shares", "barrier"), "GPU-time waiting for other agents' updates", "fraction", "lower"),
+)
+
+
 def shown(*metrics: dict) -> tuple[Headline, ...]:
-    """The headlines to show for these runs: every one, but an optional figure only where some run has it."""
-    return tuple(h for h in HEADLINES if not h.optional or any(lookup(m, h.path) is not None for m in metrics))
+    """The headlines to show for these runs: every one, but an optional figure only where some run has it; then each
+    agent's of a multi-agent run."""
+    fixed = tuple(h for h in HEADLINES if not h.optional or any(lookup(m, h.path) is not None for m in metrics))
+    agents = dict.fromkeys(name for m in metrics for name in (m.get("agents") or {}))
+    return fixed + tuple(Headline(("agents", name, *path), f"agent {name}: {title}", unit, better, optional=True)
+                         for name in agents for path, title, unit, better in AGENT_HEADLINES)
 
 
 def lookup(metrics: dict, path: tuple[str, ...]):

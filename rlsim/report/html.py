@@ -108,6 +108,35 @@ def goodput_table(metrics: dict) -> str:
     return f'<table id="goodput"><tr><th>over the horizon</th><th>value</th></tr>{cells}</table>'
 
 
+# Rows of the per-agent table (a multi-agent run): (title, path in an agent's metrics, format).
+AGENT_ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("model", ("model",), "{}"), ("GPUs", ("gpus",), "{:,}"), ("share of the calls", ("call_share",), "{:.0%}"),
+    ("response tokens generated", ("generated_tokens",), "{:,}"),
+    ("trained calls per step", ("trained_samples_per_step",), "{:,.0f}"),
+    ("trained tokens/s", ("tokens_per_s",), "{:,.1f}"),
+    *((f"{stage} s (mean)", ("stages_s", stage), "{:,.2f}") for stage in
+      ("gen", "old_log_prob", "ref", "adv", "update_actor", "weight_sync")),
+    ("step done after, s", ("busy_until_s",), "{:,.2f}"), ("GPU-time busy", ("utilisation", "busy"), "{:.1%}"),
+    ("MFU while generating", ("mfu", "generation"), "{:.1%}"), ("MFU in training", ("mfu", "training"), "{:.1%}"),
+    ("KV cache in use while generating", ("kv_occupancy", "mean"), "{:.1%}"),
+    *((f"GPU-time {label}", ("label_shares", label), "{:.1%}") for label in ("starved", "tail", "barrier")),
+)
+
+
+def agents_table(metrics: dict) -> str:
+    """A multi-agent run's agents side by side (docs/metrics.md, "Agents"); empty for one policy."""
+    agents = metrics.get("agents")
+    if not agents:
+        return ""
+    head = "<tr><th>per agent</th>" + "".join(f"<th>{html.escape(name)}</th>" for name in agents) + "</tr>"
+    rows = []
+    for title, path, form in AGENT_ROWS:
+        cells = [_cell(metrics, ("agents", name, *path), html.escape(form.format(lookup(agent, path))))
+                 for name, agent in agents.items()]
+        rows.append(f"<tr><td>{html.escape(title)}</td>{''.join(cells)}</tr>")
+    return f'<table id="agents">{head}{"".join(rows)}</table>'
+
+
 def figure_div(fig: go.Figure, div_id: str) -> str:
     return pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=div_id,
                        config={"displaylogo": False, "responsive": True})
@@ -129,7 +158,8 @@ def scenario_context(scenario: Scenario) -> str:
     return (f"{scenario.model.name}, {algorithm.name.upper()} {algorithm.prompts_per_step} prompts × "
             f"{algorithm.samples_per_prompt}; {placement.mode} on {pools}; rollout {placement.rollout.gpus} GPUs "
             f"(tp {placement.rollout.tp}); {schedule} schedule; {scenario.run.steps} steps "
-            f"({scenario.run.warmup_steps} warm-up); seed {scenario.seed}")
+            f"({scenario.run.warmup_steps} warm-up); seed {scenario.seed}"
+            + (f"; agents called in turn: {' → '.join(scenario.agents.turn_order)}" if scenario.agents else ""))
 
 
 def run_report_html(data: RunData, scenario: Scenario) -> str:
@@ -138,7 +168,7 @@ def run_report_html(data: RunData, scenario: Scenario) -> str:
             f'<p class="context">{html.escape(scenario_context(scenario))}</p>',
             f'<p class="note">{html.escape(scenario.description)}</p>' if scenario.description else "",
             '<section id="summary"><h2>Summary</h2><div class="tables">', headline_table(metrics),
-            gpu_time_table(metrics), goodput_table(metrics), "</div></section>"]
+            gpu_time_table(metrics), goodput_table(metrics), agents_table(metrics), "</div></section>"]
     for name, title, note in SECTIONS:
         body += [f'<section id="{name}"><h2>{html.escape(title)}</h2><p class="note">{html.escape(note)}</p>',
                  figure_div(FIGURES[name](data), f"fig-{name}"), "</section>"]

@@ -75,7 +75,10 @@ class Simulation:
         return [*self.engines, *self.prefill_engines]
 
 
-def build(bound: Bound, *, mode: str = "fast") -> Simulation:
+def build(bound: Bound, *, mode: str = "fast", env: simpy.Environment | None = None, recorder: Recorder | None = None,
+          unit_suffix: str = "") -> Simulation:
+    """The simulation of `bound`; a multi-agent run builds each agent's into one `env` and `recorder`, its engines'
+    and ranks' units marked with `unit_suffix` (engine0:coder), each on the cluster GPUs its placement names."""
     scenario, spec = bound.scenario, bound.model
     placement = scenario.placement
     # A role that does not fit would not start on real GPUs (vLLM refuses a KV cache shorter than one longest
@@ -83,10 +86,10 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     memory = memory_report(scenario, spec, {name: hw.gpu for name, hw in bound.pools.items()}, bound.reward_model)
     require_all(memory)
     rollout_fit = memory[0]
-    env = simpy.Environment()
+    env = env or simpy.Environment()
     topology = ClusterTopology.build(bound)
     index = {gpu: i for i, gpu in enumerate(g for pool in topology.pools for g in topology.gpus(pool))}
-    recorder = Recorder(len(index))
+    recorder = recorder or Recorder(len(index))
     placed = roles(bound)
     gpus = role_gpus(bound, topology, placed)
     rollout, training = gpus.rollout, gpus.training
@@ -107,13 +110,13 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
             engines.append(StaticBatchEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
                                              scenario.algorithm.max_response_tokens, index[mine[0]], len(mine),
                                              recorder, _not_connected, mode=mode,
-                                             padded_prompt=padded_prompt_tokens(scenario)))
+                                             padded_prompt=padded_prompt_tokens(scenario), unit=f"engine{e}{unit_suffix}"))
             continue
         engines.append(RolloutEngine(env, e, costs, kv_tokens, engine_layout.max_num_seqs,
                                      engine_layout.max_num_batched_tokens, index[mine[0]], len(mine), recorder,
                                      _not_connected, mode=mode, tool_wait=scenario.workload.tool_wait,
                                      admission=scenario.placement.rollout.admission,
-                                     order=scenario.placement.rollout.scheduling_policy))
+                                     order=scenario.placement.rollout.scheduling_policy, unit=f"engine{e}{unit_suffix}"))
 
     prefill_engines = _prefill_engines(env, bound, topology, index, recorder, gpus.prefill, rollout, engines, mode)
     tool_calls = tool_calls_for(env, recorder, scenario.workload.environments, np.random.default_rng(environment_seed))
@@ -126,14 +129,14 @@ def build(bound: Bound, *, mode: str = "fast") -> Simulation:
     collectives = GroupCollectives.on_cluster(topology, training, layout)
     actor = TrainingCosts(spec, sustained, layout, collectives)
     critic = TrainingCosts(spec, sustained, layout, collectives, head="value") if scenario.algorithm.critic else None
-    trainer = Trainer(env, recorder, group, scenario.schedule.dp_balance)
+    trainer = Trainer(env, recorder, group, scenario.schedule.dp_balance, unit_suffix=unit_suffix)
     critic_trainer, reference_trainer, reference = trainer, trainer, actor
     if placed.critic is not None and critic is not None:
         critic_trainer, critic = _placed_role(env, bound, placed.critic, topology, index, recorder, gpus.critic,
-                                              "critic", head="value")
+                                              "critic", unit_suffix, head="value")
     if placed.reference is not None:
         reference_trainer, reference = _placed_role(env, bound, placed.reference, topology, index, recorder,
-                                                    gpus.reference, "ref")
+                                                    gpus.reference, "ref", unit_suffix)
     ranges = {"actor": (index[training[0]], len(training))}
     for role, own in (("critic", gpus.critic), ("reference", gpus.reference), ("reward_model", gpus.reward)):
         if own and placed.group_of(role) == role:
@@ -209,7 +212,7 @@ def _memoised(op: str, group: CommGroup) -> CollectiveSeconds:
 
 
 def _placed_role(env, bound: Bound, layout: TrainingLayout, topology: ClusterTopology, index: dict[GPU, int],
-                 recorder: Recorder, gpus: tuple[GPU, ...], unit_prefix: str,
+                 recorder: Recorder, gpus: tuple[GPU, ...], unit_prefix: str, unit_suffix: str,
                  head: Literal["lm", "value"] = "lm") -> tuple[Trainer, TrainingCosts]:
     """The critic or reference policy with a layout of its own, on its GPUs (its own, or those of the role it
     shares); its ranks are named `critic0`, … or `ref0`, …."""
@@ -217,7 +220,7 @@ def _placed_role(env, bound: Bound, layout: TrainingLayout, topology: ClusterTop
     rates = training_rates(bound.gpu(layout.pool), scenario.framework.kernel_efficiency(layout.backend))
     costs = TrainingCosts(bound.model, rates, layout, GroupCollectives.on_cluster(topology, gpus, layout), head=head)
     trainer = Trainer(env, recorder, TrainingGroup(index[gpus[0]], layout), scenario.schedule.dp_balance,
-                      unit_prefix=unit_prefix)
+                      unit_prefix=unit_prefix, unit_suffix=unit_suffix)
     return trainer, costs
 
 

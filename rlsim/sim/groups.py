@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from itertools import count
 
 import simpy
 
@@ -41,7 +42,8 @@ class GroupLedger:
         self.on_group_done = on_group_done
         for engine in engines:
             engine.on_finish = self._finished
-        self._next_seq = 0
+        # Where rollouts take their ids: a multi-agent run gives every agent's ledger one source, so ids stay unique.
+        self.seq_ids: Iterator[int] = count()
         self._members: dict[int, list[Rollout]] = {}  # group -> its rollouts
         self._left: dict[int, int] = {}  # group -> samples still generating
         self._informative: dict[int, bool] = {}  # group -> whether dynamic sampling keeps it
@@ -109,19 +111,19 @@ class GroupLedger:
             self.dispatcher.dispatch(members)
 
     def _rollout(self, group: PromptGroup, i: int) -> Rollout:
+        seq_id = next(self.seq_ids)
         if group.turns is not None:
-            rollout: Rollout = MultiTurnRollout(self._next_seq, group.group, group.prompt_tokens,
+            rollout: Rollout = MultiTurnRollout(seq_id, group.group, group.prompt_tokens,
                                                 group.response_tokens[i], group.truncated[i], submitted=self.env.now,
                                                 turns=group.turns[i])
         elif self.segment_tokens is not None:
             final = group.response_tokens[i]
-            rollout = SegmentedRollout(self._next_seq, group.group, group.prompt_tokens,
+            rollout = SegmentedRollout(seq_id, group.group, group.prompt_tokens,
                                        min(final, self.segment_tokens), group.truncated[i], submitted=self.env.now,
                                        final_tokens=final)
         else:
-            rollout = Rollout(self._next_seq, group.group, group.prompt_tokens, group.response_tokens[i],
+            rollout = Rollout(seq_id, group.group, group.prompt_tokens, group.response_tokens[i],
                               group.truncated[i], submitted=self.env.now)
-        self._next_seq += 1
         return rollout
 
     def _finished(self, rollout: Rollout) -> None:

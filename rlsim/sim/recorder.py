@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlsim.events import LABELS, EventLog, KVTransfer, SequenceRecord, Span, StepRecord
+from rlsim.events.agents import AgentRecord
 from rlsim.events.environments import EnvironmentRecord
 from rlsim.events.sample_spill import SampleSpill, SpilledSamples
 from rlsim.events.tables import SPAN_COLUMNS, SampleColumns, SampleTable, SequenceColumns, SpanColumns, SpanTable
@@ -55,6 +56,7 @@ class Recorder:
         self.on_step: Callable[[StepRecord], None] | None = None  # told of each RL step as it ends (live output)
         # What the run's environment pool did up to the wall time (None: no pool), asked for when the log freezes.
         self.environments: Callable[[float], EnvironmentRecord | None] | None = None
+        self.agents: tuple[AgentRecord, ...] = ()  # a multi-agent run's, written when its loop ends
         # Taken when the recorder is made: a test sets them small to spill at every step.
         self._samples_kept, self._samples_per_chunk = SAMPLES_KEPT_IN_MEMORY, SAMPLES_PER_CHUNK
         self._sample_spill: SampleSpill | None = None  # made once the samples outgrow memory
@@ -123,7 +125,7 @@ class Recorder:
         return EventLog(spans=spans, sequences=sequences,
                         steps=tuple(sorted(self._steps, key=lambda r: r.step)), gpus=self.gpus, wall_s=wall_s,
                         events=events, engine_samples=samples, kv_transfers=tuple(self._kv_transfers),
-                        environments=environments)
+                        environments=environments, agents=self.agents)
 
     def _frozen_samples(self) -> SampleTable | SpilledSamples:
         """The engine samples in time order: in memory, or on disk when the run spilled them."""

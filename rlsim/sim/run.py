@@ -13,6 +13,7 @@ from rlsim.errors import Problem, ScenarioError
 from rlsim.events import EventLog, StepRecord
 from rlsim.sim.build import Simulation, build
 from rlsim.sim.loop import controller_for
+from rlsim.sim.multi_agent import MultiAgentLoop
 
 
 @dataclass(frozen=True)
@@ -51,23 +52,30 @@ def simulate_log(bound: Bound, *, mode: Literal["fast", "exact"] = "fast",
 def _simulate_log(bound: Bound, mode: Literal["fast", "exact"],
                   on_step: Callable[[StepRecord], None] | None) -> RunOutput:
     began = time.perf_counter()
-    sim = build(bound, mode=mode)
-    sim.recorder.on_step = on_step
-    done = sim.env.process(controller_for(sim).run())
+    sim: Simulation | None = None
+    if bound.scenario.agents is None:
+        sim = build(bound, mode=mode)
+        env, recorder, loop, engines = sim.env, sim.recorder, controller_for(sim).run(), sim.rollout_engines
+    else:
+        agents = MultiAgentLoop(bound, mode=mode)
+        assert agents.recorder is not None
+        env, recorder, loop, engines = agents.env, agents.recorder, agents.run(), agents.rollout_engines
+    recorder.on_step = on_step
+    done = env.process(loop)
     events = 0
-    env = sim.env
     # Stepping by hand (rather than env.run) counts the events: the simulator's work, which must scale with sequences.
     # Until the loop's end is *processed*: a loop that fails is triggered at once, and only processing re-raises.
     while not done.processed:
         if env.peek() == float("inf"):
-            _refuse_a_deadlocked_pool(sim, env.now)
+            if sim is not None:
+                _refuse_a_deadlocked_pool(sim, env.now)
             raise RuntimeError(f"the simulation of {bound.scenario.name!r} stalled at t={env.now:.3f} s with steps "
                                "left: a process waits for an event nothing will trigger (a bug in rlsim)")
         env.step()
         events += 1
-    for engine in sim.rollout_engines:
+    for engine in engines:
         engine.close()
-    log = sim.recorder.freeze(env.now, events)
+    log = recorder.freeze(env.now, events)
     return RunOutput(log, time.perf_counter() - began)
 
 

@@ -50,9 +50,10 @@ class TrainingGroup:
 
 class Trainer:
     def __init__(self, env: simpy.Environment, recorder: Recorder, group: TrainingGroup, balance: str,
-                 unit_prefix: str = "dp"):
+                 unit_prefix: str = "dp", unit_suffix: str = ""):
         self.env = env
-        self.unit_prefix = unit_prefix  # its data-parallel ranks' units are prefix0, prefix1, …
+        self.unit_prefix = unit_prefix  # its data-parallel ranks' units are prefix0, prefix1, … (then the suffix)
+        self.unit_suffix = unit_suffix
         self.recorder = recorder
         self.group = group
         self.balance = DP_BALANCERS[balance]
@@ -113,7 +114,7 @@ class Trainer:
         for pp_stage, ranks in enumerate(per_stage):
             for dp_rank, labels in enumerate(ranks):
                 first, count = self.group.block(dp_rank, pp_stage)
-                unit = f"{self.unit_prefix}{dp_rank}"
+                unit = f"{self.unit_prefix}{dp_rank}{self.unit_suffix}"
                 cursor = start
                 for label in LABEL_ORDER:
                     seconds = labels.get(label, 0.0)
