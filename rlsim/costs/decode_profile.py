@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rlsim.costs.compute import GEMM_FILL_S
 from rlsim.costs.engine_kernels import EngineKernels, work_of
@@ -23,6 +23,12 @@ class DecodeProfile:
     starts: tuple[float, ...]
     intercepts: tuple[float, ...]
     slopes: tuple[float, ...]
+    # (start, end, intercept, slope) per piece, the last ending at infinity: every stretch an engine plans walks them.
+    _pieces: tuple[tuple[float, float, float, float], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ends = (*self.starts[1:], math.inf)
+        object.__setattr__(self, "_pieces", tuple(zip(self.starts, ends, self.intercepts, self.slopes, strict=True)))
 
     def seconds(self, total_context: float) -> float:
         """Time of one iteration at total context `total_context`."""
@@ -34,8 +40,7 @@ class DecodeProfile:
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
         batch, c0, total = self.batch, total_context, 0.0
-        ends = (*self.starts[1:], math.inf)
-        for start, end, a, b in zip(self.starts, ends, self.intercepts, self.slopes, strict=True):
+        for start, end, a, b in self._pieces:
             if end <= c0:
                 continue
             # Iteration i runs at context c0 + i·batch; it belongs to this piece when start <= c0 + i·batch < end.

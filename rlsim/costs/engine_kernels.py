@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from rlsim.costs.compute import GPURates
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu
 from rlsim.models import ModelSpec
-from rlsim.models.spec import LAYER_KINDS, LayerKind
+from rlsim.models.spec import LAYER_KINDS, GemmShape, LayerKind
 
 if TYPE_CHECKING:
     from rlsim.costs.rollout import EngineOverheads, PrefillChunk
@@ -173,7 +173,7 @@ class EngineKernels:
     __slots__ = ("spec", "rates", "tp", "ep", "all_reduce_seconds", "all_to_all_seconds", "overheads", "weight_bytes",
                  "quantized_rates", "head_weight_bytes", "expert_load_imbalance", "lora_rank", "kv_per_layer",
                  "decode_kv_passes", "attention_layers", "attention_launches", "_gemm_shapes", "_attention_widths",
-                 "_expert_weight_elements")
+                 "_expert_weight_elements", "_split_gemms")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, tp: int, ep: int,
                  all_reduce_seconds: CollectiveSeconds | None, all_to_all_seconds: CollectiveSeconds | None,
@@ -195,6 +195,7 @@ class EngineKernels:
         self.attention_launches = sum(self.attention_layers)
         # The spec rebuilds its shapes on every call; an engine prices thousands of iterations.
         self._gemm_shapes = {kind: spec.layer_gemm_shapes(kind) for kind in LAYER_KINDS if spec.layer_count(kind)}
+        self._split_gemms = {kind: self._split(shapes) for kind, shapes in self._gemm_shapes.items()}
         self._attention_widths = self._widths()
         # Weight elements of one routed expert on this GPU (all its GEMMs, after TP slicing).
         self._expert_weight_elements = sum(
@@ -253,8 +254,7 @@ class EngineKernels:
 
     def layer_kernels(self, tokens: int, latent_rows: int) -> tuple[list[Kernel], list[KernelCollective]]:
         """The decoder layers' kernels (but attention) and collectives for an iteration of `tokens` tokens."""
-        spec, arch, tp, act = self.spec, self.spec.architecture, self.tp, ACTIVATION_BYTES
-        kv_per_layer = kv_bytes_per_token_per_gpu(spec, tp) / arch.num_hidden_layers
+        spec, act, kv_per_layer = self.spec, ACTIVATION_BYTES, self.kv_per_layer
         kernels: list[Kernel] = []
         collectives: list[KernelCollective] = []
         for kind in LAYER_KINDS:
@@ -348,40 +348,57 @@ class EngineKernels:
 
     def layer_gemms(self, kind: LayerKind, tokens: int, latent_rows: int) -> list[tuple[str, float, float, float, float]]:
         """(name, in_features, out_features, rows M, weight elements read) per fused GEMM of one layer on one GPU."""
-        arch, tp, ep = self.spec.architecture, self.tp, self.ep
         fused: dict[str, list[float]] = {}  # name -> [in_features, out_features, rows, weight elements]
-        for shape in self._gemm_shapes[kind]:
+        touched = 0.0
+        for group, in_features, out_features, rows_of, weights, active in self._split_gemms[kind]:
+            if rows_of == "experts":
+                moe = self.spec.architecture.moe
+                assert moe is not None
+                touched = touched or moe.experts_touched(tokens)
+                weights = in_features * out_features * touched / self.ep
+                # (token, expert) assignments the busiest GPU's experts serve.
+                rows = tokens * active / self.ep * self.expert_load_imbalance
+            else:
+                rows = float(latent_rows if rows_of == "latent" else tokens)
+            entry = fused.get(group)
+            if entry is None:
+                fused[group] = [in_features, out_features, rows, weights]
+            else:
+                entry[1] += out_features
+                entry[3] += weights
+        return [(name, i, o, m, w) for name, (i, o, m, w) in fused.items()]
+
+    def _split(self, shapes: tuple[GemmShape, ...]) -> tuple[tuple[str, float, float, str, float, int], ...]:
+        """Per weight matrix of a layer, what of its GEMM on one GPU does not depend on the iteration: (fused kernel,
+        in_features, out_features after the split over the engine's GPUs, what its rows are — "tokens", "latent" or
+        "experts" —, weight elements read unless routed, tokens' active experts). `layer_gemms` reads it at every
+        iteration priced, so the splits are worked out once."""
+        arch, tp, ep = self.spec.architecture, self.tp, self.ep
+        out = []
+        for shape in shapes:
             split = _SPLIT.get(shape.name)
             if split is None:
                 raise ValueError(f"no tensor-parallel layout is known for weight {shape.name!r}")
-            in_features, out_features, rows = float(shape.in_features), float(shape.out_features), float(tokens)
+            in_features, out_features = float(shape.in_features), float(shape.out_features)
             if split == "column":
                 # K and V heads split until each GPU holds one, then are replicated.
                 ways = min(tp, arch.num_key_value_heads) if shape.name in ("self_attn.k_proj", "self_attn.v_proj") else tp
                 out_features /= ways
             elif split == "row":
                 in_features /= tp
-            if shape.name == "self_attn.kv_b_proj":
-                # Decode multiplies the queries by it (MLA's absorbed form); prefill expands the cached latents of its
-                # sequences as well as the new ones (vLLM's MLA prefill path).
-                rows = float(latent_rows)
-            weights = in_features * out_features
+            # Decode multiplies the queries by kv_b_proj (MLA's absorbed form); prefill expands the cached latents of
+            # its sequences as well as the new ones (vLLM's MLA prefill path).
+            rows_of = "latent" if shape.name == "self_attn.kv_b_proj" else "tokens"
             if split == "experts":
-                assert arch.moe is not None
                 slices = tp // ep  # GPUs sharing each expert
                 if shape.name.endswith("down_proj"):
                     in_features /= slices
                 else:
                     out_features /= slices
-                touched = arch.moe.experts_touched(tokens)
-                weights = in_features * out_features * touched / ep
-                # (token, expert) assignments the busiest GPU's experts serve.
-                rows = tokens * shape.active / ep * self.expert_load_imbalance
-            group = _FUSED.get(shape.name, shape.name)
-            entry = fused.setdefault(group, [in_features, 0.0, rows, 0.0])
-            entry[1] += out_features
-            entry[3] += weights
-        return [(name, i, o, m, w) for name, (i, o, m, w) in fused.items()]
+                rows_of = "experts"
+            out.append((_FUSED.get(shape.name, shape.name), in_features, out_features, rows_of,
+                        in_features * out_features, shape.active))
+        return tuple(out)
 
     def _widths(self) -> tuple[float, float, float]:
         """(FLOPs per (query, key) pair in the expanded form, in the absorbed form, query/output bytes per token over
@@ -403,7 +420,10 @@ class EngineKernels:
     def attention_seconds(self, work: Work, decode_context: float) -> float:
         """The attention kernels' time in an iteration at `decode_context`: one layer's kernel priced once, times the
         layers of each kind (`_attention_kernels` builds one kernel per kind; every iteration asks for this)."""
-        seconds = self.kernel_seconds(self._attention_kernel(work, self.kv_per_layer, 1), decode_context)
+        # `kernel_seconds` of the one launch, without its dispatch on the kernel's kind.
+        kernel = self._attention_kernel(work, self.kv_per_layer, 1)
+        seconds = self.rates.attention_seconds(kernel.flops + kernel.flops_per_context * decode_context,
+                                               kernel.nbytes + kernel.bytes_per_context * decode_context)
         return sum(layers * seconds for layers in self.attention_layers)
 
     def _attention_kernel(self, work: Work, kv_per_layer: float, layers: int) -> Kernel:

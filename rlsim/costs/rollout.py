@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rlsim.costs.compute import GPURates
 from rlsim.costs.decode_profile import DecodeProfile, combined_profile, decode_profile
@@ -106,12 +107,12 @@ class EngineOverheads:
         return self.eager_op_cpu_seconds if self.launches_op_by_op else self.kernel_launch_seconds
 
 
-@dataclass(frozen=True)
-class PrefillChunk:
+class PrefillChunk(NamedTuple):
     """New prompt tokens of one sequence in an iteration, after `cached_tokens` of it already in the KV cache.
 
     `logits`: the chunk ends the prompt, so its last token goes through the output head and is sampled (the first
-    generated token); an earlier chunk of a chunked prefill produces no logits.
+    generated token); an earlier chunk of a chunked prefill produces no logits. A named tuple, not a frozen
+    dataclass: an engine builds one per sequence per prefill iteration, and a tuple is built several times faster.
     """
 
     tokens: int
@@ -330,8 +331,12 @@ class EngineCosts:
         tokens, latent_rows = key
         layers, collectives = kernels.layer_kernels(tokens, latent_rows)
         after_head = kernels.after_head_kernels(tokens)
+        price = kernels.kernel_seconds
+        seconds = 0.0  # summed in the kernels' order, as sum() would, by a loop: a miss prices every layer kernel
+        for kernel in layers:
+            seconds += price(kernel, 0.0)
         return (
-            sum(kernels.kernel_seconds(kernel, 0.0) for kernel in layers),
+            seconds,
             tuple(kernels.kernel_seconds(kernel, 0.0) for kernel in after_head),
             sum(c.count * c.seconds for c in collectives),
             sum(k.count for k in (*layers, *after_head)) + sum(c.count for c in collectives),

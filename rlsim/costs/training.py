@@ -232,7 +232,7 @@ class TrainingCosts:
     def _chunk_forward(self, chunk: int, tokens: float, layers: dict[LayerKind, LayerTime]) -> TrainingTime:
         """One forward op of a pipeline chunk: its layers, the head on the last chunk, FSDP gathers, the send onward."""
         shards = self._shards
-        kinds, counts = shards.chunk_layers[chunk], shards.kind_counts[chunk]
+        counts = shards.kind_counts[chunk]
         total = sum_by_kind(counts, layers)
         last = chunk == shards.chunks - 1
         if last:
@@ -240,9 +240,9 @@ class TrainingCosts:
         exposed = total.collective
         if self.layout.zero_stage >= 3:
             # Root unit and first layer gathered up front; each later gather hides behind the previous layer.
-            gather_of = {kind: shards.gather(*shards.unit_params[kind]) for kind in counts}
-            root = shards.root_params[chunk]
-            exposed += (shards.gather(root, 0.0) if root else 0.0) + gather_of[kinds[0]]
+            gathers = shards.forward_gathers[chunk]
+            gather_of = gathers.of_kind
+            exposed += gathers.up_front
             # Each gather hides behind the previous layer's compute; pairs of layer kinds repeat, so count them.
             compute = {kind: layers[kind].compute for kind in gather_of}
             exposed += sum(count * max(0.0, gather_of[later] - compute[earlier])
@@ -266,8 +266,10 @@ class TrainingCosts:
         # layer i computes, the next layer's gather and the previous layer's reduce-scatter run.
         exposed += max(0.0, plan.first_gather - head.compute)
         window = {kind: layers[kind].compute + recomputed[kind].compute for kind in counts}
-        for comm, kind in plan.comms:
-            exposed += max(0.0, comm - window[kind])
+        for comm, kind in plan.comms:  # a comparison, not max(): one per layer of every micro-batch priced
+            beyond = comm - window[kind]
+            if beyond > 0.0:
+                exposed += beyond
         exposed += plan.after
         if chunk > 0:
             exposed += self._layers.send(tokens)

@@ -46,12 +46,21 @@ class BackwardOverlap:
     after: float
 
 
+@dataclass(frozen=True)
+class ForwardGathers:
+    """ZeRO-3's weight gathers in a chunk's forward: what is exposed up front (the root unit and the first layer, gathered
+    before any compute) and each layer kind's gather (each later one hides behind the previous layer's compute)."""
+
+    up_front: float
+    of_kind: dict[LayerKind, float]
+
+
 class ShardPricing:
     """The model chunks of `spec` under `layout` and the data-parallel traffic and optimizer step of each."""
 
     __slots__ = ("rates", "layout", "collectives", "chunks", "chunk_layers", "kind_counts", "adjacent_kinds",
                  "unit_params", "root_params", "unit_trained", "root_trained", "dense_shards", "expert_dp_degree",
-                 "backward_overlap", "optimizer_step")
+                 "forward_gathers", "backward_overlap", "optimizer_step")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, layout: TrainingLayout, collectives: GroupCollectives,
                  head: Literal["lm", "value"]):
@@ -84,7 +93,9 @@ class ShardPricing:
             self.unit_trained = {kind: (dense / layout.tp, expert / layout.ep) for kind in self.unit_params
                                  for dense, expert in [adapter_params(spec, kind, layout.lora_rank)]}
             self.root_trained = tuple(0.0 for _ in range(chunks))
-        # Functions of the layout alone, asked for every micro-batch (the overlap) and every update (the step).
+        # Functions of the layout alone, asked for every micro-batch (the gathers, the overlap) and every update (the
+        # step).
+        self.forward_gathers: Memo[int, ForwardGathers] = Memo(self._price_forward_gathers)
         self.backward_overlap: Memo[tuple[int, bool], BackwardOverlap] = Memo(self._price_backward_overlap)
         self.optimizer_step: Memo[int, TrainingTime] = Memo(self._price_optimizer_step)
 
@@ -122,6 +133,13 @@ class ShardPricing:
                 dense += d
                 expert += e
         return dense, expert
+
+    def _price_forward_gathers(self, chunk: int) -> ForwardGathers:
+        """ZeRO-3's weight gathers in a chunk's forward (`forward_gathers[chunk]`)."""
+        gather_of = {kind: self.gather(*self.unit_params[kind]) for kind in self.kind_counts[chunk]}
+        root = self.root_params[chunk]
+        up_front = (self.gather(root, 0.0) if root else 0.0) + gather_of[self.chunk_layers[chunk][0]]
+        return ForwardGathers(up_front, gather_of)
 
     def _price_backward_overlap(self, key: tuple[int, bool]) -> BackwardOverlap:
         """The communication a chunk's backward overlaps with its layers (`backward_overlap[chunk, reduce_gradients]`)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -333,15 +334,20 @@ class SequenceColumns:
     def __init__(self) -> None:
         self.columns = {name: array(code) for name, code in SEQUENCE_COLUMNS}
         self.dropped_by = Names([""])
-        self._appenders = tuple((name, self.columns[name].append) for name, _ in SEQUENCE_COLUMNS)
+        names = [name for name, _ in SEQUENCE_COLUMNS]
+        # A record's fields read at once, and bound appends: a step records every one of its sequences.
+        self._fields = attrgetter(*names)
+        self._appenders = tuple(self.columns[name].append for name in names)
+        self._dropped_by_at = names.index("dropped_by")
 
     def __len__(self) -> int:
         return len(self.columns["seq_id"])
 
     def append(self, record: SequenceRecord) -> None:
-        for name, append in self._appenders:
-            value = getattr(record, name)
-            append(self.dropped_by.code(value) if name == "dropped_by" else value)
+        values = list(self._fields(record))
+        values[self._dropped_by_at] = self.dropped_by.code(values[self._dropped_by_at])
+        for append, value in zip(self._appenders, values, strict=True):
+            append(value)
 
     def table(self) -> SequenceTable:
         arrays = {name: _frozen(column) for name, column in self.columns.items()}

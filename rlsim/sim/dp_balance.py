@@ -101,6 +101,7 @@ def pack_micro_batches(lengths: Sequence[int], capacity_tokens: int) -> list[lis
             room[node] = capacity_tokens - length
         node //= 2
         while node:
-            room[node] = max(room[2 * node], room[2 * node + 1])
+            left, right = room[2 * node], room[2 * node + 1]
+            room[node] = left if left >= right else right
             node //= 2
     return bins

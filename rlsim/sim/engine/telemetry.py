@@ -92,7 +92,9 @@ class EngineTelemetry:
         assert label is not None
         self._in_flight = None
         end = self.env.now if at is None else at
-        start = max(self._in_flight_start, self._recorded_until)
+        start, recorded = self._in_flight_start, self._recorded_until
+        if recorded > start:  # max() by comparison: every iteration and stretch ends here
+            start = recorded
         if end <= start:
             return
         step = self.recorder.phase.step
