@@ -315,10 +315,11 @@ def test_steal_takes_unstarted_rollouts_from_the_back_of_the_queue():
     (engine,), _ = engines_on(env, 1, FixedCosts(), seqs=1)
     rollouts = [rollout(i, 10, 3) for i in range(5)]
     for r in rollouts:
-        engine.submit(r)
+        engine.submit(r, predicted_tokens=100.0 + r.seq_id)
     env.run(until=0.5)  # the first is admitted, four wait
     assert (engine.running, engine.queued, engine.queued_tokens) == (1, 4, 40)
-    assert [r.seq_id for r in engine.steal(2)] == [3, 4]
+    # Each goes with its predicted length, which the engine that takes it admits and ranks it by.
+    assert [(r.seq_id, predicted) for r, predicted in engine.steal(2)] == [(3, 103.0), (4, 104.0)]
     assert (engine.outstanding, engine.queued_tokens) == (3, 20)
 
 

@@ -101,8 +101,8 @@ def steal_from_most_queued(thief: GenerationEngine, engines: Sequence[Generation
     if victim is thief or not victim.queued or room <= 0:
         return 0
     taken = victim.steal(min(room, max(1, victim.queued // 2)))
-    for rollout in taken:
-        thief.submit(rollout)
+    for rollout, predicted in taken:
+        thief.submit(rollout, predicted)
     return len(taken)
 
 

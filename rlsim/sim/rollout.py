@@ -203,8 +203,9 @@ class RolloutEngine(EngineControls):
         self.scheduler.submit(rollout, predicted)
         self.lifecycle.queued(rollout)
 
-    def steal(self, n: int) -> list[Rollout]:
-        """Take up to n rollouts that have not started from the back of the queue (work stealing), in queue order."""
+    def steal(self, n: int) -> list[tuple[Rollout, float]]:
+        """Take up to n rollouts that have not started from the back of the queue (work stealing), in queue order,
+        each with its predicted length."""
         self.settle()
         taken = self.scheduler.steal(n)
         if taken:

@@ -113,15 +113,17 @@ class StaticBatchEngine(EngineControls):
         self._generated_total += rollout.generated
         self._queue(rollout)
 
-    def steal(self, n: int) -> list[Rollout]:
-        """Take up to n rollouts that have not started from the back of the queue (work stealing), in queue order."""
-        taken: list[Rollout] = []
+    def steal(self, n: int) -> list[tuple[Rollout, float]]:
+        """Take up to n rollouts that have not started from the back of the queue (work stealing), in queue order,
+        each with its predicted length."""
+        taken: list[tuple[Rollout, float]] = []
         waiting = self._waiting
         while len(taken) < n and waiting and waiting[-1].generated == 0:
             rollout = waiting.pop()
             self._queued_tokens -= rollout.context_tokens
-            self._predicted_total -= self._predicted.pop(rollout)
-            taken.append(rollout)
+            predicted = self._predicted.pop(rollout)
+            self._predicted_total -= predicted
+            taken.append((rollout, predicted))
         taken.reverse()
         if taken:
             self.telemetry.sample()

@@ -217,15 +217,17 @@ class Scheduler:
         sequences.append((max(ceil(predicted[rollout]) - rollout.generated, 1), need))
         return predicted_peak_tokens(kv.used + need, sequences) <= kv.capacity
 
-    def steal(self, n: int) -> list[Rollout]:
-        """Take up to n rollouts that have not started from the back of the queue, in queue order."""
-        taken: list[Rollout] = []
+    def steal(self, n: int) -> list[tuple[Rollout, float]]:
+        """Take up to n rollouts that have not started from the back of the queue, in queue order, each with its
+        predicted length (the engine that takes it admits and ranks it by the same prediction)."""
+        taken: list[tuple[Rollout, float]] = []
         waiting = self.waiting
         while len(taken) < n and waiting and waiting[-1].generated == 0:
             rollout = waiting.pop()
             self.queued_tokens -= rollout.context_tokens
-            self.predicted_total -= self._predicted.pop(rollout)
-            taken.append(rollout)
+            predicted = self._predicted.pop(rollout)
+            self.predicted_total -= predicted
+            taken.append((rollout, predicted))
         taken.reverse()
         return taken
 
