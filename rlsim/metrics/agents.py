@@ -34,10 +34,11 @@ def _efficiency(log: EventLog, agent: AgentRecord, own: RunFacts) -> dict:
     spans = log.spans.take(gpus[log.spans.first_gpu])
     view = replace(log, spans=spans, sequences=log.sequences.take(np.isin(log.sequences.seq_id, agent.seq_ids)))
     single = replace(own, agents=())
-    engines = engine_summary(view, replace(own, agents=((agent.name, single),)))
+    alone = replace(own, agents=((agent.name, single),))  # the agent as the run's only one
+    engines = engine_summary(view, alone)
     efficiency = mfu(view, single, model_flops(view, single))
     return {"mfu": {"generation": efficiency["generation"], "training": efficiency["training"]},
-            "hbm_bandwidth_utilisation": decode_hbm_utilisation(view, replace(own, agents=((agent.name, single),))),
+            "hbm_bandwidth_utilisation": decode_hbm_utilisation(view, alone),
             "kv_occupancy": engines["kv_occupancy"], "decode_batch_mean": engines["decode_batch_mean"]}
 
 

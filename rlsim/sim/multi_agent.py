@@ -148,13 +148,13 @@ class MultiAgentLoop:
         self._last_call_end = {agent.name: start for agent in self.agents}
         drawn = self.sampler.draw(algorithm.prompts_per_step, self.version,
                                   samples=algorithm.samples_per_prompt * len(self.order))
-        count = sum(len(group.response_tokens) // len(self.order) for group in drawn)
+        # A group's responses are its trajectories' calls, a turn order's worth each.
+        starts = [(group, i) for group in drawn for i in range(len(group.response_tokens) // len(self.order))]
         assert self.scenario.agents is not None
-        turns = [TurnBarrier(env, count) for _ in self.order] if self.scenario.agents.turn_by_turn else None
+        turns = [TurnBarrier(env, len(starts)) for _ in self.order] if self.scenario.agents.turn_by_turn else None
         if turns is not None:
             env.process(self._open_turns(turns))
-        trajectories = [env.process(self._trajectory(group, i, calls, turns))
-                        for group in drawn for i in range(len(group.response_tokens) // len(self.order))]
+        trajectories = [env.process(self._trajectory(group, i, calls, turns)) for group, i in starts]
         yield simpy.AllOf(env, trajectories)
         gen_end = env.now
         for agent in self.agents:
