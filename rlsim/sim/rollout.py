@@ -31,8 +31,9 @@ iteration counter, so booking is O(1) and a finish O(log batch): events scale wi
 When the KV cache fills before any turn ends, the preemptions that follow until the next turn end are determined,
 so the stretch covers the whole chain (`rlsim.sim.engine.preemption_chain`): its boundaries are planned in closed
 form, slept through in one event, and booked once simulated time has passed them — when the chain ends, when a
-wake-up cuts it short, or when anything reads or changes the engine first (`settle`). A long prefill's chunks over
-a fixed batch are planned and booked the same way (`rlsim.sim.engine.prefill_run`). `mode="exact"` steps one
+wake-up cuts it short, or when anything reads or changes the engine first (`settle`). Long prefills' chunks over
+a batch that only grows (a completed prefill joins it) are planned and booked the same way
+(`rlsim.sim.engine.prefill_run`). `mode="exact"` steps one
 iteration per event instead, the reference the fast mode must agree with.
 
 Samples (`rlsim.sim.engine.telemetry`) are recorded at every boundary where the batch changed — admission, prefill

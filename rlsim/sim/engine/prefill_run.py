@@ -57,16 +57,23 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                      kv: KVLedger, max_num_batched_tokens: int, head: Rollout | None, slots_free: bool,
                      costs: IterationCosts) -> PrefillRun | None:
     """The run that the iteration begun at `now` (priced `seconds`, prefilling `plan`) opens, or None when its
-    boundary is not a pure one. `prefilling`: the scheduler's prefilling slots, in admission order (the plan's among
-    them). What decides whether a boundary admits anything: `head`, the queue's head; `slots_free`, whether a
-    sequence slot is free (`max_num_seqs`; no sequence leaves within a run). The engine's state is read, never
-    changed."""
+    boundary is not a pure one. `prefilling`: the scheduler's prefilling slots, in admission order, of which the plan
+    prefills the first ones. What decides whether a boundary admits anything: `head`, the queue's head;
+    `slots_free`, whether a sequence slot is free (`max_num_seqs`; no sequence leaves within a run). The engine's
+    state is read, never changed."""
+    count = len(prefilling)
+    last, last_tokens = plan[-1]
+    if len(plan) == count and last_tokens == last.prefill_left:
+        return None  # every prefill completes: the boundary after admits, or the batch decodes alone
     size, context, used, capacity = batch.size, batch.context, kv.used, kv.capacity
     iteration = batch.iteration
     first_finish = batch.first_finish()
-    # Each prefilling slot's tokens left and computed before the iteration in flight, in admission order.
-    left = {slot: slot.prefill_left for slot in prefilling}
-    computed = {slot: slot.computed for slot in prefilling}
+    # The chunks go to the prefilling slots in order, so at most one slot is part-way through its prefill in the
+    # run: the frontier, prefilling[frontier], with `left` tokens still to prefill after `computed`. The slots after
+    # it are as the engine has them.
+    frontier = 0
+    first = prefilling[0]  # the plan's first slot
+    left, computed = first.prefill_left, first.computed
     plans = [plan]
     times: list[float] = []
     end = now + seconds  # as SimPy schedules the iteration's timeout
@@ -77,11 +84,11 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
         context += size
         used += size
         for slot, tokens in plan:
-            left[slot] -= tokens
-            computed[slot] += tokens
-            if left[slot]:
-                continue
-            del left[slot]
+            left -= tokens
+            computed += tokens
+            if left:
+                break  # the plan's last chunk: its slot stays the frontier
+            frontier += 1
             rollout = slot.rollout
             remaining = rollout.remaining - 1
             if remaining <= 0:
@@ -90,26 +97,34 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
             context += rollout.context_tokens  # its context once the token is sampled, less that token
             if iteration + remaining < first_finish:
                 first_finish = iteration + remaining
+            if frontier < count:
+                following = prefilling[frontier]
+                left, computed = following.prefill_left, following.computed
         # ... and the boundary after it is pure when no turn ends there, the next decodes fit without a preemption
         # and nothing is admitted: the prefills take the whole budget, or the queue's head does not fit beside them
         # (`Scheduler.admissible`). A queue without a head ends the run there: a rollout submitted meanwhile could
         # be admitted, and would have to cut the run short.
-        if first_finish <= iteration or used + size > capacity:
+        if first_finish <= iteration or used + size > capacity or frontier == count:
             return _run(plans, times, end)
         budget = max_num_batched_tokens - size
-        plan = []
-        for slot, tokens_left in left.items():
-            if budget <= 0:
-                break
-            tokens = tokens_left if tokens_left < budget else budget
+        plan, chunks = [], []
+        index, slot_left, slot_computed = frontier, left, computed
+        while budget > 0:
+            slot = prefilling[index]
+            if index != frontier:
+                slot_left, slot_computed = slot.prefill_left, slot.computed
+            tokens = slot_left if slot_left < budget else budget
             plan.append((slot, tokens))
+            chunks.append(PrefillChunk(tokens, slot_computed, tokens == slot_left))
             budget -= tokens
+            index += 1
+            if index == count:
+                break
         if not plan or (budget > 0 and (head is None or (slots_free and kv.fits(head, size, used)))):
             return _run(plans, times, end)
         times.append(end)
         plans.append(plan)
-        end = end + costs.iteration_seconds(
-            size, context, [PrefillChunk(tokens, computed[slot], tokens == left[slot]) for slot, tokens in plan])
+        end = end + costs.iteration_seconds(size, context, chunks)
 
 
 def _run(plans: list[Plan], times: list[float], end: float) -> PrefillRun | None:
