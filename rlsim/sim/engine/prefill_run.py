@@ -62,10 +62,20 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
     `slots_free`, whether a sequence slot is free (`max_num_seqs`; no sequence leaves within a run). The engine's
     state is read, never changed."""
     count = len(prefilling)
-    last, last_tokens = plan[-1]
-    if len(plan) == count and last_tokens == last.prefill_left:
-        return None  # every prefill completes: the boundary after admits, or the batch decodes alone
-    size, context, used, capacity = batch.size, batch.context, kv.used, kv.capacity
+    size, used = batch.size, kv.used
+    if len(plan) == count:
+        # The common refusals, before any set-up: the plan prefills every prefilling slot, all but the last to the
+        # end, so the boundary after it either sees every prefill complete (it admits, or the batch decodes alone),
+        # or gives the last one's next chunk with budget to spare and admits the queue's head beside it.
+        last, last_tokens = plan[-1]
+        last_left = last.prefill_left - last_tokens
+        if not last_left:
+            return None
+        joined = count - 1
+        if (last_left < max_num_batched_tokens - size - joined and head is not None and slots_free
+                and kv.fits(head, size + joined, used + size)):
+            return None
+    context, capacity = batch.context, kv.capacity
     iteration = batch.iteration
     first_finish = batch.first_finish()
     # The chunks go to the prefilling slots in order, so at most one slot is part-way through its prefill in the
@@ -107,15 +117,14 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
         if first_finish <= iteration or used + size > capacity or frontier == count:
             return _run(plans, times, end)
         budget = max_num_batched_tokens - size
-        plan, chunks = [], []
-        index, slot_left, slot_computed = frontier, left, computed
+        plan = []
+        index, slot_left = frontier, left
         while budget > 0:
             slot = prefilling[index]
             if index != frontier:
-                slot_left, slot_computed = slot.prefill_left, slot.computed
+                slot_left = slot.prefill_left
             tokens = slot_left if slot_left < budget else budget
             plan.append((slot, tokens))
-            chunks.append(PrefillChunk(tokens, slot_computed, tokens == slot_left))
             budget -= tokens
             index += 1
             if index == count:
@@ -124,6 +133,9 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
             return _run(plans, times, end)
         times.append(end)
         plans.append(plan)
+        # Priced as `RolloutEngine._prefill_iteration` prices it, from each slot's state before the iteration.
+        chunks = [PrefillChunk(tokens, computed, tokens == left) if slot is prefilling[frontier]
+                  else PrefillChunk(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan]
         end = end + costs.iteration_seconds(size, context, chunks)
 
 
