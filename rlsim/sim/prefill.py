@@ -37,6 +37,7 @@ class PrefillEngine(RolloutEngine):
     is `prefill` in the `gen` stage."""
 
     __slots__ = ("outbound", "on_prefilled")
+    decodes_its_prefills = False  # its prefills leave for their decode engines
 
     def __init__(self, env: simpy.Environment, index: int, costs, kv_capacity_tokens: int, max_num_seqs: int,
                  max_num_batched_tokens: int, first_gpu: int, gpu_count: int, recorder: Recorder, mode: str = "fast"):

@@ -31,8 +31,9 @@ iteration counter, so booking is O(1) and a finish O(log batch): events scale wi
 When the KV cache fills before any turn ends, the preemptions that follow until the next turn end are determined,
 so the stretch covers the whole chain (`rlsim.sim.engine.preemption_chain`): its boundaries are planned in closed
 form, slept through in one event, and booked once simulated time has passed them — when the chain ends, when a
-wake-up cuts it short, or when anything reads or changes the engine first (`settle`). A long prefill's chunks over
-a fixed batch are planned and booked the same way (`rlsim.sim.engine.prefill_run`). `mode="exact"` steps one
+wake-up cuts it short, or when anything reads or changes the engine first (`settle`). Long prefills' chunks over
+a batch that only grows (a completed prefill joins it) are planned and booked the same way
+(`rlsim.sim.engine.prefill_run`). `mode="exact"` steps one
 iteration per event instead, the reference the fast mode must agree with.
 
 Samples (`rlsim.sim.engine.telemetry`) are recorded at every boundary where the batch changed — admission, prefill
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from typing import Literal
+from typing import ClassVar, Literal
 
 import simpy
 
@@ -77,6 +78,8 @@ class RolloutEngine(EngineControls):
 
     __slots__ = ("max_num_batched_tokens", "kv", "batch", "telemetry", "tools", "scheduler", "state", "lifecycle",
                  "kv_fetch", "_chain", "_book")
+    # A prefill completed here joins this engine's decode batch (a prefill engine hands it off instead).
+    decodes_its_prefills: ClassVar[bool] = True
 
     def __init__(self, env: simpy.Environment, index: int, costs: IterationCosts, kv_capacity_tokens: int,
                  max_num_seqs: int, max_num_batched_tokens: int, first_gpu: int, gpu_count: int, recorder: Recorder,
@@ -375,16 +378,16 @@ class RolloutEngine(EngineControls):
     def _plan_prefill_run(self, plan: list[tuple[Slot, int]], seconds: float) -> PrefillRun | None:
         """The prefill run the iteration just begun opens, where one can be booked after the fact: nothing may
         observe its boundaries as they pass (a probe), nor change the batch or the cache in between (held tool calls,
-        KV caches in transfer, a pause)."""
-        # Most prefill iterations carry several chunks, which no run covers: that test first.
-        if (len(plan) != 1 or self.mode == "exact" or self.telemetry.probe is not None
-                or self._holds_kv_in_transit() or self.state.pause is not None):
+        KV caches in transfer, a pause), and a prefill completed in it joins this engine's decode batch."""
+        if (self.mode == "exact" or self.telemetry.probe is not None or self.state.pause is not None
+                or not self.decodes_its_prefills):
             return None
         now, scheduler, waiting = self.env.now, self.scheduler, self._waiting
-        run = plan_prefill_run(now, seconds, plan, self.batch, self.kv, alone=len(scheduler.prefilling) == 1,
-                               head=waiting[0] if waiting else None,
+        run = plan_prefill_run(now, seconds, plan, scheduler.prefilling, self.batch, self.kv,
+                               self.max_num_batched_tokens, head=waiting[0] if waiting else None,
                                slots_free=len(self._running) < self.max_num_seqs, costs=self.costs)
-        if run is None or now + _delay_until(now, run.end) != run.end:
+        # Most plans open no run: the test of what is in transit waits for one that does (planning changes nothing).
+        if run is None or self._holds_kv_in_transit() or now + _delay_until(now, run.end) != run.end:
             return None
         return run
 
@@ -403,15 +406,17 @@ class RolloutEngine(EngineControls):
         self.settle()
         self._chain = None
 
-    def _prefill_boundary(self, at: float) -> None:
-        """A boundary of the prefill run, booked as the step-by-step path books it at its time: the iteration ends,
-        nothing changes but the counters, and the next chunk starts."""
+    def _prefill_boundary(self, boundary: tuple[float, list[tuple[Slot, int]]]) -> None:
+        """A boundary of the prefill run, at the end of the iteration that prefilled the plan given, booked as the
+        step-by-step path books it at its time: the iteration ends, the prefills it completed sample their token and
+        join the decode batch, nothing else changes but the counters, and the next chunks start."""
+        at, plan = boundary
         telemetry = self.telemetry
-        chain = self._chain
-        assert isinstance(chain, PrefillRun)
         telemetry.end(self.version, at)
         self._advance(1, decode=False)
-        self.scheduler.prefilled(chain.chunk)
+        first_token = self.lifecycle.first_token
+        for slot in self.scheduler.prefilled(plan):
+            first_token(slot)
         self.kv.trim(self.batch.size)  # the boundary's make_room, which has nothing to preempt
         telemetry.sample(at)
         telemetry.begin(telemetry.prefill_label, at)

@@ -1,19 +1,23 @@
-"""Prefill runs: a long prefill's chunks over a fixed decode batch, planned in closed form.
+"""Prefill runs: the chunks of long prefills over a decode batch that only grows, planned in closed form.
 
 A sequence whose context is longer than an iteration's token budget prefills over several iterations — a long
-prompt, or a preempted sequence readmitted with everything it generated (recompute preemption). While its chunk
-takes the whole budget left by the decodes, its boundaries change nothing but their counters: the decode batch is
-fixed (no turn ends), nothing is preempted (the cache has room for the decodes' growth), and nothing is admitted
-(no budget is left). `plan_prefill_run` finds those boundaries on a copy of the few quantities that decide them —
-the batch's size and context, the iteration of its first turn end, the KV tokens used, the chunk's prefix — and
-prices each iteration with the same call and float operations as the step-by-step path, so the run's boundary times
-are that path's to the bit.
+prompt, or a preempted sequence readmitted with everything it generated (recompute preemption). Under memory
+pressure several readmitted sequences prefill side by side: one's last chunk and the next one's first share an
+iteration, and the budget stays full. While it does, the boundaries change nothing the scheduler has to decide: no
+turn ends, nothing is preempted (the cache has room for the decodes' growth), and nothing is admitted (no budget is
+left, or the queue's head does not fit). A prefill that completes there only moves its sequence into the decode batch,
+which is predictable: the batch grows by one and the budget shrinks by one. `plan_prefill_run` finds those boundaries
+on copies of the few quantities that decide them — the batch's size and context, the iteration of its first turn end,
+the KV tokens used, each prefilling sequence's tokens left and computed — replaying the scheduler's chunk allocation
+(`Scheduler.plan`: the running prefills in admission order, each as much of the budget as it needs), and prices each
+iteration with the same call and float operations as the step-by-step path, so the run's boundary times are that
+path's to the bit.
 
-The engine then sleeps once until the run's last iteration ends and books each boundary in between (counters, a
-sample, the busy span going on) once simulated time has passed it, like a preemption chain's
-(`rlsim.sim.engine.preemption_chain`): when the run ends, when a pause cuts it short, or when anything reads or
-changes the engine first (`RolloutEngine.settle`). Events per rollout then do not grow with its context: ×4 longer
-responses re-prefill in ×4 more chunks, not ×4 more events.
+The engine then sleeps once until the run's last iteration ends and books each boundary in between (counters, the
+prefills completed joining the batch, a sample, the busy span going on) once simulated time has passed it, like a
+preemption chain's (`rlsim.sim.engine.preemption_chain`): when the run ends, when a pause cuts it short, or when
+anything reads or changes the engine first (`RolloutEngine.settle`). Events per rollout then do not grow with its
+context: ×4 longer responses re-prefill in ×4 more chunks, not ×4 more events.
 """
 from __future__ import annotations
 
@@ -24,69 +28,117 @@ from rlsim.sim.engine.planned import PlannedBoundaries
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.sequence import Rollout
 
+Plan = list[tuple[Slot, int]]  # an iteration's prefill chunks: (slot, tokens), as `Scheduler.plan` returns them
 
-class PrefillRun(PlannedBoundaries[float]):
-    """Planned boundaries (their times, in order) between the iterations of one long prefill, of which the first
-    `booked` are booked; the run's last iteration ends at `end`. Every iteration but the last prefills `chunk` (a
-    plan of one chunk taking the whole budget); the last prefills `last`, the prefill's last chunk or another whole
-    one."""
 
-    __slots__ = ("chunk", "last")
+class PrefillRun(PlannedBoundaries[tuple[float, Plan]]):
+    """Planned boundaries between the iterations of long prefills, in order, each as (its time, the plan of the
+    iteration ending there), of which the first `booked` are booked; the run's last iteration prefills `last` and
+    ends at `end`."""
 
-    def __init__(self, boundaries: list[float], end: float, chunk: list[tuple[Slot, int]],
-                 last: list[tuple[Slot, int]]):
-        super().__init__(boundaries, boundaries, end)
-        self.chunk = chunk
-        self.last = last
+    __slots__ = ("last",)
+
+    def __init__(self, plans: list[Plan], times: list[float], end: float):
+        super().__init__(list(zip(times, plans, strict=False)), times, end)
+        self.last = plans[-1]
 
     def cut(self) -> float:
         """A wake-up cut the run short after the boundaries booked: the iteration in flight is its last; when it
         ends."""
-        boundaries, booked = self.boundaries, self.booked
-        if booked < len(boundaries):
-            self.end = boundaries[booked]
-            self.last = self.chunk
+        boundaries, times, booked = self.boundaries, self.times, self.booked
+        if booked < len(times):
+            self.end, self.last = boundaries[booked]
             del boundaries[booked:]
+            del times[booked:]
         return self.end
 
 
-def plan_prefill_run(now: float, seconds: float, plan: list[tuple[Slot, int]], batch: DecodeBatch, kv: KVLedger,
-                     alone: bool, head: Rollout | None, slots_free: bool, costs: IterationCosts) -> PrefillRun | None:
+def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Slot], batch: DecodeBatch,
+                     kv: KVLedger, max_num_batched_tokens: int, head: Rollout | None, slots_free: bool,
+                     costs: IterationCosts) -> PrefillRun | None:
     """The run that the iteration begun at `now` (priced `seconds`, prefilling `plan`) opens, or None when its
-    boundary is not a pure one. What decides whether the prefill's last chunk admits anything beside it: `alone`,
-    whether no other sequence waits for its prefill; `head`, the queue's head; `slots_free`, whether a sequence slot
-    is free (`max_num_seqs`). The engine's state is read, never changed."""
-    if len(plan) != 1:
-        return None
-    slot, budget = plan[0]
-    left = slot.prefill_left
-    if budget >= left:
-        return None  # the chunk ends the prefill
-    size, context, used, capacity = batch.size, batch.context, kv.used, kv.capacity
-    iteration, computed = batch.iteration, slot.computed
+    boundary is not a pure one. `prefilling`: the scheduler's prefilling slots, in admission order, of which the plan
+    prefills the first ones. What decides whether a boundary admits anything: `head`, the queue's head;
+    `slots_free`, whether a sequence slot is free (`max_num_seqs`; no sequence leaves within a run). The engine's
+    state is read, never changed."""
+    count = len(prefilling)
+    size, used = batch.size, kv.used
+    if len(plan) == count:
+        # The common refusals, before any set-up: the plan prefills every prefilling slot, all but the last to the
+        # end, so the boundary after it either sees every prefill complete (it admits, or the batch decodes alone),
+        # or gives the last one's next chunk with budget to spare and admits the queue's head beside it.
+        last, last_tokens = plan[-1]
+        last_left = last.prefill_left - last_tokens
+        if not last_left:
+            return None
+        joined = count - 1
+        if (last_left < max_num_batched_tokens - size - joined and head is not None and slots_free
+                and kv.fits(head, size + joined, used + size)):
+            return None
+    context, capacity = batch.context, kv.capacity
+    iteration = batch.iteration
     first_finish = batch.first_finish()
-    boundaries: list[float] = []
+    # The chunks go to the prefilling slots in order, so at most one slot is part-way through its prefill in the
+    # run: the frontier, prefilling[frontier], with `left` tokens still to prefill after `computed`. The slots after
+    # it are as the engine has them.
+    frontier = 0
+    first = prefilling[0]  # the plan's first slot
+    left, computed = first.prefill_left, first.computed
+    plans = [plan]
+    times: list[float] = []
     end = now + seconds  # as SimPy schedules the iteration's timeout
     while True:
-        # The iteration ending at `end` books its tokens ...
+        # The iteration ending at `end` books its tokens; its completed prefills sample a token and join the batch
+        # (`Scheduler.prefilled`, then `SequenceLifecycle.first_token`, in plan order) ...
         iteration += 1
         context += size
         used += size
-        left -= budget
-        computed += budget
+        for slot, tokens in plan:
+            left -= tokens
+            computed += tokens
+            if left:
+                break  # the plan's last chunk: its slot stays the frontier
+            frontier += 1
+            rollout = slot.rollout
+            remaining = rollout.remaining - 1
+            if remaining <= 0:
+                return _run(plans, times, end)  # the token sampled ends its turn
+            size += 1
+            context += rollout.context_tokens  # its context once the token is sampled, less that token
+            if iteration + remaining < first_finish:
+                first_finish = iteration + remaining
+            if frontier < count:
+                following = prefilling[frontier]
+                left, computed = following.prefill_left, following.computed
         # ... and the boundary after it is pure when no turn ends there, the next decodes fit without a preemption
-        # and nothing is admitted: the chunk takes the whole budget, or it is the last and the queue's head does not
-        # fit beside it (`Scheduler.admissible`). A queue without a head ends the run there: a rollout submitted
-        # meanwhile could be admitted, and would have to cut the run short.
-        if first_finish <= iteration or used + size > capacity:
-            break
-        if left < budget and not (alone and head is not None and (not slots_free or not kv.fits(head, size, used))):
-            break
-        boundaries.append(end)
-        chunk = min(left, budget)
-        end = end + costs.iteration_seconds(size, context, (PrefillChunk(chunk, computed, chunk == left),))
-        if chunk == left:
-            return PrefillRun(boundaries, end, plan, [(slot, chunk)])  # that iteration ends the prefill
-    if not boundaries:
-        return None
-    return PrefillRun(boundaries, end, plan, plan)
+        # and nothing is admitted: the prefills take the whole budget, or the queue's head does not fit beside them
+        # (`Scheduler.admissible`). A queue without a head ends the run there: a rollout submitted meanwhile could
+        # be admitted, and would have to cut the run short.
+        if first_finish <= iteration or used + size > capacity or frontier == count:
+            return _run(plans, times, end)
+        budget = max_num_batched_tokens - size
+        plan = []
+        index, slot_left = frontier, left
+        while budget > 0:
+            slot = prefilling[index]
+            if index != frontier:
+                slot_left = slot.prefill_left
+            tokens = slot_left if slot_left < budget else budget
+            plan.append((slot, tokens))
+            budget -= tokens
+            index += 1
+            if index == count:
+                break
+        if not plan or (budget > 0 and (head is None or (slots_free and kv.fits(head, size, used)))):
+            return _run(plans, times, end)
+        times.append(end)
+        plans.append(plan)
+        # Priced as `RolloutEngine._prefill_iteration` prices it, from each slot's state before the iteration.
+        chunks = [PrefillChunk(tokens, computed, tokens == left) if slot is prefilling[frontier]
+                  else PrefillChunk(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan]
+        end = end + costs.iteration_seconds(size, context, chunks)
+
+
+def _run(plans: list[Plan], times: list[float], end: float) -> PrefillRun | None:
+    """The run whose last iteration ends at `end`, or None when it has no boundary to book."""
+    return PrefillRun(plans, times, end) if times else None
