@@ -8,7 +8,8 @@ import simpy
 
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.rollout import RolloutEngine
-from rlsim.sim.sequence import Rollout
+from rlsim.sim.sequence import MultiTurnRollout, Rollout
+from rlsim.workload.multiturn import Turn
 from tests.test_sim_rollout import Scenario, by_engine, random_scenario, real_costs
 
 
@@ -87,3 +88,40 @@ def test_chains_save_an_event_per_preemption_under_a_full_cache():
     preemptions = chained["preemptions"][0]
     assert preemptions >= 20
     assert stepped_events - chained_events >= preemptions // 2
+
+
+def test_a_chain_evicts_released_contexts_as_boundary_by_boundary_booking_does():
+    """Trajectories that released their slots for a long tool call leave their contexts cached; ten long sequences
+    then fill the cache, and the chain's boundaries evict those contexts (least recently released first) as the
+    batch grows, where booking each boundary at its time evicts them. When the trajectories return, nothing of
+    theirs is cached any more."""
+    def run(chains: bool) -> tuple[dict, int]:
+        env = simpy.Environment()
+        recorder = Recorder(1)
+        engine = RolloutEngine(env, 0, real_costs(), 4000, 12, 2048, 0, 1, recorder, lambda r: None,
+                               probe=None if chains else (lambda event, rollout: None), tool_wait="release")
+        trajectories = [MultiTurnRollout(i, i, 100, 60, False, 0.0, turns=(Turn(50, (30.0,), 20), Turn(10)))
+                        for i in range(3)]
+        rollouts = trajectories + [Rollout(3 + g, 3 + g, 100, 1500 + 37 * g, False, 0.0) for g in range(10)]
+        for rollout in rollouts:
+            engine.submit(rollout)
+        events = 0
+        while env.peek() < float("inf"):
+            env.step()
+            events += 1
+        engine.close()
+        log = recorder.freeze(env.now, events)
+        return {
+            "rollouts": [(r.finished, r.generated, r.preemptions, r.admissions) for r in rollouts],
+            "samples": by_engine(log.engine_samples),
+            "spans": list(log.spans),
+            "cached_prefill_tokens": engine.cached_prefill_tokens,
+            "preemptions": engine.preemptions,
+        }, events
+
+    chained, chained_events = run(chains=True)
+    stepped, stepped_events = run(chains=False)
+    assert chained == stepped
+    assert chained["cached_prefill_tokens"] == 0
+    assert chained["preemptions"] >= 10
+    assert chained_events < stepped_events

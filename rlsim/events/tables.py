@@ -13,6 +13,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
+from struct import Struct
 from typing import Any
 
 import numpy as np
@@ -225,6 +226,7 @@ class CoveringSpans:
 
 
 SAMPLE_COUNTERS = EngineSample._fields[2:]
+_COUNTERS_ROW = Struct(f"{len(SAMPLE_COUNTERS)}q")  # one sample's counters as the "q" counters column holds them
 
 
 class SampleColumns:
@@ -246,13 +248,26 @@ class SampleColumns:
         """A function appending one sample of `engine`: (time, *SAMPLE_COUNTERS). An engine records a sample at every
         batch change, so its name is coded once here rather than at each sample."""
         code, engines, times, counters = self.engines.code(engine), self.engine.append, self.time.append, \
-            self.counters.extend
+            self.counters.frombytes
+        pack = _COUNTERS_ROW.pack  # an array converts item by item, struct a row at once
 
         def write(time: float, *values: int) -> None:
             engines(code)
             times(time)
-            counters(values)
+            counters(pack(*values))
         return write
+
+    def rows_writer(self, engine: str) -> Callable[[list[float], list[int]], None]:
+        """A function appending samples of `engine` in bulk: (their times, their SAMPLE_COUNTERS a row after another
+        in one flat list), as one append per column."""
+        code, engines, times, counters = self.engines.code(engine), self.engine.fromlist, self.time.fromlist, \
+            self.counters.fromlist
+
+        def write_rows(at: list[float], values: list[int]) -> None:
+            engines([code] * len(at))
+            times(at)
+            counters(values)
+        return write_rows
 
     def view(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The samples appended so far as (engine codes, times, counters [n, SAMPLE_COUNTERS]) arrays over the columns'

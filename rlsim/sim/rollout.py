@@ -55,7 +55,7 @@ from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, Stretch
 from rlsim.sim.engine.kv_fetch import KVFetch, PrefillRouter
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.lifecycle import SequenceLifecycle
-from rlsim.sim.engine.preemption_chain import Boundary, PreemptionChain, plan_chain
+from rlsim.sim.engine.preemption_chain import Boundary, PreemptionChain, book_boundaries, plan_chain
 from rlsim.sim.engine.prefill_run import PrefillRun, plan_prefill_run
 from rlsim.sim.engine.scheduler import Scheduler
 from rlsim.sim.engine.slot import Slot
@@ -95,9 +95,9 @@ class RolloutEngine(EngineControls):
         # The queue and running sequences are the scheduler's, read here for the load figures.
         self._set_common(env, index, costs, max_num_seqs, first_gpu, gpu_count, mode, on_finish)
         self.max_num_batched_tokens = max_num_batched_tokens
-        # The preemption chain or prefill run the process sleeps through, and how each of its boundaries is booked.
+        # The preemption chain or prefill run the process sleeps through, and how the boundaries due are booked.
         self._chain: PreemptionChain | PrefillRun | None = None
-        self._book: Callable = self._preemption_boundary
+        self._book: Callable = self._preemption_boundaries
         self.kv_fetch: KVFetch | None = None  # set when its prompts are prefilled elsewhere (`take_prefills_from`)
 
         self.lifecycle = SequenceLifecycle(self)
@@ -246,9 +246,9 @@ class RolloutEngine(EngineControls):
         reads or changes the engine now finds it as the step-by-step path would have left it."""
         chain = self._chain
         if chain is not None:
-            book = self._book
-            for boundary in chain.due(self.env.now):
-                book(boundary)
+            due = chain.due(self.env.now)
+            if due:
+                self._book(due)
 
     # ---- the engine process -----------------------------------------------------------------------------------
 
@@ -332,7 +332,7 @@ class RolloutEngine(EngineControls):
         batch, state, env = self.batch, self.state, self.env
         stretch = self._begin_stretch(env.now)
         chain = self._chain = self._plan_chain()
-        self._book = self._preemption_boundary
+        self._book = self._preemption_boundaries
         state.activity = DECODING
         try:
             yield env.timeout(stretch.seconds if chain is None else _delay_until(env.now, chain.end))
@@ -395,7 +395,7 @@ class RolloutEngine(EngineControls):
         """Sleep until the run's last iteration ends, or, woken earlier, until the iteration then in flight ends; the
         boundaries passed are booked."""
         state, env = self.state, self.env
-        self._chain, self._book = run, self._prefill_boundary
+        self._chain, self._book = run, self._prefill_boundaries
         state.activity = PREFILLING
         try:
             yield env.timeout(_delay_until(env.now, run.end))
@@ -405,6 +405,11 @@ class RolloutEngine(EngineControls):
             yield env.timeout(_delay_until(env.now, run.cut()))
         self.settle()
         self._chain = None
+
+    def _prefill_boundaries(self, boundaries: list[tuple[float, list[tuple[Slot, int]]]]) -> None:
+        """The prefill run's boundaries due, each booked by itself."""
+        for boundary in boundaries:
+            self._prefill_boundary(boundary)
 
     def _prefill_boundary(self, boundary: tuple[float, list[tuple[Slot, int]]]) -> None:
         """A boundary of the prefill run, at the end of the iteration that prefilled the plan given, booked as the
@@ -421,18 +426,16 @@ class RolloutEngine(EngineControls):
         telemetry.sample(at)
         telemetry.begin(telemetry.prefill_label, at)
 
-    def _preemption_boundary(self, boundary: Boundary) -> None:
-        """A boundary of the chain, booked as the step-by-step path books it at its time: the stretch ends, the cache
-        is full, the latest admitted sequences are preempted, nothing is admitted, and the smaller batch decodes on
-        for as long as the plan priced."""
-        at, telemetry, scheduler = boundary.at, self.telemetry, self.scheduler
-        self._end_stretch(at)
-        self.kv.trim(self.batch.size)
-        for slot in boundary.victims:
-            scheduler.preempt(slot)
-        telemetry.sample(at)
-        self.batch.planned_stretch(at, boundary.k, boundary.seconds)
-        telemetry.begin(telemetry.decode_label, at)
+    def _preemption_boundaries(self, boundaries: list[Boundary]) -> None:
+        """Boundaries of the chain, booked in one pass as the step-by-step path books each at its time: the stretch
+        ends, the cache is full, the latest admitted sequences are preempted, nothing is admitted, a sample is
+        recorded, and the smaller batch decodes on for as long as the plan priced. No turn ends at a chain's
+        boundary, so the finish heap is left as it is (its stale entries are dropped when they reach its head)."""
+        batch = self.batch
+        times, counters = book_boundaries(boundaries, batch.end_stretch(), batch, self.kv, self.scheduler)
+        self.telemetry.restarted(times, counters, self.version)
+        last = boundaries[-1]
+        batch.planned_stretch(last.at, last.k, last.seconds)
 
     # ---- book-keeping, O(1) or O(log batch) per event --------------------------------------------------------
 

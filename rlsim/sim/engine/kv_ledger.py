@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.sequence import Rollout
@@ -86,18 +87,10 @@ class KVLedger:
         self.used -= slot.own_prompt + tokens - rollout.prompt_tokens
         self._release_prompt(rollout)
 
-    def freed_by_drop(self, slot: Slot, tokens: int, departed: int) -> int:
-        """The KV tokens `drop(slot, tokens)` would free once `departed` other sequences of its group had left."""
-        rollout = slot.rollout
-        freed = slot.own_prompt + tokens - rollout.prompt_tokens
-        if self.sharing and not self.prompt_still_held(rollout.group, departed + 1):
-            freed += self._groups[rollout.group][1]
-        return freed
-
-    def prompt_still_held(self, group: int, departed: int) -> bool:
-        """Whether the group's shared prompt would still be cached once `departed` of its running sequences left."""
-        holders = self._groups.get(group) if self.sharing else None
-        return holders is not None and holders[0] > departed
+    def prompt_holders(self) -> Mapping[int, Sequence[int]] | None:
+        """With prefix sharing, each group with a sequence running here -> (its running sequences, its prompt tokens),
+        to plan ahead on (read, never changed); None without sharing."""
+        return self._groups if self.sharing else None
 
     def release(self, slot: Slot) -> None:
         """The slot's trajectory leaves for its tool calls: its KV becomes an evictable entry, but for the turn's last

@@ -8,10 +8,11 @@ the few quantities that decide them — batch size, its context, KV tokens used,
 contexts and their groups' shared prompts — computing each stretch's iterations and seconds with the same calls and
 float operations as the step-by-step path, so its boundary times are that path's to the bit.
 
-The engine then sleeps once until the chain's last stretch ends, and books each planned boundary (with the engine's
-own boundary code, so victims, counters, samples and busy spans are the step-by-step ones) once simulated time has
-passed it: when the chain ends, when a wake-up cuts it short, or when anything reads or changes the engine before
-then (`RolloutEngine.settle`).
+The engine then sleeps once until the chain's last stretch ends, and books the planned boundaries once simulated time
+has passed them: when the chain ends, when a wake-up cuts it short, or when anything reads or changes the engine before
+then (`RolloutEngine.settle`). `book_boundaries` books those due in one pass, changing the engine's parts as the
+step-by-step path's boundary code does (the stretch's iterations, the cache's growth, the victims' preemption), so
+victims, counters and samples are that path's; the busy spans are the telemetry's (`EngineTelemetry.restarted`).
 
 A boundary is part of a chain only when it is nothing but a preemption: no turn ends there, every victim is a
 single-turn sequence that is decoding, some sequence keeps running, and the queue's head (the last victim) would
@@ -21,13 +22,16 @@ ends the chain, and the engine's ordinary loop takes it.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts
+from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, decode_read
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.planned import PlannedBoundaries
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
+
+if TYPE_CHECKING:
+    from rlsim.sim.engine.scheduler import Scheduler
 
 
 class Boundary:
@@ -44,90 +48,87 @@ class Boundary:
 
 
 class PreemptionChain(PlannedBoundaries[Boundary]):
-    """Planned preemption `boundaries` (in time order), of which the first `booked` are booked; the chain's last
-    stretch ends at `end`."""
+    """Planned preemption `boundaries` at `times` (in time order), of which the first `booked` are booked; the
+    chain's last stretch ends at `end`."""
 
     __slots__ = ()
-
-    def __init__(self, boundaries: list[Boundary], end: float):
-        super().__init__(boundaries, [boundary.at for boundary in boundaries], end)
-
-
-class _Victims:
-    """The running sequences a chain preempts, latest admitted first, with what leaving frees: a view of the cache
-    that leaves the engine as it is."""
-
-    __slots__ = ("kv", "_latest", "_departed", "evicted")
-
-    def __init__(self, kv: KVLedger, running: dict[Rollout, Slot]):
-        self.kv = kv
-        self._latest: Iterator[Slot] = reversed(running.values())
-        self._departed: dict[int, int] = {}  # group -> its sequences preempted so far
-        self.evicted: set[Slot] = set()
-
-    def next(self) -> Slot | None:
-        """The next victim, or None when it is not one a chain books (prefilling, or a multi-turn trajectory whose
-        preemption depends on its tool calls)."""
-        slot = next(self._latest)
-        return None if slot.prefill_left or isinstance(slot.rollout, MultiTurnRollout) else slot
-
-    def leave(self, slot: Slot, context: int) -> int:
-        """The victim leaves holding `context` tokens: the KV tokens freed (its own, and its group's prompt when it
-        was the group's last here)."""
-        self.evicted.add(slot)
-        group = slot.rollout.group
-        departed = self._departed[group] = self._departed.get(group, 0) + 1
-        return self.kv.freed_by_drop(slot, context, departed - 1)
-
-    def shares_prompt(self, slot: Slot) -> bool:
-        """Whether the victim's group prompt is still cached after the departures so far."""
-        return self.kv.prompt_still_held(slot.rollout.group, self._departed.get(slot.rollout.group, 0))
 
 
 def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollout, Slot], max_num_seqs: int,
                max_num_batched_tokens: int, costs: IterationCosts) -> PreemptionChain | None:
     """The chain that the stretch just begun at `now` opens, or None when that stretch ends in a turn end or its
-    boundary is not a pure preemption. The engine's state is read, never changed."""
+    boundary is not a pure preemption. The engine's state is read, never changed.
+
+    One pass over the boundaries, each victim visited once: what a victim frees, and whether the queue's head (the last
+    victim) still finds its group's prompt cached, come from the running count of its group's departures."""
     stretch = batch.stretch
     assert stretch is not None
-    finishes = batch.pending_finishes()
     size, context, iteration, used, capacity = batch.size, batch.context, batch.iteration, kv.used, kv.capacity
     k, seconds = stretch.k, stretch.seconds
-    victims = _Victims(kv, running)
+    first = batch.first_finish()
+    if first <= iteration + k:
+        return None  # the stretch ends in a turn end (the usual case): no copy of the finish heap needed
+    finishes = batch.pending_finishes()
+    holders = kv.prompt_holders()
+    latest = reversed(running.values())  # the victims, latest admitted first
+    departed: dict[int, int] = {}  # group -> its sequences preempted so far (prefix sharing)
+    evicted: set[Slot] = set()
     live = len(running)
     boundaries: list[Boundary] = []
+    times: list[float] = []
     while True:
         end = now + seconds  # as SimPy schedules the stretch's timeout
         iteration += k
-        if _first_finish(finishes, victims.evicted) <= iteration:
+        if first <= iteration:
             break  # a turn ends at this boundary
         grown = k * size
         context += grown
         used += grown
         preempted: list[Slot] = []
-        head_tokens = 0
+        # The queue's head after the boundary, the last victim: its context and whether its group's prompt stays.
+        head_tokens = head_prompt = 0
+        head_shares = False
         while live and used + size > capacity:
-            slot = victims.next()
-            if slot is None:
-                break
-            tokens = slot.rollout.prompt_tokens + slot.start_generated + iteration - slot.start_iteration
+            slot = next(latest)
+            rollout = slot.rollout
+            if slot.prefill_left or isinstance(rollout, MultiTurnRollout):
+                break  # prefilling, or a trajectory whose preemption depends on its tool calls: not a chain's victim
+            head_prompt = rollout.prompt_tokens
+            head_tokens = head_prompt + slot.start_generated + iteration - slot.start_iteration
             size -= 1
             live -= 1
-            context -= tokens - 1
-            used -= victims.leave(slot, tokens)
+            context -= head_tokens - 1
+            used -= slot.own_prompt + head_tokens - head_prompt  # `KVLedger.drop`'s, plus the prompt below
+            head_shares = False
+            if holders is not None:
+                group = rollout.group
+                gone = departed[group] = departed.get(group, 0) + 1
+                group_holders = holders[group]
+                head_shares = group_holders[0] > gone
+                if not head_shares:
+                    used -= group_holders[1]  # the group's last sequence here frees its prompt
+            evicted.add(slot)
             preempted.append(slot)
-            head_tokens = tokens
-        if (not preempted or not live or used + size > capacity
-                or _head_fits(victims, preempted[-1], head_tokens, live, size, used, capacity, max_num_seqs,
-                              max_num_batched_tokens)):
-            break  # not a pure preemption, or the fast mode steps one iteration here to admit the head
+        if not preempted or not live or used + size > capacity:
+            break  # not a pure preemption
+        # `Scheduler.admissible(head, growth=size)` at the boundary after the next iteration: the fast mode steps one
+        # iteration to admit it there.
+        need = head_tokens - head_prompt + 1 + (0 if head_shares else head_prompt)
+        if live < max_num_seqs and size < max_num_batched_tokens and used + 2 * size + need <= capacity:
+            break
         now = end
-        k = min(_first_finish(finishes, victims.evicted) - iteration, (capacity - used) // size)
+        first = _first_finish(finishes, evicted)
+        k, room = first - iteration, (capacity - used) // size
+        if room < k:  # min() by comparison: a builtin call costs more than the rest of the line
+            k = room
         seconds = costs.decode_k_iterations_seconds(size, context, k)
+        if now + seconds <= now:
+            break  # a stretch too short to move the clock: the step-by-step path takes it (spans need time to pass)
         boundaries.append(Boundary(end, preempted, k, seconds))
+        times.append(end)
     if not boundaries:
         return None
-    return PreemptionChain(boundaries, end)
+    return PreemptionChain(boundaries, times, end)
 
 
 def _first_finish(finishes: list[tuple[int, int, Slot]], evicted: set[Slot]) -> int:
@@ -138,10 +139,51 @@ def _first_finish(finishes: list[tuple[int, int, Slot]], evicted: set[Slot]) -> 
     return finishes[0][0]
 
 
-def _head_fits(victims: _Victims, head: Slot, tokens: int, live: int, size: int, used: int, capacity: int,
-               max_num_seqs: int, max_num_batched_tokens: int) -> bool:
-    """`Scheduler.admissible(head, growth=size)` after the boundary: whether the queue's head, the last victim
-    (preempted holding `tokens`), would be admitted at the boundary after the next iteration."""
-    prompt = head.rollout.prompt_tokens
-    need = tokens - prompt + 1 + (0 if victims.shares_prompt(head) else prompt)
-    return live < max_num_seqs and size < max_num_batched_tokens and used + 2 * size + need <= capacity
+def book_boundaries(boundaries: list[Boundary], iterations: int, batch: DecodeBatch, kv: KVLedger,
+                    scheduler: Scheduler) -> tuple[list[float], list[int]]:
+    """Book planned `boundaries` (in order, the first ending a stretch of `iterations`) as the step-by-step path
+    books each at its time — `RolloutEngine._end_stretch`, then `Scheduler.make_room` preempting the boundary's
+    victims — in one pass: the stretch's iterations are booked and the cache grows (released contexts evicted for the
+    next iteration's tokens), and each victim (a decoding single-turn sequence, latest admitted first) leaves the
+    batch up to date and its KV freed, back to the front of the queue (first come, first served; no probe observes
+    it). The batch's counters and the scheduler's totals run as local sums, written back once. Returns each
+    boundary's time and the engine's sample there (SAMPLE_COUNTERS but the time, a row after another)."""
+    running, queue_front = scheduler.running, scheduler.waiting.appendleft
+    waiting = scheduler.waiting
+    size, context, iteration = batch.size, batch.context, batch.iteration
+    decode_iterations, read = batch.decode_iterations, batch.decode_read
+    generated = queued = preempted = 0
+    times: list[float] = []
+    counters: list[int] = []
+    for boundary in boundaries:
+        iteration += iterations
+        decode_iterations += iterations
+        read += decode_read(size, context, iterations)
+        grown = iterations * size
+        context += grown
+        generated += grown
+        kv.used += grown
+        kv.trim(size)  # `_advance`'s trim(0) evicts a prefix of what the boundary's trim(size) evicts
+        victims = boundary.victims
+        for slot in victims:
+            rollout = slot.rollout
+            del running[rollout]
+            slot.live = slot.decoding = False
+            rollout.generated = slot.start_generated + iteration - slot.start_iteration
+            tokens = rollout.context_tokens
+            size -= 1
+            context -= tokens - 1
+            kv.drop(slot, tokens)
+            queue_front(rollout)
+            queued += tokens
+            rollout.preemptions += 1
+        preempted += len(victims)
+        times.append(boundary.at)
+        counters += (len(running), len(waiting), kv.used, size, iteration, decode_iterations, read)
+        iterations = boundary.k
+    batch.size, batch.context, batch.iteration = size, context, iteration
+    batch.decode_iterations, batch.decode_read = decode_iterations, read
+    scheduler.generated_total += generated
+    scheduler.queued_tokens += queued
+    scheduler.preemptions += preempted
+    return times, counters

@@ -32,8 +32,8 @@ class EngineTelemetry:
     label, stage) — a judge pool generating verdicts is reward work, not rollout."""
 
     __slots__ = ("env", "recorder", "unit", "first_gpu", "gpu_count", "prefill_label", "decode_label", "stage", "probe",
-                 "changed", "_kv", "_batch", "_running", "_waiting", "_write_sample", "_in_flight", "_in_flight_start",
-                 "_span_label", "_span_start", "_span_step", "_span_end", "_recorded_until")
+                 "changed", "_kv", "_batch", "_running", "_waiting", "_write_sample", "_write_samples", "_in_flight",
+                 "_in_flight_start", "_span_label", "_span_start", "_span_step", "_span_end", "_recorded_until")
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, first_gpu: int, gpu_count: int, unit: str,
                  busy_labels: tuple[str, str, str], probe: Probe | None, kv: KVLedger, batch: DecodeBatch,
@@ -51,6 +51,7 @@ class EngineTelemetry:
         self._running = running
         self._waiting = waiting
         self._write_sample = recorder.engine_samples.writer(unit)
+        self._write_samples = recorder.engine_samples.rows_writer(unit)
         self._in_flight: str | None = None  # the label of the iteration or decode stretch under way
         self._in_flight_start = 0.0
         self._span_label: str | None = None  # the busy span still open, merging consecutive work of one kind
@@ -78,6 +79,25 @@ class EngineTelemetry:
         self._write_sample(now, len(self._running), len(self._waiting), kv.used + size * done, size,
                            batch.iteration + done, batch.decode_iterations + done,
                            batch.decode_read + decode_read(size, stretch.context, done))
+
+    def restarted(self, times: list[float], counters: list[int], version: int) -> None:
+        """A preemption chain's boundaries, booked after the fact: at each of `times` (increasing) the work under way
+        ended and work of its label began again, and the engine was sampled with `counters` (SAMPLE_COUNTERS but the
+        time, a row per boundary, one after another). What `end`, `sample` and `begin` at each record, in one pass:
+        the stretches after the first boundary run back to back, so the busy span they are part of ends at the
+        last."""
+        label = self._in_flight
+        self.end(version, times[0])
+        if len(times) > 1:
+            # close() recorded busy time up to an instant the engine had settled, so up to no later than the first
+            # boundary booked after it.
+            assert times[0] >= self._recorded_until
+            self._in_flight, self._in_flight_start = label, times[0]
+            self.end(version, times[1])
+            self._span_end = times[-1]
+        self._in_flight, self._in_flight_start = label, times[-1]
+        self._write_samples(times, counters)
+        self.changed = False
 
     def begin(self, label: str, at: float | None = None) -> None:
         """An iteration or decode stretch of `label` work starts now (or at `at`: see `sample`)."""
