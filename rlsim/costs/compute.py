@@ -46,9 +46,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
 
 from rlsim.hardware import GPUCalibration, GPUProfile
+
+# Byte counts and times as one number, or as an array of them priced element by element (`gemm_seconds_by_rows`).
+Amount = TypeVar("Amount", float, NDArray[np.float64])
 
 # Fixed cost of one GEMM: the time left over once the tile/wave model's compute is taken out of Azure's cuBLASLt
 # GEMMs that fit in one or two waves (Azure/AI-benchmarking-guide Azure_Results: ND_A100_v4 FP16 1024³ 4.6 µs,
@@ -186,8 +192,9 @@ class GPURates:
         """Time of a GEMM-like kernel doing `flops`, compute-bound, shape unknown (no tile or wave quantization)."""
         return GEMM_FILL_S + flops / self.gemm_flops
 
-    def memory_seconds(self, nbytes: float) -> float:
-        """Time to stream `nbytes` through HBM (read plus write counted by the caller)."""
+    def memory_seconds(self, nbytes: Amount) -> Amount:
+        """Time to stream `nbytes` through HBM (read plus write counted by the caller); element by element for an
+        array."""
         return (nbytes + self.memory_half_bytes) / self.hbm_bytes_per_s
 
     def kernel_seconds(self, flops: float, nbytes: float) -> float:
@@ -240,3 +247,32 @@ class GPURates:
         e.g. for weights stored narrower than the activations). Fill + the longer of quantized compute and memory."""
         traffic = dtype_bytes * (m * k + k * n + m * n) if nbytes is None else nbytes
         return GEMM_FILL_S + max(self.gemm_compute_seconds(m, n, k), self.memory_seconds(traffic))
+
+    def gemm_seconds_by_rows(self, m: NDArray[np.float64], n: float, k: float,
+                             nbytes: NDArray[np.float64]) -> NDArray[np.float64]:
+        """`gemm_seconds(m[i], n, k, nbytes=nbytes[i])` for every i: GEMMs that differ only in their rows and traffic
+        (one layer GEMM over a range of token counts), priced by numpy with the scalar function's float operations
+        in its order, so every element equals the scalar result to the bit. Rows below one tile take a tile found by
+        math.log2, so the scalar function prices those (at most GEMM_TILE_M distinct values)."""
+        return GEMM_FILL_S + np.maximum(self._gemm_compute_seconds_by_rows(m, n, k), self.memory_seconds(nbytes))
+
+    def _gemm_compute_seconds_by_rows(self, m: NDArray[np.float64], n: float, k: float) -> NDArray[np.float64]:
+        """`gemm_compute_seconds(m[i], n, k)` for every i, to the bit (see `gemm_seconds_by_rows`)."""
+        seconds = np.zeros(m.shape)
+        if n <= 0 or k <= 0:
+            return seconds
+        narrow = m < GEMM_TILE_M
+        if narrow.any():
+            seconds[narrow] = [self.gemm_compute_seconds(rows, n, k) for rows in m[narrow].tolist()]
+        wide = ~narrow
+        # Integer-valued floats from here on (tiles, split, waves): exact in float64, as Python's ints are.
+        tiles = np.ceil(m[wide] / GEMM_TILE_M) * math.ceil(n / GEMM_TILE_N)
+        tile_flops = 2.0 * GEMM_TILE_M * GEMM_TILE_N * k
+        if self.sm_count is None:
+            seconds[wide] = tiles * tile_flops / self.gemm_flops
+            return seconds
+        sms = self.sm_count
+        split = np.maximum(1.0, sms // tiles)
+        waves = np.ceil(tiles * split / sms)
+        seconds[wide] = waves * sms * tile_flops / split / self.gemm_flops
+        return seconds
