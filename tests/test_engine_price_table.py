@@ -90,10 +90,19 @@ def test_a_block_memo_prices_the_block_around_a_missing_key_once():
         BlockMemo(squares, 0)
 
 
-def test_rates_price_a_gemm_by_rows_as_the_scalar_function_does():
-    rates = GPURates.from_profile(H100)
-    rows = np.array([0.0, 1.0, 3.5, 16.0, 17.0, 127.0, 128.0, 129.0, 1000.0, 8191.0, 1e6])
-    nbytes = 2.0 * rows * 5120 + 1e7
-    many = rates.gemm_seconds_by_rows(rows, 13824.0, 5120.0, nbytes)
-    scalar = [rates.gemm_seconds(m, 13824.0, 5120.0, nbytes=b) for m, b in zip(rows.tolist(), nbytes.tolist(), strict=True)]
-    assert many.tolist() == scalar
+@pytest.mark.parametrize("sm_count", [132, None])
+def test_rates_price_gemms_over_arrays_as_the_scalar_function_does(sm_count):
+    """Rows, columns or the inner dimension an array (a training GEMM's weight gradient runs over the tokens), with
+    and without the traffic given: element by element the scalar prices."""
+    rates = replace(GPURates.from_profile(H100), sm_count=sm_count)
+    counts = np.array([0.0, 1.0, 3.5, 16.0, 17.0, 127.0, 128.0, 129.0, 1000.0, 8191.0, 12345.5, 1e6])
+    nbytes = 2.0 * counts * 5120 + 1e7
+    for m, n, k, traffic in ((counts, 13824.0, 5120.0, nbytes), (counts, 13824.0, 5120.0, None),
+                             (5120.0, 13824.0, counts, None), (128.0, counts, 64.0, None)):
+        many = rates.gemm_seconds(m, n, k, nbytes=traffic).tolist()
+        scalar = [rates.gemm_seconds(*(float(x[i]) if isinstance(x, np.ndarray) else x for x in (m, n, k)),
+                                     nbytes=None if traffic is None else float(traffic[i])) for i in range(len(counts))]
+        assert many == scalar
+    flops = 2.0 * counts * 5120 * 13824
+    assert rates.kernel_seconds(flops, nbytes).tolist() == [rates.kernel_seconds(f, b) for f, b in
+                                                             zip(flops.tolist(), nbytes.tolist(), strict=True)]

@@ -4,12 +4,12 @@ and sampler, and fused attention, each kernel's work affine in the decode batch'
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-from rlsim.costs.compute import GPURates
+from rlsim.costs.compute import GPURates, Tokens, each
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu
 from rlsim.models import ModelSpec
 from rlsim.models.spec import LAYER_KINDS, GemmShape, LayerKind
@@ -21,10 +21,6 @@ CollectiveSeconds = Callable[[float], float]
 """Time of one collective over the engine's GPUs, given its size in bytes: for an all-reduce the tensor every GPU
 holds and reduces, for an all-to-all the bytes each GPU sends to the group (its own share included)."""
 
-Tokens = Any
-"""The tokens of an iteration: an int, or an int64 numpy array of token counts. The layer kernels are built by the same
-arithmetic for both, so a kernel built over an array holds, element by element, the kernel of each count
-(`EngineKernels.kernel_seconds_by_tokens` prices it; `EngineCosts` tabulates the layers so)."""
 
 # ---- precisions of what is not a weight -----------------------------------------------------------------------
 
@@ -233,12 +229,10 @@ class EngineKernels:
     def kernel_seconds_by_tokens(self, kernel: Kernel) -> NDArray[np.float64]:
         """`kernel_seconds(kernel, 0.0)` of a context-free kernel built over an array of token counts (`Tokens`): each
         element to the bit the scalar price of its count's kernel (the same float operations, element by element)."""
-        nbytes = np.asarray(kernel.nbytes, dtype=np.float64)
         if kernel.kind == "gemm" and kernel.shape is not None:
-            rows, n, k = kernel.shape
-            seconds = self.rates_of(kernel).gemm_seconds_by_rows(np.asarray(rows, dtype=np.float64), n, k, nbytes)
+            seconds = np.asarray(self.rates_of(kernel).gemm_seconds(*kernel.shape, nbytes=kernel.nbytes))
         elif kernel.kind == "memory":
-            seconds = self.rates.memory_seconds(nbytes)
+            seconds = self.rates.memory_seconds(np.asarray(kernel.nbytes, dtype=np.float64))
         else:
             raise ValueError(f"{kernel.name}: only shaped GEMMs and memory-bound kernels are priced by token count")
         return kernel.count * seconds
@@ -398,13 +392,10 @@ class EngineKernels:
         return [(name, i, o, m, w) for name, (i, o, m, w) in fused.items()]
 
     def _experts_touched(self, tokens: Tokens) -> Tokens:
-        """`MoE.experts_touched` of the tokens, count by count for an array: its power is Python's, which numpy's need
-        not match to the bit."""
+        """`MoE.experts_touched` of the tokens (count by count for an array: its power is Python's)."""
         moe = self.spec.architecture.moe
         assert moe is not None
-        if isinstance(tokens, np.ndarray):
-            return np.array([moe.experts_touched(count) for count in tokens.tolist()])
-        return moe.experts_touched(tokens)
+        return each(moe.experts_touched, tokens)
 
     def _split(self, shapes: tuple[GemmShape, ...]) -> tuple[tuple[str, float, float, str, float, int], ...]:
         """Per weight matrix of a layer, what of its GEMM on one GPU does not depend on the iteration: (fused kernel,

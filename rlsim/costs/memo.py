@@ -44,6 +44,14 @@ class Memo(dict[K, V], Generic[K, V]):
         value = self[key] = self._price(key)
         return value
 
+    def remember(self, priced: Iterable[tuple[K, V]]) -> None:
+        """Store values priced ahead by other means (numpy over many keys); each must equal `price(key)`. The limit
+        holds as for keys priced one by one."""
+        for key, value in priced:
+            if self._limit is not None and len(self) >= self._limit:
+                self.clear()
+            self[key] = value
+
 
 class BlockMemo(dict[int, V], Generic[V]):
     """`memo[n]` for an integer n >= 0, priced on first use together with the `block` consecutive integers around it
