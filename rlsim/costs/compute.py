@@ -45,10 +45,31 @@ reaches ~232 TF on these shapes where the profile's best measured GEMM is 271 TF
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
 
 from rlsim.hardware import GPUCalibration, GPUProfile
+
+# FLOPs, bytes and times as one number, or as a numpy array of them priced element by element: a cost model prices a
+# whole range of token counts at once so (`GPURates.gemm_seconds`).
+Amount = TypeVar("Amount", float, NDArray[np.float64])
+
+Tokens = Any
+"""Token counts as one number, or as a numpy array of them: the cost models' kernels and layers are built and priced by
+the same arithmetic for both, so a price over an array holds, element by element, the price of each count to the bit
+(`EngineCosts` tabulates an engine's layers so, `TrainingCosts` the micro-batches of a pass)."""
+
+
+def each(function: Callable[[float], float], values: Tokens) -> Tokens:
+    """`function` of a number, or of every element of an array by the scalar function itself: for a formula whose
+    numpy form need not round as Python's does (a power, a logarithm) or that takes numbers only (a collective's time)."""
+    if isinstance(values, np.ndarray):
+        return np.array([function(value) for value in values.tolist()], dtype=np.float64)
+    return function(values)
 
 # Fixed cost of one GEMM: the time left over once the tile/wave model's compute is taken out of Azure's cuBLASLt
 # GEMMs that fit in one or two waves (Azure/AI-benchmarking-guide Azure_Results: ND_A100_v4 FP16 1024³ 4.6 µs,
@@ -182,17 +203,22 @@ class GPURates:
             raise ValueError(f"{self.name} has no FP8 tensor cores")
         return replace(self, gemm_flops=self.fp8_gemm_flops)
 
-    def compute_seconds(self, flops: float) -> float:
+    def compute_seconds(self, flops: Amount) -> Amount:
         """Time of a GEMM-like kernel doing `flops`, compute-bound, shape unknown (no tile or wave quantization)."""
         return GEMM_FILL_S + flops / self.gemm_flops
 
-    def memory_seconds(self, nbytes: float) -> float:
-        """Time to stream `nbytes` through HBM (read plus write counted by the caller)."""
+    def memory_seconds(self, nbytes: Amount) -> Amount:
+        """Time to stream `nbytes` through HBM (read plus write counted by the caller); element by element for an
+        array."""
         return (nbytes + self.memory_half_bytes) / self.hbm_bytes_per_s
 
     def kernel_seconds(self, flops: float, nbytes: float) -> float:
-        """Roofline of a kernel of unknown shape: bound by whichever of compute and memory takes longer."""
-        return max(self.compute_seconds(flops), self.memory_seconds(nbytes))
+        """Roofline of a kernel of unknown shape: bound by whichever of compute and memory takes longer (element by
+        element when either is an array)."""
+        compute, memory = self.compute_seconds(flops), self.memory_seconds(nbytes)
+        if isinstance(compute, np.ndarray) or isinstance(memory, np.ndarray):
+            return np.maximum(compute, memory)  # type: ignore[return-value]  # arrays in, an array out
+        return max(compute, memory)
 
     @property
     def attention_flops(self) -> float:
@@ -237,6 +263,37 @@ class GPURates:
         self, m: float, n: float, k: float, dtype_bytes: float = 2.0, nbytes: float | None = None
     ) -> float:
         """(m×k)·(k×n): 2mnk FLOPs; reads both operands and writes the result once (`nbytes` overrides that traffic,
-        e.g. for weights stored narrower than the activations). Fill + the longer of quantized compute and memory."""
+        e.g. for weights stored narrower than the activations). Fill + the longer of quantized compute and memory.
+
+        Any of m, n, k and `nbytes` may be a numpy array (GEMMs over a range of token counts): then each element is
+        priced by the same float operations in the same order, so it equals the scalar result to the bit."""
         traffic = dtype_bytes * (m * k + k * n + m * n) if nbytes is None else nbytes
+        if isinstance(traffic, np.ndarray) or isinstance(m, np.ndarray):
+            compute = self._gemm_compute_seconds_many(m, n, k)
+            return GEMM_FILL_S + np.maximum(compute, self.memory_seconds(traffic))  # type: ignore[return-value]
         return GEMM_FILL_S + max(self.gemm_compute_seconds(m, n, k), self.memory_seconds(traffic))
+
+    def _gemm_compute_seconds_many(self, m: Any, n: Any, k: Any) -> NDArray[np.float64]:
+        """`gemm_compute_seconds` element by element over arrays (or numbers) m, n, k, to the bit. Rows below one tile
+        take a tile found by math.log2, whose rounding numpy's need not share: the scalar function prices those."""
+        m, n, k = np.broadcast_arrays(np.asarray(m, dtype=np.float64), np.asarray(n, dtype=np.float64),
+                                      np.asarray(k, dtype=np.float64))
+        seconds = np.zeros(m.shape)
+        live = (m > 0) & (n > 0) & (k > 0)
+        narrow = live & (m < GEMM_TILE_M)
+        if narrow.any():
+            seconds[narrow] = [self.gemm_compute_seconds(*mnk) for mnk in
+                               zip(m[narrow].tolist(), n[narrow].tolist(), k[narrow].tolist(), strict=True)]
+        wide = live & ~narrow
+        # Whole numbers from here on (tiles, split, waves): exact in float64, as Python's ints are.
+        tiles = np.ceil(m[wide] / GEMM_TILE_M) * np.ceil(n[wide] / GEMM_TILE_N)
+        tile_flops = 2.0 * GEMM_TILE_M * GEMM_TILE_N * k[wide]
+        if self.sm_count is None:
+            seconds[wide] = tiles * tile_flops / self.gemm_flops
+            return seconds
+        sms = self.sm_count
+        split = np.maximum(1.0, sms // tiles)  # split-K until the blocks fill one wave
+        waves = np.ceil(tiles * split / sms)
+        seconds[wide] = waves * sms * tile_flops / split / self.gemm_flops
+        return seconds
+

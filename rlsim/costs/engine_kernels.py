@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from rlsim.costs.compute import GPURates
+import numpy as np
+from numpy.typing import NDArray
+
+from rlsim.costs.compute import GPURates, Tokens, each
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu
 from rlsim.models import ModelSpec
 from rlsim.models.spec import LAYER_KINDS, GemmShape, LayerKind
@@ -17,6 +20,7 @@ if TYPE_CHECKING:
 CollectiveSeconds = Callable[[float], float]
 """Time of one collective over the engine's GPUs, given its size in bytes: for an all-reduce the tensor every GPU
 holds and reduces, for an all-to-all the bytes each GPU sends to the group (its own share included)."""
+
 
 # ---- precisions of what is not a weight -----------------------------------------------------------------------
 
@@ -222,6 +226,17 @@ class EngineKernels:
             seconds = self.rates.memory_seconds(nbytes)
         return kernel.count * seconds
 
+    def kernel_seconds_by_tokens(self, kernel: Kernel) -> NDArray[np.float64]:
+        """`kernel_seconds(kernel, 0.0)` of a context-free kernel built over an array of token counts (`Tokens`): each
+        element to the bit the scalar price of its count's kernel (the same float operations, element by element)."""
+        if kernel.kind == "gemm" and kernel.shape is not None:
+            seconds = np.asarray(self.rates_of(kernel).gemm_seconds(*kernel.shape, nbytes=kernel.nbytes))
+        elif kernel.kind == "memory":
+            seconds = self.rates.memory_seconds(np.asarray(kernel.nbytes, dtype=np.float64))
+        else:
+            raise ValueError(f"{kernel.name}: only shaped GEMMs and memory-bound kernels are priced by token count")
+        return kernel.count * seconds
+
     def cpu_bounds(self, tokens: int, launches: int, sequences: int) -> tuple[float, float]:
         """(time the CPU keeps the iteration from ending before, CPU time added after it) for an iteration of
         `tokens` tokens over `sequences` scheduled sequences."""
@@ -249,14 +264,22 @@ class EngineKernels:
     ) -> tuple[list[Kernel], list[KernelCollective]]:
         """Every kernel and collective of an iteration but attention: functions of the tokens in it, the rows whose
         logits are sampled and (MLA) the latent rows kv_b_proj expands."""
-        kernels, collectives = self.layer_kernels(tokens, latent_rows)
-        return [*kernels, *self.logit_kernels(logit_rows), *self.after_head_kernels(tokens)], collectives
+        kernels = [*self.layer_kernels(tokens, latent_rows), *self.logit_kernels(logit_rows),
+                   *self.after_head_kernels(tokens)]
+        return kernels, self.layer_collectives(tokens)
 
-    def layer_kernels(self, tokens: int, latent_rows: int) -> tuple[list[Kernel], list[KernelCollective]]:
-        """The decoder layers' kernels (but attention) and collectives for an iteration of `tokens` tokens."""
+    def layer_collectives(self, tokens: int) -> list[KernelCollective]:
+        """The decoder layers' collectives for an iteration of `tokens` tokens (one count: a collective is priced by a
+        scalar function of its bytes)."""
+        spec = self.spec
+        return [c for kind in LAYER_KINDS if spec.layer_count(kind)
+                for c in self._layer_collectives(kind, tokens, spec.layer_count(kind))]
+
+    def layer_kernels(self, tokens: Tokens, latent_rows: Tokens) -> list[Kernel]:
+        """The decoder layers' kernels but attention for an iteration of `tokens` tokens (or, element by element, for
+        an array of token counts: `Tokens`)."""
         spec, act, kv_per_layer = self.spec, ACTIVATION_BYTES, self.kv_per_layer
         kernels: list[Kernel] = []
-        collectives: list[KernelCollective] = []
         for kind in LAYER_KINDS:
             layers = spec.layer_count(kind)
             if not layers:
@@ -290,8 +313,7 @@ class EngineKernels:
                     kernels.append(Kernel("eager_small_ops", unpriced * layers, "memory"))
             # Kernels the 16-bit layer does not launch, beyond the eager counts above.
             kernels.extend(input_quant)
-            collectives.extend(self._layer_collectives(kind, tokens, layers))
-        return kernels, collectives
+        return kernels
 
     def _adapter_kernels(self, name: str, layers: int, rows: float, in_features: float,
                          out_features: float) -> list[Kernel]:
@@ -318,7 +340,7 @@ class EngineKernels:
         return [Kernel("lm_head", 1, "gemm", flops, 0.0, nbytes, shape=(rows, vocab / self.tp, hidden)),
                 Kernel("sampler", 1, "memory", nbytes=SAMPLER_LOGIT_PASSES * LOGIT_BYTES * rows * vocab)]
 
-    def after_head_kernels(self, tokens: int) -> list[Kernel]:
+    def after_head_kernels(self, tokens: Tokens) -> list[Kernel]:
         """The embedding lookup and the final norm, for every token (listed after the head, as they are summed)."""
         nbytes = 2 * ACTIVATION_BYTES * tokens * self.spec.architecture.hidden_size
         return [Kernel("embedding", 1, "memory", nbytes=nbytes), Kernel("final_norm", 1, "memory", nbytes=nbytes)]
@@ -346,20 +368,21 @@ class EngineKernels:
         mlp = "dense" if kind == "dense" else "moe_mla" if arch.mla is not None else "moe"
         return VLLM_EAGER_KERNELS[attention] + VLLM_EAGER_KERNELS[mlp]
 
-    def layer_gemms(self, kind: LayerKind, tokens: int, latent_rows: int) -> list[tuple[str, float, float, float, float]]:
-        """(name, in_features, out_features, rows M, weight elements read) per fused GEMM of one layer on one GPU."""
+    def layer_gemms(self, kind: LayerKind, tokens: Tokens,
+                    latent_rows: Tokens) -> list[tuple[str, float, float, float, float]]:
+        """(name, in_features, out_features, rows M, weight elements read) per fused GEMM of one layer on one GPU (rows
+        and weights arrays when `tokens` is: `Tokens`)."""
         fused: dict[str, list[float]] = {}  # name -> [in_features, out_features, rows, weight elements]
-        touched = 0.0
+        touched = None
         for group, in_features, out_features, rows_of, weights, active in self._split_gemms[kind]:
             if rows_of == "experts":
-                moe = self.spec.architecture.moe
-                assert moe is not None
-                touched = touched or moe.experts_touched(tokens)
+                if touched is None:
+                    touched = self._experts_touched(tokens)
                 weights = in_features * out_features * touched / self.ep
                 # (token, expert) assignments the busiest GPU's experts serve.
                 rows = tokens * active / self.ep * self.expert_load_imbalance
             else:
-                rows = float(latent_rows if rows_of == "latent" else tokens)
+                rows = _as_float(latent_rows if rows_of == "latent" else tokens)
             entry = fused.get(group)
             if entry is None:
                 fused[group] = [in_features, out_features, rows, weights]
@@ -367,6 +390,12 @@ class EngineKernels:
                 entry[1] += out_features
                 entry[3] += weights
         return [(name, i, o, m, w) for name, (i, o, m, w) in fused.items()]
+
+    def _experts_touched(self, tokens: Tokens) -> Tokens:
+        """`MoE.experts_touched` of the tokens (count by count for an array: its power is Python's)."""
+        moe = self.spec.architecture.moe
+        assert moe is not None
+        return each(moe.experts_touched, tokens)
 
     def _split(self, shapes: tuple[GemmShape, ...]) -> tuple[tuple[str, float, float, str, float, int], ...]:
         """Per weight matrix of a layer, what of its GEMM on one GPU does not depend on the iteration: (fused kernel,
@@ -420,14 +449,21 @@ class EngineKernels:
     def attention_seconds(self, work: Work, decode_context: float) -> float:
         """The attention kernels' time in an iteration at `decode_context`: one layer's kernel priced once, times the
         layers of each kind (`_attention_kernels` builds one kernel per kind; every iteration asks for this)."""
-        # `kernel_seconds` of the one launch, without its dispatch on the kernel's kind.
-        kernel = self._attention_kernel(work, self.kv_per_layer, 1)
-        seconds = self.rates.attention_seconds(kernel.flops + kernel.flops_per_context * decode_context,
-                                               kernel.nbytes + kernel.bytes_per_context * decode_context)
-        return sum(layers * seconds for layers in self.attention_layers)
+        # `kernel_seconds` of the one launch, without building the kernel or dispatching on its kind.
+        flops, flops_per_context, nbytes, bytes_per_context = self._attention_work(work, self.kv_per_layer)
+        seconds = self.rates.attention_seconds(flops + flops_per_context * decode_context,
+                                               nbytes + bytes_per_context * decode_context)
+        total = 0.0
+        for layers in self.attention_layers:
+            total += layers * seconds
+        return total
 
     def _attention_kernel(self, work: Work, kv_per_layer: float, layers: int) -> Kernel:
         """Fused attention of one layer on one GPU: KV reads of every key attended, FLOPs per (query, key) pair."""
+        return Kernel("attention", layers, "attention", *self._attention_work(work, kv_per_layer))
+
+    def _attention_work(self, work: Work, kv_per_layer: float) -> tuple[float, float, float, float]:
+        """(FLOPs, FLOPs per context token, bytes, bytes per context token) of one layer's fused attention."""
         expanded, absorbed, query_width = self._attention_widths
         # Plus the context c: each sequence also attends to the tokens it decodes; a verify step's queries each see
         # the whole cache, which the kernel reads once for all of them.
@@ -436,8 +472,7 @@ class EngineKernels:
         passes = self.decode_kv_passes
         keys_read = passes * decode_keys + work.prefill + work.prefill_cached
         nbytes = kv_per_layer * keys_read + ACTIVATION_BYTES * work.tokens * query_width
-        return Kernel("attention", layers, "attention", flops, absorbed * work.decode_queries, nbytes,
-                      passes * kv_per_layer)
+        return flops, absorbed * work.decode_queries, nbytes, passes * kv_per_layer
 
     def _elementwise_kernels(self, kind: str, tokens: int, kv_per_layer: float, layers: int) -> list[Kernel]:
         """Memory-bound kernels of one layer: the two fused residual-add + RMSNorms, RoPE with the KV-cache write,
@@ -518,3 +553,8 @@ def work_of(decode_batch: int, prefill: Iterable[PrefillChunk], decode_queries: 
             logits += chunk.logits
             sequences += 1
     return Work(decode_batch, new, cached, float(pairs), logits, sequences, decode_queries)
+
+
+def _as_float(rows: Tokens) -> Tokens:
+    """Rows of a GEMM as floats: a count, or an array of counts."""
+    return rows.astype(np.float64) if isinstance(rows, np.ndarray) else float(rows)

@@ -41,11 +41,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from rlsim.costs.compute import GPURates
 from rlsim.costs.decode_profile import DecodeProfile, combined_profile, decode_profile
-from rlsim.costs.engine_kernels import CollectiveSeconds, EngineKernels, Work, work_of
+from rlsim.costs.engine_kernels import CollectiveSeconds, EngineKernels, Kernel, Work, work_of
 from rlsim.costs.layout import EngineLayout, InferenceEngine
-from rlsim.costs.memo import Memo
+from rlsim.costs.memo import BlockMemo, Memo
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
 from rlsim.costs.speculative import Speculation
 from rlsim.models import ModelSpec
@@ -63,10 +65,16 @@ from rlsim.overheads import (
 __all__ = ["CollectiveSeconds", "DecodeProfile", "EngineCosts", "EngineOverheads", "PrefillChunk", "kv_cache_tokens"]
 
 # The kernels that do not depend on the context, priced: the layers' kernel seconds, the seconds of the kernels every
-# token passes after the head, the collectives' seconds and the launches; and the output head's and sampler's seconds
-# with their launches.
-LayersPriced = tuple[float, tuple[float, ...], float, int]
+# token passes after the head, and their launches; the layers' collectives' seconds and launches; and the output
+# head's and sampler's seconds with their launches.
+LayersPriced = tuple[float, tuple[float, ...], int]
+CollectivesPriced = tuple[float, int]
 LogitsPriced = tuple[tuple[float, ...], int]
+
+# Token counts an engine's layers are priced for at once (`EngineCosts._price_layer_block`): numpy prices a block in
+# about the time the scalar path takes for a few counts, and a run's iterations ask for thousands of distinct counts
+# up to max_num_batched_tokens (8,192 by default: 16 blocks).
+TOKEN_BLOCK = 512
 
 
 @dataclass(frozen=True)
@@ -142,9 +150,14 @@ class EngineCosts:
     expert_load_imbalance: float = 1.0  # the busiest expert-parallel group's assignments over the mean (EngineKernels)
     lora_rank: int = 0  # an unmerged LoRA adapter served beside the weights (EngineKernels)
     _kernels: EngineKernels = field(init=False, repr=False, compare=False)
-    # batch -> its decode profile; (tokens, latent rows) -> `LayersPriced`; logit rows -> `LogitsPriced`.
+    # batch -> its decode profile; tokens -> `LayersPriced` (priced by blocks of token counts) or, for MLA, whose
+    # kv_b_proj also expands cached latents, (tokens, latent rows) -> `LayersPriced`; tokens -> `CollectivesPriced`;
+    # logit rows -> `LogitsPriced`.
     _profile_memo: Memo[int, DecodeProfile] = field(init=False, repr=False, compare=False)
-    _layers_memo: Memo[tuple[int, int], LayersPriced] = field(init=False, repr=False, compare=False)
+    _latent: bool = field(init=False, repr=False, compare=False)
+    _layers_memo: BlockMemo[LayersPriced] = field(init=False, repr=False, compare=False)
+    _latent_layers_memo: Memo[tuple[int, int], LayersPriced] = field(init=False, repr=False, compare=False)
+    _collectives_memo: Memo[int, CollectivesPriced] = field(init=False, repr=False, compare=False)
     _logits_memo: Memo[int, LogitsPriced] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -171,7 +184,9 @@ class EngineCosts:
                                 self.all_to_all_seconds, self.overheads, weight_bytes, self.quantized_rates,
                                 self.expert_load_imbalance, self.lora_rank)
         parts = {"_kernels": kernels, "_profile_memo": Memo(self._decode_profile),
-                 "_layers_memo": Memo(self._price_layers), "_logits_memo": Memo(self._price_logits)}
+                 "_latent": arch.mla is not None, "_layers_memo": BlockMemo(self._price_layer_block, TOKEN_BLOCK),
+                 "_latent_layers_memo": Memo(self._price_latent_layers),
+                 "_collectives_memo": Memo(self._price_collectives), "_logits_memo": Memo(self._price_logits)}
         for name, part in parts.items():
             object.__setattr__(self, name, part)
 
@@ -247,14 +262,21 @@ class EngineCosts:
         # value (prefill-heavy runs price tens of thousands of iterations). Summed in
         # `EngineKernels.context_free_kernels`' order.
         kernels = self._kernels
-        layers, after_head, collectives, layer_launches = self._layers_memo[work.tokens, kernels.latent_rows(work)]
+        tokens = work.tokens
+        if self._latent:
+            layers, after_head, layer_launches = self._latent_layers_memo[tokens, kernels.latent_rows(work)]
+        else:
+            layers, after_head, layer_launches = self._layers_memo[tokens]
+        collectives, collective_launches = self._collectives_memo[tokens]
         head, head_launches = self._logits_memo[work.logit_rows]
         seconds = layers
-        for part in (*head, *after_head):
+        for part in head:
+            seconds += part
+        for part in after_head:
             seconds += part
         gpu = seconds + collectives + kernels.attention_seconds(work, decode_context)
-        launches = layer_launches + head_launches + kernels.attention_launches
-        busy_until, then = kernels.cpu_bounds(work.tokens, launches, work.decode + work.prefill_sequences)
+        launches = layer_launches + collective_launches + head_launches + kernels.attention_launches
+        busy_until, then = kernels.cpu_bounds(tokens, launches, work.decode + work.prefill_sequences)
         return max(gpu + launches * self.overheads.kernel_gap_seconds, busy_until) + then
 
     def decode_profile(self, batch: int) -> DecodeProfile:
@@ -326,26 +348,46 @@ class EngineCosts:
             parts.append((share * speculation.drafted, speculation.draft.decode_profile(batch)))
         return combined_profile(parts, batch)
 
-    def _price_layers(self, key: tuple[int, int]) -> LayersPriced:
+    def _price_layer_block(self, tokens: range) -> list[LayersPriced]:
+        """`LayersPriced` of every count in `tokens`, by numpy over the counts: the kernels built over an array of them
+        and priced element by element with the scalar path's float operations in its order, so each equals
+        `_price_latent_layers((count, 0))` to the bit (tests/test_engine_price_table.py checks)."""
+        kernels = self._kernels
+        counts = np.arange(tokens.start, tokens.stop, dtype=np.int64)
+        layers = kernels.layer_kernels(counts, 0)
+        after_head = kernels.after_head_kernels(counts)
+        price = kernels.kernel_seconds_by_tokens
+        seconds = np.zeros(len(counts))  # summed in the kernels' order, as the scalar path sums them
+        for kernel in layers:
+            seconds += price(kernel)
+        parts = [np.broadcast_to(price(kernel), counts.shape).tolist() for kernel in after_head]
+        launches = _launches(layers, after_head)
+        return [(total, tuple(after), launches) for total, *after in zip(seconds.tolist(), *parts, strict=True)]
+
+    def _price_latent_layers(self, key: tuple[int, int]) -> LayersPriced:
         kernels = self._kernels
         tokens, latent_rows = key
-        layers, collectives = kernels.layer_kernels(tokens, latent_rows)
+        layers = kernels.layer_kernels(tokens, latent_rows)
         after_head = kernels.after_head_kernels(tokens)
         price = kernels.kernel_seconds
         seconds = 0.0  # summed in the kernels' order, as sum() would, by a loop: a miss prices every layer kernel
         for kernel in layers:
             seconds += price(kernel, 0.0)
-        return (
-            seconds,
-            tuple(kernels.kernel_seconds(kernel, 0.0) for kernel in after_head),
-            sum(c.count * c.seconds for c in collectives),
-            sum(k.count for k in (*layers, *after_head)) + sum(c.count for c in collectives),
-        )
+        return seconds, tuple(price(kernel, 0.0) for kernel in after_head), _launches(layers, after_head)
+
+    def _price_collectives(self, tokens: int) -> CollectivesPriced:
+        collectives = self._kernels.layer_collectives(tokens)
+        return sum(c.count * c.seconds for c in collectives), sum(c.count for c in collectives)
 
     def _price_logits(self, rows: int) -> LogitsPriced:
         kernels = self._kernels
         logits = kernels.logit_kernels(rows)
         return tuple(kernels.kernel_seconds(kernel, 0.0) for kernel in logits), sum(k.count for k in logits)
+
+
+def _launches(*kernels: Iterable[Kernel]) -> int:
+    """Kernel launches of these kernels (each `count` times)."""
+    return sum(kernel.count for group in kernels for kernel in group)
 
 
 def kv_cache_tokens(

@@ -178,6 +178,7 @@ class TrainingCosts:
         """
         if not micro_batches:
             raise ValueError("an update needs at least one micro-batch")
+        self.price_ahead(micro_batches, pad_to, backward=True)
         zero = self.layout.zero_stage
         forward, backward = [], []
         for index, lengths in enumerate(micro_batches):
@@ -204,9 +205,21 @@ class TrainingCosts:
         gathers weights layer by layer."""
         if not micro_batches:
             raise ValueError("a forward pass needs at least one micro-batch")
+        self.price_ahead(micro_batches, pad_to, backward=False)
         forward = [self._micro_batch_ops(lengths, pad_to, None)[0] for lengths in micro_batches]
         stages = run_pipeline(forward, None, self.layout.pp)
         return finish(stages, [TrainingTime()] * self.layout.pp)
+
+    def price_ahead(self, micro_batches: Sequence[Sequence[int]], pad_to: int = 0, *, backward: bool) -> None:
+        """Price what these micro-batches' prices share by token count (layers' GEMMs and elementwise work, the head)
+        for all of them at once, with numpy (`LayerPricing.price_ahead`): a pass's micro-batches have thousands of
+        distinct token counts. Changes no result, only how fast the micro-batches are priced after it."""
+        self._layers.price_ahead((self._tokens_on_gpu(sum(lengths), pad_to) for lengths in micro_batches),
+                                 backward=backward)
+
+    def _tokens_on_gpu(self, total: int, pad_to: int) -> float:
+        """Tokens of a micro-batch of `total` tokens, padded up to `pad_to`, on one GPU of its CP group."""
+        return max(total, pad_to) / self.layout.cp
 
     def _micro_batch_ops(self, lengths: Sequence[int], pad_to: int, reduce_gradients: bool | None) -> MicroBatchOps:
         """Each chunk's forward op over a micro-batch and, unless `reduce_gradients` is None (a forward-only pass), its
@@ -217,7 +230,7 @@ class TrainingCosts:
     def _price_micro_batch(self, key: tuple[int, int, float, bool | None]) -> MicroBatchOps:
         total, pad_to, pairs, reduce_gradients = key
         layers, chunks = self._layers, self._shards.chunks
-        tokens = max(total, pad_to) / self.layout.cp
+        tokens = self._tokens_on_gpu(total, pad_to)
         kinds = [kind for kind in LAYER_KINDS if self.spec.layer_count(kind)]
         f_layers = {kind: layers.layer(kind, tokens, pairs, backward=False) for kind in kinds}
         forward = tuple(self._chunk_forward(g, tokens, f_layers) for g in range(chunks))

@@ -2,13 +2,17 @@
 elementwise work and the TP/CP/EP communication on the critical path (the model of `rlsim.costs.training`'s notes).
 
 A micro-batch enters these prices only through its tokens on this GPU and its attention's causal (query, key) pairs,
-so they take those two numbers, not the sequence lengths."""
+so they take those two numbers, not the sequence lengths. The parts that depend on the tokens alone (a layer's GEMMs
+and elementwise work, the head) are remembered per token count, and the counts of a whole pass can be priced at once
+over a numpy array (`price_ahead`), the scalar formulas element by element, so with the same result to the bit."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from rlsim.costs.compute import GPURates
+import numpy as np
+
+from rlsim.costs.compute import GPURates, Tokens, each
 from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memo import Memo
 from rlsim.costs.memory import kernel_implementation
@@ -68,6 +72,9 @@ LOGPROB_BYTES = {"fused": (2, 4), "fp32_vocab_parallel": (38, 14), "fp32_unfused
 # Per-token layer prices remembered per kind of layer (keyed by the micro-batch's tokens, which differ step after
 # step): bounded, so a long run's memory does not grow with its steps.
 TOKEN_MEMO_LIMIT = 16_384
+# Token counts below which `price_ahead` leaves them to the scalar path: numpy's fixed cost per operation makes an
+# array of a few counts dearer than pricing them one by one (about 20 counts break even on an H100 dense model).
+PRICE_AHEAD_MIN_COUNTS = 32
 
 
 def causal_pairs(sequence_lengths: Sequence[int]) -> float:
@@ -103,7 +110,8 @@ class LayerPricing:
     """Per-layer prices of `spec` on GPUs with `rates`, laid out as `layout`; `head` as in `TrainingCosts`."""
 
     __slots__ = ("spec", "rates", "layout", "collectives", "head", "_implementation", "_widths", "_gemm_plan",
-                 "_elementwise_bytes", "_attention_flops_per_pair", "_attention_efficiency", "_token_memo", "_fp8")
+                 "_elementwise_bytes", "_attention_flops_per_pair", "_attention_efficiency", "_token_memo", "_head_memo",
+                 "_fp8")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, layout: TrainingLayout, collectives: GroupCollectives,
                  head: Literal["lm", "value"]):
@@ -122,6 +130,8 @@ class LayerPricing:
         # across DP ranks and passes, and neither depends on how the tokens split into sequences.
         self._token_memo: Memo[tuple[LayerKind, float, bool], tuple[float, float]] = Memo(
             self._price_per_token, limit=TOKEN_MEMO_LIMIT)
+        # (tokens, backward) -> the head's `LayerTime` (shared, never changed): the last stage asks twice per micro-batch.
+        self._head_memo: Memo[tuple[float, bool], LayerTime] = Memo(self._price_head, limit=TOKEN_MEMO_LIMIT)
 
     def tokens(self, sequence_lengths: Sequence[int], pad_to: int = 0) -> float:
         """Tokens of the micro-batch on this GPU's TP group (CP splits every sequence), padded up to `pad_to`."""
@@ -147,12 +157,37 @@ class LayerPricing:
             return LayerTime(attention=self.attention_seconds(pairs, backward=False))
         return LayerTime()
 
+    def price_ahead(self, tokens: Iterable[float], *, backward: bool) -> None:
+        """Price the per-token parts of micro-batches of these token counts (on this GPU) now, all counts not yet
+        remembered at once over a numpy array: the layers' GEMMs and elementwise work of every kind of layer, forward
+        and (`backward`) backward, and the head's. Changes no result, only how fast the micro-batches are priced."""
+        passes = (False, True) if backward else (False,)
+        wanted = list(dict.fromkeys(tokens))
+        for kind in self._gemm_plan:
+            for backward_pass in passes:
+                missing = [count for count in wanted if (kind, count, backward_pass) not in self._token_memo]
+                if len(missing) >= PRICE_AHEAD_MIN_COUNTS:
+                    counts = np.array(missing, dtype=np.float64)
+                    gemm = _listed(self._price_gemms(kind, counts, backward=backward_pass), counts)
+                    elementwise = _listed(self._elementwise_seconds(kind, counts, backward=backward_pass), counts)
+                    self._token_memo.remember(((kind, count, backward_pass), (gemm_seconds, elementwise_seconds))
+                                              for count, gemm_seconds, elementwise_seconds
+                                              in zip(missing, gemm, elementwise, strict=True))
+        for backward_pass in passes:
+            missing = [count for count in wanted if (count, backward_pass) not in self._head_memo]
+            if len(missing) >= PRICE_AHEAD_MIN_COUNTS:
+                counts = np.array(missing, dtype=np.float64)
+                parts = [_listed(part, counts) for part in self._head_parts(counts, backward=backward_pass)]
+                self._head_memo.remember(((count, backward_pass), LayerTime(gemm=gemm, elementwise=elementwise,
+                                                                            collective=collective))
+                                         for count, gemm, elementwise, collective in zip(missing, *parts, strict=True))
+
     def _price_per_token(self, key: tuple[LayerKind, float, bool]) -> tuple[float, float]:
         kind, tokens, backward = key
         return (self._price_gemms(kind, tokens, backward=backward),
                 self._elementwise_seconds(kind, tokens, backward=backward))
 
-    def _price_gemms(self, kind: LayerKind, tokens: float, *, backward: bool) -> float:
+    def _price_gemms(self, kind: LayerKind, tokens: Tokens, *, backward: bool) -> float:
         rates = self.rates
         experts, gemms = self._gemm_plan[kind]
         seconds = 0.0
@@ -161,7 +196,7 @@ class LayerPricing:
             assert moe is not None
             # Sequence parallelism: the MoE block sees this GPU's share of the tokens.
             assignments = tokens / self.layout.tp * moe.num_experts_per_tok
-            touched = moe.experts_touched(tokens / self.layout.tp) / self.layout.ep
+            touched = each(moe.experts_touched, tokens / self.layout.tp) / self.layout.ep
             # Backward: the input gradient and, unless the weights are frozen under LoRA, the weight gradient.
             passes = 1 if not backward or self.layout.lora_rank else 2
             for k, n in experts:
@@ -304,7 +339,7 @@ class LayerPricing:
         out["swiglu"] = per["swiglu"] * width
         return out
 
-    def _elementwise_seconds(self, kind: LayerKind, tokens: float, *, backward: bool) -> float:
+    def _elementwise_seconds(self, kind: LayerKind, tokens: Tokens, *, backward: bool) -> float:
         scale = (ELEMENTWISE_BACKWARD_TRAFFIC if backward else 1.0) * tokens / self.layout.tp
         return sum(self.rates.memory_seconds(scale * b) for b in self._elementwise_bytes[kind].values())
 
@@ -345,6 +380,15 @@ class LayerPricing:
 
     def head_time(self, tokens: float, *, backward: bool) -> LayerTime:
         """Final norm, output head and (for "lm") log-softmax over the vocabulary, on the last pipeline stage."""
+        return self._head_memo[tokens, backward]
+
+    def _price_head(self, key: tuple[float, bool]) -> LayerTime:
+        tokens, backward = key
+        gemm, elementwise, collective = self._head_parts(tokens, backward=backward)
+        return LayerTime(gemm=gemm, elementwise=elementwise, collective=collective)
+
+    def _head_parts(self, tokens: Tokens, *, backward: bool) -> tuple[float, float, float]:
+        """The head's (GEMM, elementwise, collective) seconds over `tokens` tokens (each of an array of counts)."""
         arch, tp, rates = self.spec.architecture, self.layout.tp, self.rates
         width = arch.vocab_size / tp if self.head == "lm" else 1  # vocabulary-parallel head
         h = arch.hidden_size
@@ -360,10 +404,11 @@ class LayerPricing:
             elementwise += rates.memory_seconds(per_logit * tokens * width)
         collective = 0.0
         if tp > 1:
-            assert self.collectives.tp is not None
-            collective = self.collectives.tp("reduce_scatter" if backward else "all_gather",
-                                             ACTIVATION_BYTES * tokens * h)
-        return LayerTime(gemm=gemm, elementwise=elementwise, collective=collective)
+            group = self.collectives.tp
+            assert group is not None
+            collective = each(lambda nbytes: group("reduce_scatter" if backward else "all_gather", nbytes),
+                              ACTIVATION_BYTES * tokens * h)
+        return gemm, elementwise, collective
 
     def send(self, tokens: float) -> float:
         """Point-to-point transfer of a micro-batch's activations (or their gradients) to the neighbouring stage."""
@@ -372,3 +417,9 @@ class LayerPricing:
         assert self.collectives.pp is not None
         nbytes = ACTIVATION_BYTES * tokens * self.spec.architecture.hidden_size / self.layout.tp
         return self.collectives.pp("send_recv", nbytes)
+
+
+def _listed(seconds: Tokens, counts: np.ndarray) -> list[float]:
+    """A price over an array of token counts as one float per count (a part that does not depend on them, such as a
+    zero, repeated)."""
+    return np.broadcast_to(seconds, counts.shape).tolist()

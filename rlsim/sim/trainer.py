@@ -92,6 +92,7 @@ class Trainer:
     def _lock_step_micro_batches(self, costs: TrainingCosts, per_rank: list[list[list[int]]]) -> list[dict[str, float]]:
         """pp = 1 with FSDP: micro-step i lasts as long as the slowest rank's micro-batch i; then one optimizer step."""
         optimizer = costs.optimizer_step(0)
+        costs.price_ahead([mb for mbs in per_rank for mb in mbs], backward=True)
         ranks = len(per_rank)
         steps = max(len(mbs) for mbs in per_rank)
         totals = [dict.fromkeys(LABEL_ORDER, 0.0) for _ in range(ranks)]

@@ -1,0 +1,108 @@
+"""An engine prices its layers over blocks of token counts with numpy (`EngineCosts._price_layer_block`): every count
+must get, to the bit, what the scalar path gives it, on every kind of engine the kernels are built for."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from rlsim.costs.compute import GPURates
+from rlsim.costs.memo import BlockMemo
+from rlsim.costs.rollout import TOKEN_BLOCK, EngineCosts, EngineOverheads, PrefillChunk
+from rlsim.pricing.precision import engine_precision
+from tests.test_rollout_costs import A100, H100, HARDWARE, engine
+
+MI300X = HARDWARE.gpu("mi300x")
+
+
+def _engines() -> dict[str, EngineCosts]:
+    fp8 = engine_precision(H100, "fp8")
+    quantized = replace(engine("Qwen3-8B"), weight_dtype_bytes=fp8.weight_bytes, quantized_rates=fp8.quantized_rates)
+    dense = engine("Qwen2.5-14B")
+    return {
+        "dense": dense,
+        "dense, tp 2, A100": engine("Qwen2.5-7B", gpu=A100, tp=2),
+        "dense, calibrated MI300X": engine("Llama-3.1-8B", gpu=MI300X),
+        "dense, no SM count": replace(dense, rates=replace(dense.rates, sm_count=None)),
+        "MoE, tp 4, ep 2, imbalanced": replace(engine("Qwen3-30B-A3B", tp=4, ep=2), expert_load_imbalance=1.3),
+        "MoE, one GPU": engine("Qwen3-30B-A3B"),
+        "W8A8": quantized,
+        "weight-only FP8": replace(engine("Qwen2.5-7B", gpu=A100), weight_dtype_bytes=1.0),
+        "LoRA": replace(engine("Qwen2.5-1.5B"), lora_rank=8),
+        "eager vLLM": engine("Qwen3-8B", overheads=EngineOverheads(cuda_graphs=False)),
+        "HF generate()": engine("Qwen2.5-1.5B", overheads=EngineOverheads(engine="hf")),
+    }
+
+
+ENGINES = _engines()
+
+
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_a_block_of_token_counts_prices_each_count_as_the_scalar_path_does(name):
+    costs = ENGINES[name]
+    # The first two blocks (counts below one GEMM tile take the scalar tile search), one at the usual
+    # max_num_batched_tokens, and one far beyond it.
+    for first in (0, TOKEN_BLOCK, 8192 - TOKEN_BLOCK, 40 * TOKEN_BLOCK):
+        counts = range(first, first + TOKEN_BLOCK)
+        table = costs._price_layer_block(counts)
+        scalar = [costs._price_latent_layers((count, 0)) for count in counts]
+        different = [(count, a, b) for count, a, b in zip(counts, table, scalar, strict=True) if a != b]
+        assert not different, f"{name}: {len(different)} counts differ, first {different[0]}"
+        assert all(type(seconds) is float for seconds, after_head, _ in table for seconds in (seconds, *after_head))
+
+
+@pytest.mark.parametrize("name", ["dense", "MoE, tp 4, ep 2, imbalanced"])
+def test_an_iteration_is_priced_the_same_whichever_iteration_fills_the_block(name):
+    """The table is filled by whichever count a run asks for first: the price of an iteration does not depend on it."""
+    chunks = (PrefillChunk(700, 300, True), PrefillChunk(129, 0, False))
+    first = replace(ENGINES[name])
+    seconds = first.iteration_seconds(3, 4000.0, chunks)
+    other = replace(ENGINES[name])
+    other.iteration_seconds(1)  # fills another block first
+    assert other.iteration_seconds(3, 4000.0, chunks) == seconds
+    assert type(seconds) is float
+
+
+def test_an_mla_engine_prices_its_latent_rows_by_the_scalar_path():
+    """DeepSeek's kv_b_proj expands the cached latents of a prefill too: its layers depend on more than the tokens."""
+    costs = engine("DeepSeek-V3", tp=8, ep=8, gpu=H100)
+    fresh = costs.iteration_seconds(prefill=(PrefillChunk(512, 0, True),))
+    cached = costs.iteration_seconds(prefill=(PrefillChunk(512, 4096, True),))
+    assert cached > fresh
+    assert not costs._layers_memo and len(costs._latent_layers_memo) == 2
+
+
+def test_a_block_memo_prices_the_block_around_a_missing_key_once():
+    asked: list[range] = []
+
+    def squares(keys: range) -> list[int]:
+        asked.append(keys)
+        return [k * k for k in keys]
+
+    memo = BlockMemo(squares, 4)
+    assert memo[6] == 36 and memo[4] == 16 and memo[7] == 49
+    assert asked == [range(4, 8)]
+    assert memo[1] == 1 and asked[-1] == range(0, 4)
+    with pytest.raises(KeyError):
+        memo[-1]
+    with pytest.raises(ValueError, match="at least one key"):
+        BlockMemo(squares, 0)
+
+
+@pytest.mark.parametrize("sm_count", [132, None])
+def test_rates_price_gemms_over_arrays_as_the_scalar_function_does(sm_count):
+    """Rows, columns or the inner dimension an array (a training GEMM's weight gradient runs over the tokens), with
+    and without the traffic given: element by element the scalar prices."""
+    rates = replace(GPURates.from_profile(H100), sm_count=sm_count)
+    counts = np.array([0.0, 1.0, 3.5, 16.0, 17.0, 127.0, 128.0, 129.0, 1000.0, 8191.0, 12345.5, 1e6])
+    nbytes = 2.0 * counts * 5120 + 1e7
+    for m, n, k, traffic in ((counts, 13824.0, 5120.0, nbytes), (counts, 13824.0, 5120.0, None),
+                             (5120.0, 13824.0, counts, None), (128.0, counts, 64.0, None)):
+        many = rates.gemm_seconds(m, n, k, nbytes=traffic).tolist()
+        scalar = [rates.gemm_seconds(*(float(x[i]) if isinstance(x, np.ndarray) else x for x in (m, n, k)),
+                                     nbytes=None if traffic is None else float(traffic[i])) for i in range(len(counts))]
+        assert many == scalar
+    flops = 2.0 * counts * 5120 * 13824
+    assert rates.kernel_seconds(flops, nbytes).tolist() == [rates.kernel_seconds(f, b) for f, b in
+                                                             zip(flops.tolist(), nbytes.tolist(), strict=True)]
