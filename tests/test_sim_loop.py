@@ -369,10 +369,14 @@ def second_agent(draw, time_share: bool) -> str:
 
 
 # Role placements the invariants must survive (PPO, on 8 GPUs beside the policy's): none; HybridFlow's split
-# (critic + reward model); standalone-like groups (critic, then reference + reward model), one with its own layout.
+# (critic + reward model), its stages at once or as verl's driver runs them (only the updates at once; all in turn);
+# standalone-like groups (critic, then reference + reward model), one with its own layout.
 ROLE_PLACEMENTS = {
     "none": "",
     "split": "critic: {gpus: 8}\nreward_model: {share_with: critic}",
+    "split, updates at once": "critic: {gpus: 8}\nreward_model: {share_with: critic}\nconcurrent_stages: updates",
+    "standalone in turn": "critic: {gpus: 4}\nreference: {gpus: 4}\nreward_model: {share_with: reference}\n"
+                          "concurrent_stages: none",
     "standalone": "critic: {gpus: 4}\nreference: {gpus: 4, zero_stage: 0}\nreward_model: {share_with: reference}",
     "reference beside the critic": "critic: {gpus: 8, tp: 2}\nreference: {share_with: critic}\n"
                                    "reward_model: {gpus: 8, share_with: critic}",
