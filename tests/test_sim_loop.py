@@ -343,7 +343,7 @@ def small_scenario(draw):
         # PPO with a reward model, the critic, reference and reward model on 8 more GPUs of a second node.
         kwargs.update(algorithm="ppo", gpus=16, nodes=2, placement=ROLE_PLACEMENTS[roles])
         kwargs.setdefault("rollout_gpus", 8)
-        kwargs["workload"] = "\n".join(filter(None, (workload, "reward: {kind: reward_model, model: Qwen2.5-0.5B}")))
+        kwargs["workload"] = "\n".join(filter(None, (kwargs["workload"], "reward: {kind: reward_model, model: Qwen2.5-0.5B}")))
     if multi_agent:
         kwargs.update(dynamic_sampling=False, agents=draw(second_agent(time_share=kwargs["mode"] == "colocated")))
     return kwargs
