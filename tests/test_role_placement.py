@@ -9,6 +9,7 @@ from rlsim.cli import main
 from rlsim.config import parse_scenario
 from rlsim.config.bound import bind
 from rlsim.errors import InfeasibleError, ScenarioError
+from rlsim.estimate import estimate_step
 from rlsim.events import Span
 from rlsim.sim.run import simulate_log
 from tests.sim_scenarios import scenario_yaml
@@ -132,3 +133,39 @@ def test_check_shows_memory_per_role_group(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "critic 8 GPUs of its own on main" in out and "reward model on the critic's 8 GPUs, taking turns" in out
     assert "critic+reward_model on main" in out and "reward model weights" in out
+
+
+SPLIT = "critic: {gpus: 8}\nreward_model: {share_with: critic}"
+
+
+@pytest.mark.parametrize("concurrent", ["updates", "none"])
+def test_a_driver_that_waits_for_each_call_runs_the_stages_of_separate_groups_in_turn(concurrent):
+    # verl's worker-group calls block (single_controller's register(blocking=True)); its split-placement example
+    # issues only the two updates without blocking (placement.concurrent_stages: updates).
+    spans, _ = stage_spans(ppo(f"{SPLIT}\nconcurrent_stages: {concurrent}", workload=REWARD_MODEL))
+    overlapping, _ = stage_spans(ppo(SPLIT, workload=REWARD_MODEL))
+    assert first_start(spans, "values") >= max(last_end(spans, "old_log_prob"), last_end(spans, "ref"))
+    updates_overlap = (first_start(spans, "update_actor") < last_end(spans, "update_critic")
+                       and first_start(spans, "update_critic") < last_end(spans, "update_actor"))
+    assert updates_overlap == (concurrent == "updates")
+    # The same work, priced alike; only when it runs moves.
+    for stage in ("old_log_prob", "ref", "values", "update_critic", "update_actor"):
+        assert busy(spans, stage) == pytest.approx(busy(overlapping, stage), rel=1e-9)
+    def training(spans: list[Span]) -> float:
+        return max(last_end(spans, "update_actor"), last_end(spans, "update_critic")) - first_start(spans, "old_log_prob")
+
+    assert training(spans) > training(overlapping)
+
+
+def test_the_estimate_prices_the_stages_of_separate_groups_as_the_driver_runs_them():
+    seconds = {concurrent: estimate_step(bind(parse_scenario(
+        ppo(f"{SPLIT}\nconcurrent_stages: {concurrent}", workload=REWARD_MODEL)))) for concurrent in
+        ("all", "updates", "none")}
+    stage = {name: seconds["all"].stage(name) for name in ("old_log_prob", "ref", "values", "update_critic",
+                                                            "update_actor")}
+    # In turn, the values pass no longer hides behind the actor's log-prob and reference passes; nor, with no stage
+    # at once, the critic's update behind the actor's.
+    assert seconds["updates"].step_s == pytest.approx(seconds["all"].step_s + stage["values"], rel=1e-9)
+    assert seconds["none"].step_s == pytest.approx(
+        seconds["updates"].step_s + min(stage["update_critic"], stage["update_actor"]), rel=1e-9)
+    assert "forward passes in turn" in seconds["updates"].overlap

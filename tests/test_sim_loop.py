@@ -343,7 +343,7 @@ def small_scenario(draw):
         # PPO with a reward model, the critic, reference and reward model on 8 more GPUs of a second node.
         kwargs.update(algorithm="ppo", gpus=16, nodes=2, placement=ROLE_PLACEMENTS[roles])
         kwargs.setdefault("rollout_gpus", 8)
-        kwargs["workload"] = "\n".join(filter(None, (workload, "reward: {kind: reward_model, model: Qwen2.5-0.5B}")))
+        kwargs["workload"] = "\n".join(filter(None, (kwargs["workload"], "reward: {kind: reward_model, model: Qwen2.5-0.5B}")))
     if multi_agent:
         kwargs.update(dynamic_sampling=False, agents=draw(second_agent(time_share=kwargs["mode"] == "colocated")))
     return kwargs
@@ -369,10 +369,14 @@ def second_agent(draw, time_share: bool) -> str:
 
 
 # Role placements the invariants must survive (PPO, on 8 GPUs beside the policy's): none; HybridFlow's split
-# (critic + reward model); standalone-like groups (critic, then reference + reward model), one with its own layout.
+# (critic + reward model), its stages at once or as verl's driver runs them (only the updates at once; all in turn);
+# standalone-like groups (critic, then reference + reward model), one with its own layout.
 ROLE_PLACEMENTS = {
     "none": "",
     "split": "critic: {gpus: 8}\nreward_model: {share_with: critic}",
+    "split, updates at once": "critic: {gpus: 8}\nreward_model: {share_with: critic}\nconcurrent_stages: updates",
+    "standalone in turn": "critic: {gpus: 4}\nreference: {gpus: 4}\nreward_model: {share_with: reference}\n"
+                          "concurrent_stages: none",
     "standalone": "critic: {gpus: 4}\nreference: {gpus: 4, zero_stage: 0}\nreward_model: {share_with: reference}",
     "reference beside the critic": "critic: {gpus: 8, tp: 2}\nreference: {share_with: critic}\n"
                                    "reward_model: {gpus: 8, share_with: critic}",

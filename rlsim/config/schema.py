@@ -497,6 +497,12 @@ class RewardModelPlacement(Frozen):
         "(the policy's training GPUs), critic or reference (OpenRLHF's colocate_critic_reward)")
 
 
+# Which training stages of roles on different GPU groups run at once (Placement.concurrent_stages).
+ConcurrentStages = Literal["all", "updates", "none"]
+# The two phases of a step's training stages: the forward passes, then the updates.
+StagePhase = Literal["forward", "update"]
+
+
 class Placement(Frozen):
     mode: Literal["colocated", "disaggregated", "hybrid"] = Field(
         description="colocated: roles time-share all GPUs; disaggregated: separate GPUs; "
@@ -513,6 +519,17 @@ class Placement(Frozen):
     reference: RolePlacement | None = Field(
         None, description="where and how the reference policy runs; default: on the actor's training GPUs with its "
         "layout (training.reference_weights says where its weights live there)")
+    concurrent_stages: ConcurrentStages = Field(
+        "all", description="which training stages of roles on different GPU groups the driver runs at once: all (the "
+        "forward passes — old log-probs, reference, critic values — together, then the critic and actor updates "
+        "together; OpenRLHF's make_experience issues the reference, critic and reward-model calls and waits for them "
+        "at once); updates (the forward passes one after another, then the two updates at once: verl's worker-group "
+        "calls block by default, and its split-placement example issues only update_actor and update_critic without "
+        "blocking); none (every stage in turn: verl's trainer as it ships)")
+
+    def runs_at_once(self, phase: StagePhase) -> bool:
+        """Whether the stages of `phase` on different GPU groups overlap (`concurrent_stages`)."""
+        return self.concurrent_stages == "all" or (self.concurrent_stages == "updates" and phase == "update")
 
     def group_of(self, role: str) -> str:
         """The role whose GPUs `role` runs on: itself when it has GPUs of its own, else the role it shares with

@@ -22,7 +22,7 @@ from typing import Literal
 
 from rlsim.config.bound import Bound
 from rlsim.config.schedule_kind import schedule_kind
-from rlsim.config.schema import Scenario
+from rlsim.config.schema import Placement, Scenario, StagePhase
 from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memory import require_all
 from rlsim.costs.training import GroupCollectives, TrainingCosts, training_rates
@@ -331,35 +331,43 @@ def _role_costs(bound: Bound, topology: ClusterTopology, layout: TrainingLayout 
     return costs, RankedTraining(layout, batch)
 
 
-# The training stages the simulator runs at once when their roles' GPU groups differ: (stage, role) per phase.
-CONCURRENT_PHASES = ((("old_log_prob", "actor"), ("ref", "reference"), ("values", "critic")),
-                     (("update_critic", "critic"), ("update_actor", "actor")))
+# The training stages the simulator may run at once when their roles' GPU groups differ: (stage, role) per phase,
+# each phase named as placement.concurrent_stages names it.
+CONCURRENT_PHASES: tuple[tuple[StagePhase, tuple[tuple[str, str], ...]], ...] = (
+    ("forward", (("old_log_prob", "actor"), ("ref", "reference"), ("values", "critic"))),
+    ("update", (("update_critic", "critic"), ("update_actor", "actor"))))
+# What the step's note says of roles on different GPU groups, by placement.concurrent_stages.
+GROUPS_NOTE = {"all": "the stages of roles on different GPU groups overlapping",
+               "updates": "the critic and actor updates overlapping, the forward passes in turn",
+               "none": "the stages of roles on different GPU groups in turn"}
 
 
 def _one_group(placed: Roles) -> bool:
     """Whether every training stage runs on the actor's GPU group."""
-    return len({placed.group_of(role) for phase in CONCURRENT_PHASES for _, role in phase}) == 1
+    return len({placed.group_of(role) for _, phase in CONCURRENT_PHASES for _, role in phase}) == 1
 
 
-def _training_seconds(stages: dict[str, StageEstimate], placed: Roles) -> float:
-    """The training stages' wall time: one after another on one GPU group; with roles on several groups, each
-    phase lasts as long as its busiest group, as the simulator's controller runs them."""
+def _training_seconds(stages: dict[str, StageEstimate], placed: Roles, placement: Placement) -> float:
+    """The training stages' wall time: one after another on one GPU group; with roles on several groups, a phase
+    whose stages run at once (placement.concurrent_stages) lasts as long as its busiest group, as the simulator's
+    controller runs them, and the others as long as their stages together."""
     if _one_group(placed):
         return sum(stages[name].seconds for name in TRAINING_STAGES)
     total = stages["adv"].seconds
-    for phase in CONCURRENT_PHASES:
+    for phase, work in CONCURRENT_PHASES:
         busy: dict[str, float] = {}
-        for name, role in phase:
-            busy[placed.group_of(role)] = busy.get(placed.group_of(role), 0.0) + stages[name].seconds
+        for name, role in work:
+            group = placed.group_of(role) if placement.runs_at_once(phase) else "in turn"
+            busy[group] = busy.get(group, 0.0) + stages[name].seconds
         total += max(busy.values())
     return total
 
 
 def _combine(scenario: Scenario, stages: dict[str, StageEstimate], placed: Roles) -> tuple[float, str]:
     produce = stages["gen"].seconds + stages["reward"].seconds
-    train = _training_seconds(stages, placed)
+    train = _training_seconds(stages, placed, scenario.placement)
     sync = stages["weight_sync"].seconds
     mode = scenario.schedule.mode
     seconds, how = schedule_kind(mode).steady_step(produce, train, sync)
-    apart = "" if _one_group(placed) else " (the stages of roles on different GPU groups overlapping)"
+    apart = "" if _one_group(placed) else f" ({GROUPS_NOTE[scenario.placement.concurrent_stages]})"
     return seconds, f"{mode}: {how}{apart}"

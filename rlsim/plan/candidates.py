@@ -5,16 +5,17 @@ eighths (1/8 … 7/8); hybrid with the training share in eighths up to half (tho
 generate). With a critic (PPO), HybridFlow's per-role placements too (Sheng et al., EuroSys 2025, arXiv:2409.19256,
 §8.3): colocated is its "colocate" (every model on all GPUs, taking turns); "split" puts the actor, the reference and
 the engines on one half of the GPUs and the critic and the reward model on the other; "standalone" gives the actor
-with the engines, the critic, the reference and the reward model a quarter each. A reward model shares the actor's
-GPUs in the other placements. Schedules: colocated, split and standalone run sync (generation and training cannot
-overlap on shared GPUs); the others run sync, one-step-off, or async with staleness η ∈ {1, 2, 4}, its engines taking
-new weights either by AReaL's interruptible generation or in flight (NeMo-RL, PipelineRL). Parallel layouts: rollout
-engines of tp 1, 2, 4 or 8 GPUs (within a node); training keeps the base scenario's layout (backend, ZeRO stage,
-tp/pp/cp, micro-batch tokens, recompute, offload, where the reference policy lives) with data parallelism over its
-GPUs, and so does a placed critic or reference on its group.
+with the engines, the critic, the reference and the reward model a quarter each, or GPUs by each role's work
+(`uneven_sizings`). A reward model shares the actor's GPUs in the other placements. Schedules: colocated, split and
+standalone run sync (generation and training cannot overlap on shared GPUs); the others run sync, one-step-off, or
+async with staleness η ∈ {1, 2, 4}, its engines taking new weights either by AReaL's interruptible generation or in
+flight (NeMo-RL, PipelineRL). Parallel layouts: rollout engines of tp 1, 2, 4 or 8 GPUs (within a node); training
+keeps the base scenario's layout (backend, ZeRO stage, tp/pp/cp, micro-batch tokens, recompute, offload, where the
+reference policy lives) with data parallelism over its GPUs, and so does a placed critic or reference on its group.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -76,6 +77,13 @@ ROLE_PLACEMENTS = (
     ("split", (("actor", "reference"), ("critic", "reward_model"))),
     ("standalone", (("actor",), ("critic",), ("reference",), ("reward_model",))),
 )
+# HybridFlow sized its standalone placement by each role's work (§8.3: 13B at 128 GPUs, actor 64, critic 32, reference
+# and reward model 16 each). Beside the equal shares, standalone is also tried at every sizing whose groups each hold
+# a power-of-two count of whole nodes (of GPUs, within one node), a role with more work per step never holding fewer
+# GPUs than one with less: the actor (generation, log-probs, update) first, the critic (values, update) next, the
+# forward-only reference and reward model last. Halvings keep the sizings few — one at 64 and at 128 GPUs, two at 96.
+WORK_RANK = {"actor": 0, "critic": 1, "reference": 2, "reward_model": 2}
+UNEVEN_PLACEMENTS = ("standalone",)
 ROLE_NAMES = {"actor": "actor+rollout", "critic": "critic", "reference": "ref", "reward_model": "reward model"}
 # The actor's layout fields a placed critic or reference does not take (rlsim.config.role_groups.ACTOR_ONLY).
 ACTOR_ONLY_KEYS = ("reference_weights",)
@@ -91,6 +99,7 @@ class Candidate:
     gpus: int
     overrides: dict[str, Any]
     role_groups: tuple[tuple[str, ...], ...] = ()  # split and standalone: the roles of each GPU group
+    group_gpus: tuple[int, ...] = ()  # split and standalone: the GPUs of each group, in role_groups' order
     training: str = ""  # a training layout other than the base scenario's (rlsim/plan/layouts.py), else empty
     pools: tuple[str, str] = ()  # with two GPU types: the rollout's GPU and the training's, each its own pool
     judge_gpus: int = 0  # an LLM judge's GPUs of its own, carved from the budget
@@ -105,8 +114,8 @@ class Candidate:
         if self.placement == "colocated":
             split = f"all {self.gpus - self.judge_gpus}"
         elif self.role_groups:
-            split = " / ".join(f"{self.training_gpus} {'+'.join(ROLE_NAMES[role] for role in group)}"
-                               for group in self.role_groups)
+            split = " / ".join(f"{gpus} {'+'.join(ROLE_NAMES[role] for role in group)}"
+                               for gpus, group in zip(self.group_gpus, self.role_groups, strict=True))
         elif self.pools and self.prefill_gpus:
             split = (f"{self.rollout_gpus} {self.pools[0]} decode + {self.prefill_gpus} {self.pools[1]} prefill + "
                      f"{self.training_gpus} {self.pools[1]} train")
@@ -143,21 +152,24 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
     reward_kind = (((base.get("workload") or {}).get("reward") or {}).get("kind"))
     reward_tp = (placement.get("reward_model") or {}).get("tp", 1)
     reward_on_actor = {"reward_model": {"share_with": "actor", "tp": reward_tp}} if reward_kind == "reward_model" else {}
+    # How the driver runs the stages of roles on different GPU groups is the framework's, not the placement's choice.
+    driver = {key: placement[key] for key in ("concurrent_stages",) if key in placement}
 
     def make(mode: str, schedule: Schedule, rollout: int, training: int, tp: int, memory: float,
-             name: str | None = None, groups: tuple[tuple[str, ...], ...] = ()) -> Candidate:
+             name: str | None = None, groups: tuple[tuple[str, ...], ...] = (),
+             sizes: tuple[int, ...] = ()) -> Candidate:
         training_layout = {**training_base, **(colocated_only if mode == "colocated" else {}), "gpus": training}
         layout = {"mode": mode, "rollout": {**rollout_base, "gpus": rollout, "tp": tp, "gpu_memory_utilization": memory},
-                  "training": training_layout, **reward_on_actor, **placed_roles(groups, training)}
+                  "training": training_layout, **reward_on_actor, **placed_roles(groups, sizes), **driver}
         return Candidate(name or mode, schedule, rollout, training, tp, gpus,
-                         {"cluster.pools": cluster, "placement": layout, **schedule.overrides()}, groups)
+                         {"cluster.pools": cluster, "placement": layout, **schedule.overrides()}, groups, sizes)
 
-    def placed_roles(groups: tuple[tuple[str, ...], ...], share: int) -> dict[str, Any]:
-        """Each group but the actor's: its first role on `share` GPUs of its own, the others sharing them."""
+    def placed_roles(groups: tuple[tuple[str, ...], ...], sizes: tuple[int, ...]) -> dict[str, Any]:
+        """Each group but the actor's: its first role on its size of GPUs of its own, the others sharing them."""
         own = {k: v for k, v in training_base.items() if k not in ACTOR_ONLY_KEYS}
         return {role: {**({"tp": reward_tp} if role == "reward_model" else own),
-                       **({"share_with": group[0]} if i else {"gpus": share})}
-                for group in groups[1:] for i, role in enumerate(group)}
+                       **({"share_with": group[0]} if i else {"gpus": size})}
+                for group, size in zip(groups[1:], sizes[1:], strict=True) for i, role in enumerate(group)}
 
     present = {"actor", *_roles_used(base), *(("reward_model",) if reward_kind == "reward_model" else ())}
     found = []
@@ -165,10 +177,12 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
         found.append(make("colocated", SCHEDULES[0], gpus, gpus, tp, shared_memory))
         for name, groups in ROLE_PLACEMENTS if "critic" in present else ():
             used = tuple(g for g in (tuple(role for role in group if role in present) for group in groups) if g)
-            share = gpus // len(used)
-            if gpus % len(used) or share % tp or (share > per_node and share % per_node):
-                continue
-            found.append(make("colocated", SCHEDULES[0], share, share, tp, shared_memory, name, used))
+            equal = () if gpus % len(used) else ((gpus // len(used),) * len(used),)
+            uneven = uneven_sizings(used, gpus, per_node) if name in UNEVEN_PLACEMENTS else []
+            for sizes in (*equal, *uneven):
+                if sizes[0] % tp or any(size > per_node and size % per_node for size in sizes):
+                    continue
+                found.append(make("colocated", SCHEDULES[0], sizes[0], sizes[0], tp, shared_memory, name, used, sizes))
         for share in range(1, SPLITS):
             part = gpus * share // SPLITS
             if gpus * share % SPLITS or part % tp:
@@ -177,6 +191,24 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
                 found.append(make("disaggregated", schedule, part, gpus - part, tp, DEDICATED_MEMORY_UTILIZATION))
                 if share <= SPLITS // 2:  # hybrid: this share trains (and generates), the rest only generates
                     found.append(make("hybrid", schedule, gpus, part, tp, shared_memory))
+    return found
+
+
+def uneven_sizings(groups: tuple[tuple[str, ...], ...], gpus: int, per_node: int) -> list[tuple[int, ...]]:
+    """GPUs of each role group for `gpus` GPUs, other than equal shares: each group a power-of-two count of whole
+    nodes (of GPUs, within one node), no group whose first role has more work (WORK_RANK) smaller than one with
+    less."""
+    unit = per_node if gpus > per_node else 1
+    units = gpus // unit
+    powers = [2 ** k for k in range(units.bit_length()) if 2 ** k <= units]
+    ranks = [WORK_RANK[group[0]] for group in groups]
+    found = []
+    for counts in itertools.product(powers, repeat=len(groups)):
+        if sum(counts) != units or len(set(counts)) == 1:
+            continue
+        if any(counts[i] < counts[j] for i, j in itertools.permutations(range(len(groups)), 2) if ranks[i] < ranks[j]):
+            continue
+        found.append(tuple(count * unit for count in counts))
     return found
 
 

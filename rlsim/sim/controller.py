@@ -11,6 +11,7 @@ from collections.abc import Generator
 
 import simpy
 
+from rlsim.config.schema import StagePhase
 from rlsim.costs.training import TrainingCosts
 from rlsim.events import STAGES, StepRecord
 from rlsim.pricing.layouts import driver_hand_off
@@ -119,22 +120,32 @@ class Controller:
             stages["weight_sync"] = stages.get("weight_sync", 0.0) + sim.switch.reload_s
         train_start = env.now
         self._label_apart(self._apart_idle_since, train_start, "starved", "gen")
-        # The forward passes of roles on different GPU groups run at once; roles on one group take turns.
+        # The forward passes of roles on different GPU groups run at once, or one after another when the driver
+        # waits for each call (placement.concurrent_stages); roles on one group take turns.
         forward = [(name, body) for name, body, used in (
             ("old_log_prob", self._old_log_prob(lengths), algo.recompute_old_log_prob),
             ("ref", self._reference_pass(lengths), algo.ref_model),
             ("values", self._forward(sim.critic_trainer, "values", sim.critic, lengths), algo.critic)) if used]
-        yield from self._concurrently(forward, stages, ("old_log_prob", "ref", "values"))
+        yield from self._phase("forward", forward, stages, ("old_log_prob", "ref", "values"))
         yield from self._advantages(stages, share=mini_batches / algo.mini_batches)
         updates = [(name, body) for name, body, used in (
             ("update_critic", self._update(sim.critic_trainer, "update_critic", sim.critic, lengths, mini_batches),
              algo.critic),
             ("update_actor", self._update_actor(lengths, mini_batches), True)) if used]
-        yield from self._concurrently(updates, stages, ("update_critic", "update_actor"))
+        yield from self._phase("update", updates, stages, ("update_critic", "update_actor"))
         self._apart_idle_since = env.now
         roles.rollout_only_context(train_start, env.now, "staleness_block", "update_actor")
         for engine in shared:
             engine.resume(self.version)  # same weights; a publish that follows pauses them again to load new ones
+
+    def _phase(self, phase: StagePhase, work: list[tuple[str, Generator]],
+               stages: dict[str, float], names: tuple[str, ...]) -> Generator:
+        """A phase's stages all at once, or (placement.concurrent_stages) one after another, in verl's order."""
+        if self.scenario.placement.runs_at_once(phase):
+            yield from self._concurrently(work, stages, names)
+            return
+        for item in work:
+            yield from self._concurrently([item], stages, names)
 
     def _concurrently(self, work: list[tuple[str, Generator]], stages: dict[str, float],
                       names: tuple[str, ...]) -> Generator:
