@@ -164,6 +164,16 @@ def test_invariants_of_any_horizon(step_s, mtbf_h, horizon_days, restart_s, rest
         assert result["failures"] == 0 and lost["recomputed_work"] == 0.0
 
 
+
+def test_a_segment_hundreds_of_mtbfs_long_gives_nil_expected_goodput_not_an_overflow():
+    # 48 steps of 2,662 s between saves under a job MTBF of 3 minutes: e^(segment / MTBF) is past a float's range.
+    step_s, run = 2662.0, times(mtbf_h=0.05, horizon_days=2.0, save_freq=48)
+    assert expected_segment_s(48 * step_s, 660.0, run.failures_per_s) == math.inf
+    result = goodput(step_s, TOKENS_PER_STEP, 100, run, seed=0)
+    expected = result["closed_form"]
+    assert expected["expected_fraction"] == 0.0 and expected["expected_tokens_per_gpu_hour"] == 0.0
+    assert result["steps"] == 0 and result["fraction"] == 0.0  # no segment completed in the sample either
+
 # ---------------------------------------------------------------------------------------------- the scenario's run
 
 SCENARIO = """

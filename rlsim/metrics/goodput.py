@@ -186,7 +186,11 @@ def expected_segment_s(segment_s: float, recovery_s: float, rate: float) -> floa
     `rate` and each costs `recovery_s` (itself liable to fail) plus the segment's work so far (Daly 2006)."""
     if rate == 0:
         return segment_s
-    return math.exp(rate * recovery_s) * math.expm1(rate * segment_s) / rate
+    try:
+        return math.exp(rate * recovery_s) * math.expm1(rate * segment_s) / rate
+    except OverflowError:
+        # A segment hundreds of MTBFs long: practically none completes, so the expected goodput is nil.
+        return math.inf
 
 
 def closed_form(step_s: float, tokens_per_step: float, gpus: int, times: LongRunTimes) -> dict:
