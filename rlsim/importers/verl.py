@@ -545,6 +545,8 @@ def _training(draft: Draft, reader: Reader) -> None:
 
 
 def _schedule(draft: Draft, reader: Reader, fully_async: bool, one_step_off: bool) -> None:
+    draft.set("placement.concurrent_stages", "none", "verl's trainer waits for each worker group's call in turn "
+              "(single_controller's register blocks by default)")
     if draft.value("placement.training.backend") == "megatron":
         draft.set("schedule.weight_sync.method", "per_tensor", "verl's Megatron workers export tensor by tensor (V10)")
     if fully_async:
