@@ -61,7 +61,8 @@ class KernelCollective(NamedTuple):
 
 
 class Work(NamedTuple):
-    """What one iteration computes: decode rows plus prefill chunks, summed."""
+    """What one iteration computes: decode rows plus prefill chunks, summed (`work_of` builds it). The counts derived
+    from the others are fields, not properties: every iteration priced reads them several times."""
 
     decode: int  # decoding sequences, one new token each
     prefill: int  # new prompt tokens
@@ -70,19 +71,10 @@ class Work(NamedTuple):
     prefill_logits: int  # chunks that end their prompt
     prefill_sequences: int  # sequences with a prefill chunk in the iteration
     # Tokens each decoding sequence runs through the model: 1, or a speculative verify step's drafted tokens + 1.
-    decode_queries: int = 1
-
-    @property
-    def decode_rows(self) -> int:
-        return self.decode * self.decode_queries
-
-    @property
-    def tokens(self) -> int:
-        return self.decode_rows + self.prefill
-
-    @property
-    def logit_rows(self) -> int:
-        return self.decode_rows + self.prefill_logits
+    decode_queries: int
+    decode_rows: int  # decode × decode_queries
+    tokens: int  # decode_rows + prefill
+    logit_rows: int  # decode_rows + prefill_logits: rows through the output head and the sampler
 
 
 # How each weight matrix of a layer is split over the engine's GPUs, and which ones one fused kernel computes
@@ -472,12 +464,12 @@ class EngineKernels:
         expanded, absorbed, query_width = self._attention_widths
         # Plus the context c: each sequence also attends to the tokens it decodes; a verify step's queries each see
         # the whole cache, which the kernel reads once for all of them.
-        decode_keys = work.decode_rows
-        flops = absorbed * decode_keys * work.decode_queries + expanded * work.prefill_pairs
+        decode_keys, decode_queries = work.decode_rows, work.decode_queries
+        flops = absorbed * decode_keys * decode_queries + expanded * work.prefill_pairs
         passes = self.decode_kv_passes
         keys_read = passes * decode_keys + work.prefill + work.prefill_cached
         nbytes = kv_per_layer * keys_read + ACTIVATION_BYTES * work.tokens * query_width
-        return flops, absorbed * work.decode_queries, nbytes, passes * kv_per_layer
+        return flops, absorbed * decode_queries, nbytes, passes * kv_per_layer
 
     def _elementwise_kernels(self, kind: str, tokens: int, kv_per_layer: float, layers: int) -> list[Kernel]:
         """Memory-bound kernels of one layer: the two fused residual-add + RMSNorms, RoPE with the KV-cache write,
@@ -557,7 +549,9 @@ def work_of(decode_batch: int, prefill: Iterable[PrefillChunk], decode_queries: 
             pairs += tokens * chunk.cached_tokens + tokens * (tokens + 1) // 2
             logits += chunk.logits
             sequences += 1
-    return Work(decode_batch, new, cached, float(pairs), logits, sequences, decode_queries)
+    decode_rows = decode_batch * decode_queries
+    return Work(decode_batch, new, cached, float(pairs), logits, sequences, decode_queries, decode_rows,
+                decode_rows + new, decode_rows + logits)
 
 
 def _as_float(rows: Tokens) -> Tokens:
