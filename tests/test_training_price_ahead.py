@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from rlsim.config.schema import TrainingPlacement
+from rlsim.costs.memo import Memo
 from rlsim.costs.training import TrainingCosts
 from rlsim.costs.training_layers import PRICE_AHEAD_MIN_COUNTS
 from tests.test_training_costs import costs_on_h100s
@@ -59,3 +60,12 @@ def test_padded_micro_batches_priced_ahead_equal_the_scalar_prices():
     ahead = replace(costs)
     ahead.price_ahead(micro_batches, pad_to, backward=True)
     assert [ahead._micro_batch_ops(mb, pad_to, True) for mb in micro_batches] == expected
+
+
+def test_a_memo_priced_ahead_keeps_to_its_limit():
+    memo = Memo(lambda key: key * 2, limit=4)
+    memo.remember((k, 2 * k) for k in range(3))
+    assert memo == {0: 0, 1: 2, 2: 4}
+    memo.remember((k, 2 * k) for k in range(3, 5))  # would hold 5: starts afresh
+    assert memo == {3: 6, 4: 8}
+    assert memo[1] == 2 and len(memo) == 3

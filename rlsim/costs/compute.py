@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, TypeVar
 
 import numpy as np
@@ -234,13 +235,20 @@ class GPURates:
 
     def attention_memory_seconds(self, nbytes: float) -> float:
         """Time of a fused attention kernel's KV/Q/O traffic."""
+        _, fixed_bytes, bytes_per_s = self.attention_roofline
+        return (nbytes + fixed_bytes) / bytes_per_s
+
+    @cached_property
+    def attention_roofline(self) -> tuple[float, float, float]:
+        """(FLOP/s, fixed cost in bytes, bytes/s) of a fused attention kernel, as `attention_seconds` and
+        `attention_memory_seconds` use them: worked out once, an engine prices attention at every iteration."""
         if self.decode_attention_bytes_per_s is None:
-            return self.memory_seconds(nbytes)
-        return (nbytes + self.decode_attention_half_bytes) / self.decode_attention_bytes_per_s
+            return self.attention_flops, self.memory_half_bytes, self.hbm_bytes_per_s
+        return self.attention_flops, self.decode_attention_half_bytes, self.decode_attention_bytes_per_s
 
     def attention_seconds(self, flops: float, nbytes: float) -> float:
         """Roofline of a fused attention kernel: its FLOPs at the attention rate, or its KV/Q/O traffic through HBM."""
-        return max(GEMM_FILL_S + flops / self.attention_flops, self.attention_memory_seconds(nbytes))
+        return max(GEMM_FILL_S + flops / self.attention_roofline[0], self.attention_memory_seconds(nbytes))
 
     def gemm_compute_seconds(self, m: float, n: float, k: float) -> float:
         """Tensor-core time of an (m×k)·(k×n) GEMM after tile and wave quantization, without the fill cost.

@@ -61,7 +61,8 @@ class KernelCollective(NamedTuple):
 
 
 class Work(NamedTuple):
-    """What one iteration computes: decode rows plus prefill chunks, summed."""
+    """What one iteration computes: decode rows plus prefill chunks, summed (`work_of` builds it). The counts derived
+    from the others are fields, not properties: every iteration priced reads them several times."""
 
     decode: int  # decoding sequences, one new token each
     prefill: int  # new prompt tokens
@@ -70,19 +71,10 @@ class Work(NamedTuple):
     prefill_logits: int  # chunks that end their prompt
     prefill_sequences: int  # sequences with a prefill chunk in the iteration
     # Tokens each decoding sequence runs through the model: 1, or a speculative verify step's drafted tokens + 1.
-    decode_queries: int = 1
-
-    @property
-    def decode_rows(self) -> int:
-        return self.decode * self.decode_queries
-
-    @property
-    def tokens(self) -> int:
-        return self.decode_rows + self.prefill
-
-    @property
-    def logit_rows(self) -> int:
-        return self.decode_rows + self.prefill_logits
+    decode_queries: int
+    decode_rows: int  # decode × decode_queries
+    tokens: int  # decode_rows + prefill
+    logit_rows: int  # decode_rows + prefill_logits: rows through the output head and the sampler
 
 
 # How each weight matrix of a layer is split over the engine's GPUs, and which ones one fused kernel computes
@@ -177,7 +169,7 @@ class EngineKernels:
     __slots__ = ("spec", "rates", "tp", "ep", "all_reduce_seconds", "all_to_all_seconds", "overheads", "weight_bytes",
                  "quantized_rates", "head_weight_bytes", "expert_load_imbalance", "lora_rank", "kv_per_layer",
                  "decode_kv_passes", "attention_layers", "attention_launches", "_gemm_shapes", "_attention_widths",
-                 "_expert_weight_elements", "_split_gemms")
+                 "_expert_weight_elements", "_split_gemms", "_graph_tokens", "_launch_cpu_seconds")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, tp: int, ep: int,
                  all_reduce_seconds: CollectiveSeconds | None, all_to_all_seconds: CollectiveSeconds | None,
@@ -197,6 +189,8 @@ class EngineKernels:
         # Layers of each kind that has any (dense, then MoE): one attention kernel each per iteration.
         self.attention_layers = tuple(spec.layer_count(kind) for kind in LAYER_KINDS if spec.layer_count(kind))
         self.attention_launches = sum(self.attention_layers)
+        # What `cpu_bounds` asks the overheads at every iteration priced, worked out once.
+        self._graph_tokens, self._launch_cpu_seconds = overheads.largest_graph_tokens, overheads.launch_cpu_seconds
         # The spec rebuilds its shapes on every call; an engine prices thousands of iterations.
         self._gemm_shapes = {kind: spec.layer_gemm_shapes(kind) for kind in LAYER_KINDS if spec.layer_count(kind)}
         self._split_gemms = {kind: self._split(shapes) for kind, shapes in self._gemm_shapes.items()}
@@ -241,7 +235,8 @@ class EngineKernels:
         """(time the CPU keeps the iteration from ending before, CPU time added after it) for an iteration of
         `tokens` tokens over `sequences` scheduled sequences."""
         overheads = self.overheads
-        launching = launches * overheads.cpu_seconds_per_launch(tokens)
+        # overheads.cpu_seconds_per_launch(tokens), from the values it reads
+        launching = launches * (0.0 if tokens <= self._graph_tokens else self._launch_cpu_seconds)
         step = overheads.step_cpu_seconds + overheads.step_cpu_per_sequence_seconds * sequences
         if overheads.overlap_scheduling:
             return launching + step, 0.0
@@ -272,6 +267,8 @@ class EngineKernels:
         """The decoder layers' collectives for an iteration of `tokens` tokens (one count: a collective is priced by a
         scalar function of its bytes)."""
         spec = self.spec
+        if self.tp == 1:
+            return []  # asked for every token count a run prices
         return [c for kind in LAYER_KINDS if spec.layer_count(kind)
                 for c in self._layer_collectives(kind, tokens, spec.layer_count(kind))]
 
@@ -467,12 +464,12 @@ class EngineKernels:
         expanded, absorbed, query_width = self._attention_widths
         # Plus the context c: each sequence also attends to the tokens it decodes; a verify step's queries each see
         # the whole cache, which the kernel reads once for all of them.
-        decode_keys = work.decode_rows
-        flops = absorbed * decode_keys * work.decode_queries + expanded * work.prefill_pairs
+        decode_keys, decode_queries = work.decode_rows, work.decode_queries
+        flops = absorbed * decode_keys * decode_queries + expanded * work.prefill_pairs
         passes = self.decode_kv_passes
         keys_read = passes * decode_keys + work.prefill + work.prefill_cached
         nbytes = kv_per_layer * keys_read + ACTIVATION_BYTES * work.tokens * query_width
-        return flops, absorbed * work.decode_queries, nbytes, passes * kv_per_layer
+        return flops, absorbed * decode_queries, nbytes, passes * kv_per_layer
 
     def _elementwise_kernels(self, kind: str, tokens: int, kv_per_layer: float, layers: int) -> list[Kernel]:
         """Memory-bound kernels of one layer: the two fused residual-add + RMSNorms, RoPE with the KV-cache write,
@@ -552,7 +549,9 @@ def work_of(decode_batch: int, prefill: Iterable[PrefillChunk], decode_queries: 
             pairs += tokens * chunk.cached_tokens + tokens * (tokens + 1) // 2
             logits += chunk.logits
             sequences += 1
-    return Work(decode_batch, new, cached, float(pairs), logits, sequences, decode_queries)
+    decode_rows = decode_batch * decode_queries
+    return Work(decode_batch, new, cached, float(pairs), logits, sequences, decode_queries, decode_rows,
+                decode_rows + new, decode_rows + logits)
 
 
 def _as_float(rows: Tokens) -> Tokens:

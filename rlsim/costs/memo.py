@@ -45,12 +45,12 @@ class Memo(dict[K, V], Generic[K, V]):
         return value
 
     def remember(self, priced: Iterable[tuple[K, V]]) -> None:
-        """Store values priced ahead by other means (numpy over many keys); each must equal `price(key)`. The limit
-        holds as for keys priced one by one."""
-        for key, value in priced:
-            if self._limit is not None and len(self) >= self._limit:
-                self.clear()
-            self[key] = value
+        """Store values priced ahead by other means (numpy over many keys); each must equal `price(key)`. A memo that
+        would pass its limit starts afresh first (so it holds at most the limit or this batch)."""
+        batch = dict(priced)
+        if self._limit is not None and len(self) + len(batch) > self._limit:
+            self.clear()
+        self.update(batch)
 
 
 class BlockMemo(dict[int, V], Generic[V]):

@@ -101,18 +101,26 @@ class EngineOverheads:
         """Whether every PyTorch-native op of a layer is its own kernel: vLLM in eager mode, and HF generate()."""
         return self.engine == "hf" or (self.engine == "vllm" and not self.cuda_graphs)
 
+    @property
+    def largest_graph_tokens(self) -> int:
+        """Most tokens an iteration can have and still replay a captured CUDA graph; -1 when none replays (no graphs,
+        or HF generate(), which runs eagerly whatever `cuda_graphs` says)."""
+        return self.cuda_graph_max_tokens if self.cuda_graphs and self.engine != "hf" else -1
+
+    @property
+    def launch_cpu_seconds(self) -> float:
+        """CPU time per kernel of an iteration no graph replays: each op's Python and launch when vLLM runs eagerly,
+        a launch from compiled code (or from SGLang's engine) otherwise."""
+        return self.eager_op_cpu_seconds if self.launches_op_by_op else self.kernel_launch_seconds
+
     def replays_graph(self, tokens: float) -> bool:
-        """Whether an iteration of `tokens` tokens replays a captured CUDA graph instead of launching kernels (HF
-        generate() runs eagerly, whatever `cuda_graphs` says)."""
-        return self.cuda_graphs and self.engine != "hf" and tokens <= self.cuda_graph_max_tokens
+        """Whether an iteration of `tokens` tokens replays a captured CUDA graph instead of launching kernels."""
+        return tokens <= self.largest_graph_tokens
 
     def cpu_seconds_per_launch(self, tokens: float) -> float:
         """CPU time the engine spends on each kernel of an iteration of `tokens` tokens: none when a captured CUDA
-        graph replays them, each op's Python and launch when vLLM runs eagerly, a launch from compiled code (or from
-        SGLang's engine) otherwise."""
-        if self.replays_graph(tokens):
-            return 0.0
-        return self.eager_op_cpu_seconds if self.launches_op_by_op else self.kernel_launch_seconds
+        graph replays them, else `launch_cpu_seconds`."""
+        return 0.0 if self.replays_graph(tokens) else self.launch_cpu_seconds
 
 
 class PrefillChunk(NamedTuple):

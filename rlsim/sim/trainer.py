@@ -67,6 +67,7 @@ class Trainer:
         ranks meet at its end."""
         padded, capacity = max(lengths, default=0), self.group.layout.forward_micro_batch_tokens
         per_rank = [self._micro_batches(share, padded, capacity) for share in self._split(lengths)]
+        self._price_ahead(costs, per_rank, backward=False)
         times = [self._priced("forward", costs, mbs, pipeline_pad_to(self.group.layout, mbs)) for mbs in per_rank]
         per_stage = [[t.stages[s].labels(label) if t else {} for t in times] for s in range(self.group.layout.pp)]
         yield from self._run(stage, per_stage)
@@ -83,6 +84,7 @@ class Trainer:
     def _optimizer_step(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], padded: int) -> Generator:
         layout = self.group.layout
         per_rank = [self._micro_batches(share, padded, layout.micro_batch_tokens) for share in self._split(lengths)]
+        self._price_ahead(costs, per_rank, backward=True)
         if layout.pp == 1 and layout.zero_stage >= 2:
             yield from self._run(stage, [self._lock_step_micro_batches(costs, per_rank)])
         else:
@@ -92,7 +94,6 @@ class Trainer:
     def _lock_step_micro_batches(self, costs: TrainingCosts, per_rank: list[list[list[int]]]) -> list[dict[str, float]]:
         """pp = 1 with FSDP: micro-step i lasts as long as the slowest rank's micro-batch i; then one optimizer step."""
         optimizer = costs.optimizer_step(0)
-        costs.price_ahead([mb for mbs in per_rank for mb in mbs], backward=True)
         ranks = len(per_rank)
         steps = max(len(mbs) for mbs in per_rank)
         totals = [dict.fromkeys(LABEL_ORDER, 0.0) for _ in range(ranks)]
@@ -107,6 +108,15 @@ class Trainer:
             for label, seconds in optimizer.labels().items():
                 totals[rank][label] += seconds
         return totals
+
+    def _price_ahead(self, costs: TrainingCosts, per_rank: list[list[list[int]]], *, backward: bool) -> None:
+        """Every rank's micro-batches priced by token count at once (`TrainingCosts.price_ahead`): one rank's are too
+        few to pay for numpy, a step's are thousands."""
+        by_padding: dict[int, list[list[int]]] = {}
+        for micro_batches in per_rank:
+            by_padding.setdefault(pipeline_pad_to(self.group.layout, micro_batches), []).extend(micro_batches)
+        for pad_to, micro_batches in by_padding.items():
+            costs.price_ahead(micro_batches, pad_to, backward=backward)
 
     def _run(self, stage: str, per_stage: list[list[dict[str, float]]]) -> Generator:
         """Lay each rank's seconds out from now, pad every rank to the slowest with `barrier`, and wait that long."""
