@@ -379,13 +379,18 @@ class RolloutEngine(EngineControls):
         """The prefill run the iteration just begun opens, where one can be booked after the fact: nothing may
         observe its boundaries as they pass (a probe), nor change the batch or the cache in between (held tool calls,
         KV caches in transfer, a pause), and a prefill completed in it joins this engine's decode batch."""
+        prefilling = self.scheduler.prefilling
+        last, last_tokens = plan[-1]
+        if len(plan) == len(prefilling) and last_tokens == last.prefill_left:
+            # The commonest refusal, tested first: every prefill completes, so the boundary after the iteration
+            # admits, or the batch decodes alone.
+            return None
         if (self.mode == "exact" or self.telemetry.probe is not None or self.state.pause is not None
                 or not self.decodes_its_prefills):
             return None
-        now, scheduler, waiting = self.env.now, self.scheduler, self._waiting
-        run = plan_prefill_run(now, seconds, plan, scheduler.prefilling, self.batch, self.kv,
-                               self.max_num_batched_tokens, head=waiting[0] if waiting else None,
-                               slots_free=len(self._running) < self.max_num_seqs, costs=self.costs)
+        now, waiting = self.env.now, self._waiting
+        run = plan_prefill_run(now, seconds, plan, prefilling, self.batch, self.kv, self.max_num_batched_tokens,
+                               waiting[0] if waiting else None, len(self._running) < self.max_num_seqs, self.costs)
         # Most plans open no run: the test of what is in transit waits for one that does (planning changes nothing).
         if run is None or self._holds_kv_in_transit() or now + _delay_until(now, run.end) != run.end:
             return None

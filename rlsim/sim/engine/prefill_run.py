@@ -69,11 +69,9 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
         # or gives the last one's next chunk with budget to spare and admits the queue's head beside it.
         last, last_tokens = plan[-1]
         last_left = last.prefill_left - last_tokens
-        if not last_left:
-            return None
         joined = count - 1
-        if (last_left < max_num_batched_tokens - size - joined and head is not None and slots_free
-                and kv.fits(head, size + joined, used + size)):
+        if not last_left or (last_left < max_num_batched_tokens - size - joined and head is not None and slots_free
+                             and kv.fits(head, size + joined, used + size)):
             return None
     context, capacity = batch.context, kv.capacity
     iteration = batch.iteration
@@ -117,25 +115,29 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
         if first_finish <= iteration or used + size > capacity or frontier == count:
             return _run(plans, times, end)
         budget = max_num_batched_tokens - size
-        plan = []
-        index, slot_left = frontier, left
-        while budget > 0:
-            slot = prefilling[index]
-            if index != frontier:
+        if budget <= 0:
+            return _run(plans, times, end)  # the decodes take the whole budget: the batch decodes alone
+        if left > budget:
+            # The common case: the frontier's next chunk takes the whole budget, so nothing is admitted.
+            plan = [(prefilling[frontier], budget)]
+            chunks = [PrefillChunk(budget, computed, False)]
+        else:
+            plan = [(prefilling[frontier], left)]
+            chunks = [PrefillChunk(left, computed, True)]
+            budget -= left
+            index = frontier + 1
+            while budget > 0 and index < count:
+                slot = prefilling[index]
                 slot_left = slot.prefill_left
-            tokens = slot_left if slot_left < budget else budget
-            plan.append((slot, tokens))
-            budget -= tokens
-            index += 1
-            if index == count:
-                break
-        if not plan or (budget > 0 and (head is None or (slots_free and kv.fits(head, size, used)))):
-            return _run(plans, times, end)
+                tokens = slot_left if slot_left < budget else budget
+                plan.append((slot, tokens))
+                chunks.append(PrefillChunk(tokens, slot.computed, tokens == slot_left))
+                budget -= tokens
+                index += 1
+            if budget > 0 and (head is None or (slots_free and kv.fits(head, size, used))):
+                return _run(plans, times, end)
         times.append(end)
         plans.append(plan)
-        # Priced as `RolloutEngine._prefill_iteration` prices it, from each slot's state before the iteration.
-        chunks = [PrefillChunk(tokens, computed, tokens == left) if slot is prefilling[frontier]
-                  else PrefillChunk(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan]
         end = end + costs.iteration_seconds(size, context, chunks)
 
 
