@@ -65,7 +65,7 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
     assert stretch is not None
     size, context, iteration, used, capacity = batch.size, batch.context, batch.iteration, kv.used, kv.capacity
     k, seconds = stretch.k, stretch.seconds
-    first = batch.first_finish()
+    first = batch.first_finish()  # pops nothing: `begin_stretch` just dropped the stale entries at the heap's head
     if first <= iteration + k:
         return None  # the stretch ends in a turn end (the usual case): no copy of the finish heap needed
     finishes = batch.pending_finishes()
