@@ -16,8 +16,9 @@ class Activity(Enum):
 
     BUSY = "busy"  # at a boundary or in an iteration (or a stretch already woken): the next boundary sees the change
     DECODING = "decoding"  # sleeping through a fast decode stretch: a wake-up cuts it short
-    # Sleeping through a long prefill's chunks (rlsim.sim.engine.prefill_run): a wake-up cuts it short, but a queued
-    # rollout does not wake it, as nothing can be admitted before the prefill's last chunk.
+    # Sleeping through long prefills' chunks (rlsim.sim.engine.prefill_run): a wake-up cuts it short; a queued
+    # rollout wakes it only as the queue's head that fits (`SequenceLifecycle.queued`), since a run ends where the
+    # last chunk leaves budget for the head.
     PREFILLING = "prefilling"
     IDLE = "idle"  # nothing to run: a wake-up starts the next boundary
     PAUSED = "paused"  # stopped until resumed
