@@ -355,10 +355,12 @@ def _training_seconds(stages: dict[str, StageEstimate], placed: Roles, placement
         return sum(stages[name].seconds for name in TRAINING_STAGES)
     total = stages["adv"].seconds
     for phase, work in CONCURRENT_PHASES:
+        if not placement.runs_at_once(phase):
+            total += sum(stages[name].seconds for name, _ in work)
+            continue
         busy: dict[str, float] = {}
         for name, role in work:
-            group = placed.group_of(role) if placement.runs_at_once(phase) else "in turn"
-            busy[group] = busy.get(group, 0.0) + stages[name].seconds
+            busy[placed.group_of(role)] = busy.get(placed.group_of(role), 0.0) + stages[name].seconds
         total += max(busy.values())
     return total
 

@@ -153,7 +153,7 @@ def candidates(base: dict, gpus: int, gpu: str, gpus_per_node: int) -> list[Cand
     reward_tp = (placement.get("reward_model") or {}).get("tp", 1)
     reward_on_actor = {"reward_model": {"share_with": "actor", "tp": reward_tp}} if reward_kind == "reward_model" else {}
     # How the driver runs the stages of roles on different GPU groups is the framework's, not the placement's choice.
-    driver = {key: placement[key] for key in ("concurrent_stages",) if key in placement}
+    driver = {"concurrent_stages": placement["concurrent_stages"]} if "concurrent_stages" in placement else {}
 
     def make(mode: str, schedule: Schedule, rollout: int, training: int, tp: int, memory: float,
              name: str | None = None, groups: tuple[tuple[str, ...], ...] = (),
