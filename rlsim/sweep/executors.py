@@ -64,6 +64,9 @@ def _pool_run(retry: list[PointTask], queue: Iterator[PointTask], workers: int,
                 del pending[future]
                 yield outcome
             if broken:
+                # Let the pool's own thread finish reaping its processes first: were both to wait on the same child,
+                # the one that lost the race would read no exit code, and a killed worker would pass for a survivor.
+                pool.shutdown(wait=True)
                 return _after_death(pending, processes, ledger)
             pending.update({pool.submit(_compute_logged, task, ledger): task for task in _take(submitted, len(done))})
     return None
@@ -84,8 +87,10 @@ def _end_with_the_driver() -> None:
 def _compute_logged(task: PointTask, ledger: str) -> PointOutcome:
     """compute_point, with a note of which process runs which point, so a death can be told apart from its victims."""
     mark = os.path.join(ledger, f"{os.getpid()}.running")
-    with open(mark, "w", encoding="utf-8") as note:
+    # Written whole under another name, then renamed: a mark seen (or a worker killed) is never an empty file.
+    with open(mark + ".new", "w", encoding="utf-8") as note:
         note.write(task.point.id)
+    os.replace(mark + ".new", mark)
     try:
         return compute_point(task)
     finally:
