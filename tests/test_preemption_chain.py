@@ -3,6 +3,8 @@ boundary-by-boundary path leaves, to the bit. An engine with a probe books each 
 must see each at its time), so the same engine with a probe that records nothing is the reference."""
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
+
 import pytest
 import simpy
 
@@ -13,9 +15,11 @@ from rlsim.workload.multiturn import Turn
 from tests.test_sim_rollout import Scenario, by_engine, random_scenario, real_costs
 
 
-def run(scenario: Scenario, chains: bool, observe_every: float | None = None) -> tuple[dict, int]:
+def run(scenario: Scenario, chains: bool, observe_every: float | None = None,
+        meddler: Callable[[simpy.Environment, list[RolloutEngine]], Generator] | None = None) -> tuple[dict, int]:
     """Everything the run leaves (per rollout, samples, spans, counters) and its event count. `observe_every`: a
-    process that reads every engine's load figures that often (a balancer), mid-chain as much as anywhere."""
+    process that reads every engine's load figures that often (a balancer), mid-chain as much as anywhere;
+    `meddler`: a process given the engines, which it may change as the controller does (work stealing)."""
     env, costs = simpy.Environment(), real_costs()
     recorder = Recorder(scenario.engines)
     probe = None if chains else (lambda event, rollout: None)
@@ -51,6 +55,8 @@ def run(scenario: Scenario, chains: bool, observe_every: float | None = None) ->
     env.process(weight_updates())
     if observe_every is not None:
         env.process(balancer())
+    if meddler is not None:
+        env.process(meddler(env, engines))
     events = 0
     while env.peek() < float("inf"):
         env.step()
@@ -59,11 +65,14 @@ def run(scenario: Scenario, chains: bool, observe_every: float | None = None) ->
         engine.close()
     log = recorder.freeze(env.now, events)
     return {
-        "rollouts": [(r.finished, r.generated, r.preemptions, r.admissions, r.version_started) for r in rollouts],
+        "rollouts": [(r.finished, r.generated, r.preemptions, r.admissions, r.admitted, r.version_started, r.engine)
+                     for r in rollouts],
         # Per engine: a chain's samples are appended when it is booked, after other engines' later ones.
         "samples": by_engine(log.engine_samples),
         "spans": list(log.spans),
         "preemptions": [e.preemptions for e in engines],
+        "cached_prefill_tokens": [e.cached_prefill_tokens for e in engines],
+        "queued_tokens": [e.queued_tokens for e in engines],
         "loads": loads,
     }, events
 

@@ -5,9 +5,18 @@ one joins the decode batch at a boundary inside the run. Random prefill-heavy sc
 the fast mode with stepping every iteration."""
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
+
 import numpy as np
 import pytest
+import simpy
 
+from rlsim.sim.engine.kv_ledger import KVLedger
+from rlsim.sim.engine.prefill_run import PrefillRun
+from rlsim.sim.engine.scheduler import Scheduler
+from rlsim.sim.engine.slot import Slot
+from rlsim.sim.rollout import RolloutEngine
+from rlsim.sim.sequence import Rollout
 from tests.test_preemption_chain import run
 from tests.test_sim_rollout import PAUSE_MODES, Scenario, assert_fast_matches_exact
 
@@ -97,6 +106,23 @@ def test_a_run_goes_on_through_a_boundary_where_a_prefill_completes_and_joins_th
     assert stepped_events - booked_events >= pure - 4
 
 
+def random_groups(rng: np.random.Generator, groups: int, prompts: tuple[int, int], arrival_s: float,
+                  answers: tuple[int, int], group_sizes: int, engine: Callable[[], int]) -> list:
+    """Scenario rollouts of `groups` GRPO groups, each of fewer than `group_sizes` rollouts sharing a prompt of
+    `prompts` tokens (range), submitted at once or after an exponential delay of mean `arrival_s`, their answers
+    long-tailed around `answers[0]` tokens up to `answers[1]`, each rollout on the `engine()` drawn."""
+    rollouts = []
+    typical, longest = answers
+    for g in range(groups):
+        prompt = int(rng.integers(*prompts))
+        at = float(rng.exponential(arrival_s)) if rng.random() < 0.5 else 0.0
+        targets = np.clip(rng.lognormal(np.log(typical), 0.8, int(rng.integers(1, group_sizes))), 1,
+                          longest).astype(int)
+        for target in targets:
+            rollouts.append((g, prompt, int(target), engine(), at))
+    return rollouts
+
+
 def random_prefill_heavy(seed: int) -> Scenario:
     """Prompts several budgets long, answers long-tailed, on caches from a little more than the longest sequence
     (heavy preemption: readmissions re-prefill long contexts, several at once) to one that never fills; pauses of
@@ -104,13 +130,8 @@ def random_prefill_heavy(seed: int) -> Scenario:
     rng = np.random.default_rng(seed)
     engines = int(rng.integers(1, 3))
     batched = int(rng.choice([32, 64, 128]))
-    rollouts = []
-    for g in range(int(rng.integers(3, 9))):
-        prompt = int(rng.integers(batched // 2, 8 * batched))
-        at = float(rng.exponential(0.05)) if rng.random() < 0.5 else 0.0
-        targets = np.clip(rng.lognormal(np.log(200), 0.8, int(rng.integers(1, 4))), 1, 1500).astype(int)
-        for target in targets:
-            rollouts.append((g, prompt, int(target), int(rng.integers(engines)), at))
+    rollouts = random_groups(rng, int(rng.integers(3, 9)), (batched // 2, 8 * batched), 0.05, (200, 1500), 4,
+                             lambda: int(rng.integers(engines)))
     largest = max(p + t for _, p, t, _, _ in rollouts)
     kv = int(largest * rng.choice([1.1, 1.5, 3.0, 100.0]))
     pauses = sorted((float(rng.uniform(0.01, 0.5)), str(rng.choice(PAUSE_MODES)), float(rng.uniform(0.0, 0.05)))
@@ -138,3 +159,140 @@ def test_the_random_prefill_heavy_scenarios_exercise_readmissions_joins_and_paus
     assert sum(sum(outcome["preemptions"]) > 0 for outcome in outcomes) >= 4
     assert sum(pure_boundaries(outcome["samples"])[1] for outcome in outcomes) >= 32
     assert sum(len(random_prefill_heavy(seed).pauses) > 0 for seed in range(16)) >= 6
+
+
+class AdmissionSpy:
+    """Counts, over a run, the admissions booked after the fact (planned inside prefill runs), those planned with
+    their group's prompt held by a rollout admitted earlier in the same run, the runs cut short with admissions
+    still planned, and the rollouts submitted while admissions were planned."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.booked = self.shared_in_run = self.cut_with_admissions = self.submitted_mid_run = 0
+        book, plan_admission, cut = Scheduler.book_admission, KVLedger.admission_plan, PrefillRun.cut
+        submit = RolloutEngine.submit
+
+        def submit_mid_run(engine: RolloutEngine, rollout: Rollout, predicted: float | None = None) -> None:
+            engine.settle()
+            planned = engine._chain  # noqa: SLF001 - what the engine sleeps through, to tell a submit mid-run
+            self.submitted_mid_run += isinstance(planned, PrefillRun) and planned.queue_read() > 0
+            submit(engine, rollout, predicted)
+
+        def book_admission(scheduler: Scheduler, slot: Slot, at: float) -> None:
+            self.booked += 1
+            book(scheduler, slot, at)
+
+        def admission_plan(kv: KVLedger, rollout: Rollout, planned: dict[int, int]):
+            if kv.sharing and rollout.group in planned and rollout.group not in kv.prompt_holders():
+                self.shared_in_run += 1
+            return plan_admission(kv, rollout, planned)
+
+        def cut_short(run: PrefillRun) -> float:
+            self.cut_with_admissions += run.queue_read() > 0
+            return cut(run)
+
+        monkeypatch.setattr(Scheduler, "book_admission", book_admission)
+        monkeypatch.setattr(KVLedger, "admission_plan", admission_plan)
+        monkeypatch.setattr(PrefillRun, "cut", cut_short)
+        monkeypatch.setattr(RolloutEngine, "submit", submit_mid_run)
+
+
+def queued_groups(submitted_late: int = 0) -> Scenario:
+    """Pairs of a GRPO group, prompts ~300 tokens over a 64-token budget, four sequences at a time: a prompt's last
+    chunk leaves budget for the queue's heads, the pair's second shares the prompt of the first admitted just before
+    (a 1-token prefill) and the next group's first prompt starts beside them, so the run goes on through admissions.
+    The last `submitted_late` groups are submitted while the first prompts prefill."""
+    rollouts = [(g, 300 + 7 * g, 30 + g, 0, 0.0 if g < 6 - submitted_late else 0.0013 * g)
+                for g in range(6) for _ in range(2)]
+    return Scenario(2, rollouts, kv=100_000, seqs=4, batched=64, sharing=True)
+
+
+@pytest.mark.parametrize("submitted_late", [0, 3])
+def test_a_run_admits_the_queues_heads_where_the_step_by_step_path_does(submitted_late, monkeypatch):
+    """Admissions planned inside runs leave the engine as the scheduler would have at their boundary: the same
+    slots in the same order, admission times, cached prompts, KV tokens, samples and queue; rollouts submitted
+    mid-run queue behind the admissions planned."""
+    spy = AdmissionSpy(monkeypatch)
+    booked, booked_events = run(queued_groups(submitted_late), chains=True)
+    counted = spy.booked, spy.shared_in_run, spy.submitted_mid_run
+    stepped, stepped_events = run(queued_groups(submitted_late), chains=False)
+    assert booked == stepped
+    assert counted[:2] >= (6, 1) and counted[2] >= submitted_late
+    assert spy.booked == counted[0]  # the step-by-step path (a probe observes) plans no run
+    # Every admission inside a run is a boundary booked without an event of its own.
+    assert stepped_events - booked_events >= counted[0]
+
+
+def stealing(steals: list[tuple[float, int]]) -> Callable[[simpy.Environment, list[RolloutEngine]], Generator]:
+    """Work stealing from engine 0: at each (time, n) of `steals`, engine 1 takes up to n of its waiting rollouts."""
+    def thief(env: simpy.Environment, engines: list[RolloutEngine]) -> Generator:
+        for at, n in steals:
+            yield env.timeout(max(0.0, at - env.now))
+            for rollout, predicted in engines[0].steal(n):
+                engines[1].submit(rollout, predicted)
+    return thief
+
+
+@pytest.mark.parametrize("start", [0.0021, 0.0034, 0.0052, 0.0077])
+def test_a_steal_of_a_rollout_a_run_planned_to_admit_cuts_the_run(start, monkeypatch):
+    """Engine 1 steals from engine 0's queue one rollout at a time while engine 0 prefills through admissions: a
+    steal that leaves the queue shorter than the admissions planned (and the head after them) cuts the run after
+    the iteration in flight, and the engine admits afresh what is left."""
+    spy = AdmissionSpy(monkeypatch)
+    thief = stealing([(start + 0.0004 * i, 1) for i in range(12)])
+    booked, _ = run(queued_groups(), chains=True, meddler=thief)
+    cuts = spy.cut_with_admissions
+    stepped, _ = run(queued_groups(), chains=False, meddler=thief)
+    assert booked == stepped
+    assert sum(engine for *_, engine in booked["rollouts"]) >= 1  # something was stolen
+    assert cuts >= 1
+
+
+def test_a_drain_cuts_a_run_that_planned_admissions(monkeypatch):
+    """A drain stops admissions from the next boundary on: a run that planned some is cut after the iteration in
+    flight, and the engine drains what runs."""
+    spy = AdmissionSpy(monkeypatch)
+    scenario = queued_groups()
+    scenario.pauses = [(0.0045, "drain", 0.001)]
+    booked, _ = run(scenario, chains=True)
+    cuts = spy.cut_with_admissions
+    stepped, _ = run(scenario, chains=False)
+    assert booked == stepped
+    assert cuts >= 1
+
+
+def random_admitting(seed: int) -> tuple[Scenario, list[tuple[float, int]]]:
+    """Prefill-heavy scenarios with long queues: groups of one to six rollouts sharing prompts one to eight budgets
+    long, arrivals over time, a cache from tight (preemption, readmissions) to ample, pauses of every kind; and
+    steals from engine 0's queue by engine 1."""
+    rng = np.random.default_rng(seed)
+    batched = int(rng.choice([32, 64, 128]))
+    rollouts = random_groups(rng, int(rng.integers(4, 12)), (batched // 4, 8 * batched), 0.01, (80, 600), 7,
+                             lambda: int(rng.random() < 0.2))
+    largest = max(p + t for _, p, t, _, _ in rollouts)
+    kv = int(largest * rng.choice([1.5, 3.0, 100.0]))
+    pauses = sorted((float(rng.uniform(0.005, 0.1)), str(rng.choice(PAUSE_MODES)), float(rng.uniform(0.0, 0.01)))
+                    for _ in range(int(rng.integers(0, 3))))
+    steals = sorted((float(rng.uniform(0.0, 0.05)), int(rng.integers(1, 4))) for _ in range(int(rng.integers(0, 6))))
+    return Scenario(2, rollouts, kv, int(rng.integers(2, 12)), batched, bool(rng.random() < 0.7), pauses), steals
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_runs_through_admissions_book_what_the_step_by_step_path_books(seed, monkeypatch):
+    scenario, steals = random_admitting(seed)
+    booked, booked_events = run(scenario, chains=True, observe_every=0.0013, meddler=stealing(steals))
+    stepped, stepped_events = run(scenario, chains=False, observe_every=0.0013, meddler=stealing(steals))
+    assert booked == stepped
+    assert booked_events <= stepped_events
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_runs_through_admissions_fast_matches_exact(seed):
+    assert_fast_matches_exact(random_admitting(seed)[0])
+
+
+def test_the_random_admitting_scenarios_plan_admissions_in_runs_and_cut_some(monkeypatch):
+    spy = AdmissionSpy(monkeypatch)
+    for seed in range(24):
+        scenario, steals = random_admitting(seed)
+        run(scenario, chains=True, observe_every=0.0013, meddler=stealing(steals))
+    assert spy.booked >= 100 and spy.shared_in_run >= 10 and spy.cut_with_admissions >= 3

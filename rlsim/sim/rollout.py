@@ -32,8 +32,8 @@ When the KV cache fills before any turn ends, the preemptions that follow until 
 so the stretch covers the whole chain (`rlsim.sim.engine.preemption_chain`): its boundaries are planned in closed
 form, slept through in one event, and booked once simulated time has passed them — when the chain ends, when a
 wake-up cuts it short, or when anything reads or changes the engine first (`settle`). Long prefills' chunks over
-a batch that only grows (a completed prefill joins it) are planned and booked the same way
-(`rlsim.sim.engine.prefill_run`). `mode="exact"` steps one
+a batch that only grows (a completed prefill joins it, the queue's heads are admitted into the budget left) are
+planned and booked the same way (`rlsim.sim.engine.prefill_run`). `mode="exact"` steps one
 iteration per event instead, the reference the fast mode must agree with.
 
 Samples (`rlsim.sim.engine.telemetry`) are recorded at every boundary where the batch changed — admission, prefill
@@ -56,7 +56,7 @@ from rlsim.sim.engine.kv_fetch import KVFetch, PrefillRouter
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.lifecycle import SequenceLifecycle
 from rlsim.sim.engine.preemption_chain import Boundary, PreemptionChain, book_boundaries, plan_chain
-from rlsim.sim.engine.prefill_run import PrefillRun, plan_prefill_run
+from rlsim.sim.engine.prefill_run import PrefillRun, RunBoundary, plan_prefill_run
 from rlsim.sim.engine.scheduler import Scheduler
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import BUSY, DECODING, PREFILLING, EngineState, PauseMode
@@ -212,6 +212,7 @@ class RolloutEngine(EngineControls):
         self.settle()
         taken = self.scheduler.steal(n)
         if taken:
+            self._queue_shortened()
             self.telemetry.sample()
         return taken
 
@@ -221,15 +222,31 @@ class RolloutEngine(EngineControls):
         self.settle()
         taken = self.scheduler.withdraw()
         if taken:
+            self._queue_shortened()
             self.telemetry.sample()
         return taken
+
+    def _queue_shortened(self) -> None:
+        """Rollouts left the queue's back: a prefill run that planned to admit one of them, or depends on the head
+        after the ones it admits, is cut short after the iteration in flight (the engine decides afresh there)."""
+        run = self._chain
+        if isinstance(run, PrefillRun) and len(self._waiting) < run.queue_read():
+            self.state.wake()
 
     def pause(self, how: PauseMode) -> simpy.Event:
         """Stop admitting and pause: `drain` once the running sequences finish; `interrupt` at the next iteration
         boundary, sending them back to the front of the queue to be recomputed; `hold` at the next iteration
         boundary, keeping them and their KV cache to continue after resume (in-flight weight updates). The event
         fires once the engine is paused. A pause that stops sooner overrides one under way."""
-        return self.state.ask_pause(how)
+        taken = self.state.ask_pause(how)
+        if how == "drain":
+            # A drain stops admissions from the next boundary on: a prefill run that planned some there is cut
+            # short after the iteration in flight (the other pauses cut any run).
+            self.settle()
+            run = self._chain
+            if isinstance(run, PrefillRun) and run.queue_read():
+                self.state.wake()
+        return taken
 
     def close(self) -> None:
         """The run stops now: record the busy span still open, with the work in flight up to now, and bring the
@@ -378,7 +395,8 @@ class RolloutEngine(EngineControls):
     def _plan_prefill_run(self, plan: list[tuple[Slot, int]], seconds: float) -> PrefillRun | None:
         """The prefill run the iteration just begun opens, where one can be booked after the fact: nothing may
         observe its boundaries as they pass (a probe), nor change the batch or the cache in between (held tool calls,
-        KV caches in transfer, a pause), and a prefill completed in it joins this engine's decode batch."""
+        KV caches in transfer, a pause), and a prefill completed in it joins this engine's decode batch. It admits
+        the queue's heads where the scheduler can replay admissions exactly (`Scheduler.plannable_admission`)."""
         prefilling = self.scheduler.prefilling
         last, last_tokens = plan[-1]
         if len(plan) == len(prefilling) and last_tokens == last.prefill_left:
@@ -388,9 +406,10 @@ class RolloutEngine(EngineControls):
         if (self.mode == "exact" or self.telemetry.probe is not None or self.state.pause is not None
                 or not self.decodes_its_prefills):
             return None
-        now, waiting = self.env.now, self._waiting
+        now, scheduler = self.env.now, self.scheduler
         run = plan_prefill_run(now, seconds, plan, prefilling, self.batch, self.kv, self.max_num_batched_tokens,
-                               waiting[0] if waiting else None, len(self._running) < self.max_num_seqs, self.costs)
+                               self._waiting, len(self._running), self.max_num_seqs, scheduler.plannable_admission(),
+                               self.costs)
         # Most plans open no run: the test of what is in transit waits for one that does (planning changes nothing).
         if run is None or self._holds_kv_in_transit() or now + _delay_until(now, run.end) != run.end:
             return None
@@ -411,23 +430,26 @@ class RolloutEngine(EngineControls):
         self.settle()
         self._chain = None
 
-    def _prefill_boundaries(self, boundaries: list[tuple[float, list[tuple[Slot, int]]]]) -> None:
+    def _prefill_boundaries(self, boundaries: list[RunBoundary]) -> None:
         """The prefill run's boundaries due, each booked by itself."""
         for boundary in boundaries:
             self._prefill_boundary(boundary)
 
-    def _prefill_boundary(self, boundary: tuple[float, list[tuple[Slot, int]]]) -> None:
+    def _prefill_boundary(self, boundary: RunBoundary) -> None:
         """A boundary of the prefill run, at the end of the iteration that prefilled the plan given, booked as the
         step-by-step path books it at its time: the iteration ends, the prefills it completed sample their token and
-        join the decode batch, nothing else changes but the counters, and the next chunks start."""
-        at, plan = boundary
-        telemetry = self.telemetry
+        join the decode batch, the queue's heads planned there are admitted, nothing else changes but the counters,
+        and the next chunks start."""
+        at, plan, admitted = boundary
+        telemetry, scheduler = self.telemetry, self.scheduler
         telemetry.end(self.version, at)
         self._advance(1, decode=False)
         first_token = self.lifecycle.first_token
-        for slot in self.scheduler.prefilled(plan):
+        for slot in scheduler.prefilled(plan):
             first_token(slot)
         self.kv.trim(self.batch.size)  # the boundary's make_room, which has nothing to preempt
+        for slot in admitted:
+            scheduler.book_admission(slot, at)
         telemetry.sample(at)
         telemetry.begin(telemetry.prefill_label, at)
 

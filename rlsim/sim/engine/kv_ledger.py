@@ -45,6 +45,28 @@ class KVLedger:
         shared = self.sharing and rollout.group in self._groups
         return rollout.context_tokens - rollout.prompt_tokens + 1 + (0 if shared else rollout.prompt_tokens)
 
+    @property
+    def holds_released(self) -> bool:
+        """Whether released trajectories' contexts are cached (admissions may revive one and evict others)."""
+        return bool(self._released)
+
+    def admission_plan(self, rollout: Rollout, planned: Mapping[int, int]) -> tuple[int, int] | None:
+        """What `admit` would reserve for `rollout` and find cached, as (KV tokens, context tokens), for a plan ahead
+        with no released context cached (`holds_released`): its group's prompt is cached when its running sequences
+        hold it here, or when a rollout the plan admits ahead of it does (`planned`: group -> prompt tokens). None
+        when its prompt differs from its group's, which `admit` refuses. Read, never changed."""
+        context, prompt = rollout.context_tokens, rollout.prompt_tokens
+        if not self.sharing:
+            return context + 1, 0
+        holders = self._groups.get(rollout.group)
+        held = holders[1] if holders is not None else planned.get(rollout.group)
+        if held is None:
+            return context + 1, 0
+        if held != prompt:
+            return None
+        # vLLM recomputes at least the last token of a cached prefix, as in `admit`.
+        return context - prompt + 1, min(prompt, context - 1)
+
     def admit(self, slot: Slot, room: int) -> None:
         """Reserve the KV of the slot's rollout, and set what it prefills: the cached prefix is its group's prompt
         (held by its running sequences, or revived from this trajectory's entry), then the trajectory's own released

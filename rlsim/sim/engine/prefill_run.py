@@ -3,87 +3,113 @@
 A sequence whose context is longer than an iteration's token budget prefills over several iterations — a long
 prompt, or a preempted sequence readmitted with everything it generated (recompute preemption). Under memory
 pressure several readmitted sequences prefill side by side: one's last chunk and the next one's first share an
-iteration, and the budget stays full. While it does, the boundaries change nothing the scheduler has to decide: no
-turn ends, nothing is preempted (the cache has room for the decodes' growth), and nothing is admitted (no budget is
-left, or the queue's head does not fit). A prefill that completes there only moves its sequence into the decode batch,
-which is predictable: the batch grows by one and the budget shrinks by one. `plan_prefill_run` finds those boundaries
-on copies of the few quantities that decide them — the batch's size and context, the iteration of its first turn end,
-the KV tokens used, each prefilling sequence's tokens left and computed — replaying the scheduler's chunk allocation
-(`Scheduler.plan`: the running prefills in admission order, each as much of the budget as it needs), and prices each
-iteration with the same call and float operations as the step-by-step path, so the run's boundary times are that
-path's to the bit.
+iteration, and the queue's heads are admitted into the budget a last chunk leaves. While this goes on, the boundaries
+are predictable: no turn ends and nothing is preempted (the cache has room for the decodes' growth); a prefill that
+completes only moves its sequence into the decode batch (the batch grows by one and the budget shrinks by one); and
+the admissions follow from the queue, first come, first served — each head while a sequence slot is free, budget is
+left and its context fits the cache beside what runs and what was admitted before it (its group's prompt cached when
+a running sequence, or one admitted earlier in the run, holds it). `plan_prefill_run` finds those boundaries on copies
+of the few quantities that decide them — the batch's size and context, the iteration of its first turn end, the KV
+tokens used, the sequences running, each prefilling sequence's tokens left and computed, the groups whose prompts are
+held — replaying the scheduler's chunk allocation and admissions (`Scheduler.plan`: the running prefills in admission
+order, each as much of the budget as it needs, then the queue's heads), and prices each iteration with the same call
+and float operations as the step-by-step path, so the run's boundary times are that path's to the bit. A run plans
+no admission where replaying one exactly would take more (`Scheduler.plannable_admission`: a ranked queue,
+past-future admission, KV fetched from elsewhere, released contexts an admission could revive or evict; a multi-turn
+trajectory at the head): it ends at that boundary instead, and the engine's process admits there.
 
 The engine then sleeps once until the run's last iteration ends and books each boundary in between (counters, the
-prefills completed joining the batch, a sample, the busy span going on) once simulated time has passed it, like a
-preemption chain's (`rlsim.sim.engine.preemption_chain`): when the run ends, when a pause cuts it short, or when
-anything reads or changes the engine first (`RolloutEngine.settle`). Events per rollout then do not grow with its
-context: ×4 longer responses re-prefill in ×4 more chunks, not ×4 more events.
+prefills completed joining the batch, the admissions, a sample, the busy span going on) once simulated time has
+passed it, like a preemption chain's (`rlsim.sim.engine.preemption_chain`): when the run ends, when a wake-up cuts
+it short, or when anything reads or changes the engine first (`RolloutEngine.settle`). A planned admission is a new
+`Slot` the plan holds, admitted into the engine when its boundary is booked (`Scheduler.book_admission`). What
+arrives meanwhile queues behind the heads planned, so changes nothing planned: a run ends at the first boundary where
+budget is left and the queue, as planned, has no head. What takes rollouts off the queue (a steal, a withdrawal) or
+stops admissions (a drain) cuts a run that planned admissions of them after the iteration in flight. Events per
+rollout then do not grow with its context: ×4 longer responses re-prefill in ×4 more chunks, not ×4 more events.
 """
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from rlsim.costs.rollout import PrefillChunk
 from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.planned import PlannedBoundaries
 from rlsim.sim.engine.slot import Slot
-from rlsim.sim.sequence import Rollout
+from rlsim.sim.sequence import MultiTurnRollout, Rollout
 
 Plan = list[tuple[Slot, int]]  # an iteration's prefill chunks: (slot, tokens), as `Scheduler.plan` returns them
+# A boundary of a run: its time, the plan of the iteration ending there, the slots of the queue's heads admitted there.
+RunBoundary = tuple[float, Plan, list[Slot]]
 
 
-class PrefillRun(PlannedBoundaries[tuple[float, Plan]]):
+class PrefillRun(PlannedBoundaries[RunBoundary]):
     """Planned boundaries between the iterations of long prefills, in order, each as (its time, the plan of the
-    iteration ending there), of which the first `booked` are booked; the run's last iteration prefills `last` and
-    ends at `end`."""
+    iteration ending there, the slots of the queue's heads admitted there), of which the first `booked` are booked;
+    the run's last iteration prefills `last` and ends at `end`."""
 
     __slots__ = ("last",)
 
-    def __init__(self, plans: list[Plan], times: list[float], end: float):
-        super().__init__(list(zip(times, plans, strict=False)), times, end)
+    def __init__(self, plans: list[Plan], times: list[float], admitted: list[list[Slot]], end: float):
+        super().__init__(list(zip(times, plans, admitted, strict=False)), times, end)
         self.last = plans[-1]
 
     def cut(self) -> float:
         """A wake-up cut the run short after the boundaries booked: the iteration in flight is its last; when it
-        ends."""
+        ends. The admissions planned from its end on are dropped: the engine decides there afresh."""
         boundaries, times, booked = self.boundaries, self.times, self.booked
         if booked < len(times):
-            self.end, self.last = boundaries[booked]
+            self.end, self.last, _ = boundaries[booked]
             del boundaries[booked:]
             del times[booked:]
         return self.end
 
+    def queue_read(self) -> int:
+        """How many of the queue's first rollouts the boundaries not yet booked depend on: those they admit and the
+        one after, which does not fit or is not there (0 when they admit none: they read the head only to find that
+        it does not fit, as `SequenceLifecycle.queued` knows)."""
+        planned = sum(len(admitted) for _, _, admitted in self.boundaries[self.booked:])
+        return planned + 1 if planned else 0
+
 
 def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Slot], batch: DecodeBatch,
-                     kv: KVLedger, max_num_batched_tokens: int, head: Rollout | None, slots_free: bool,
-                     costs: IterationCosts) -> PrefillRun | None:
+                     kv: KVLedger, max_num_batched_tokens: int, waiting: Sequence[Rollout], running: int,
+                     max_num_seqs: int, admission: int | None, costs: IterationCosts) -> PrefillRun | None:
     """The run that the iteration begun at `now` (priced `seconds`, prefilling `plan`) opens, or None when its
-    boundary is not a pure one. `prefilling`: the scheduler's prefilling slots, in admission order, of which the plan
-    prefills the first ones. What decides whether a boundary admits anything: `head`, the queue's head;
-    `slots_free`, whether a sequence slot is free (`max_num_seqs`; no sequence leaves within a run). The engine's
-    state is read, never changed."""
+    boundary is not one it can plan. `prefilling`: the scheduler's prefilling slots, in admission order, of which the
+    plan prefills the first ones. What decides the admissions at a boundary: the queue (`waiting`), the `running`
+    sequences against `max_num_seqs` (no sequence leaves within a run), and the budget and cache left;
+    `admission`: the admission order the next admitted sequence gets, when the run may plan admissions
+    (`Scheduler.plannable_admission`), or None to end the run where the queue's head would be admitted. The
+    engine's state is read, never changed: a planned admission's `Slot` is new, and the engine's only once booked."""
     count = len(prefilling)
     size, used = batch.size, kv.used
     if len(plan) == count:
         # The common refusals, before any set-up: the plan prefills every prefilling slot, all but the last to the
         # end, so the boundary after it either sees every prefill complete (it admits, or the batch decodes alone),
-        # or gives the last one's next chunk with budget to spare and admits the queue's head beside it.
+        # or gives the last one's next chunk with budget to spare and admits the queue's head beside it, which only
+        # a run that plans admissions goes on through.
         last, last_tokens = plan[-1]
         last_left = last.prefill_left - last_tokens
         joined = count - 1
-        if not last_left or (last_left < max_num_batched_tokens - size - joined and head is not None and slots_free
-                             and kv.fits(head, size + joined, used + size)):
+        if not last_left or (admission is None and last_left < max_num_batched_tokens - size - joined and waiting
+                             and running < max_num_seqs and kv.fits(waiting[0], size + joined, used + size)):
             return None
     context, capacity = batch.context, kv.capacity
     iteration = batch.iteration
     first_finish = batch.first_finish()
     # The chunks go to the prefilling slots in order, so at most one slot is part-way through its prefill in the
     # run: the frontier, prefilling[frontier], with `left` tokens still to prefill after `computed`. The slots after
-    # it are as the engine has them.
+    # it are as the engine has them, or as their planned admission sets them.
     frontier = 0
     first = prefilling[0]  # the plan's first slot
     left, computed = first.prefill_left, first.computed
     plans = [plan]
     times: list[float] = []
+    admissions: list[list[Slot]] = []
+    queued = 0  # the queue's rollouts admitted in the run: waiting[queued] is the head at the boundary
+    groups: dict[int, int] = {}  # the groups whose prompt a rollout admitted in the run holds -> its prompt tokens
     end = now + seconds  # as SimPy schedules the iteration's timeout
     while True:
         # The iteration ending at `end` books its tokens; its completed prefills sample a token and join the batch
@@ -100,7 +126,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
             rollout = slot.rollout
             remaining = rollout.remaining - 1
             if remaining <= 0:
-                return _run(plans, times, end)  # the token sampled ends its turn
+                return _run(plans, times, admissions, end)  # the token sampled ends its turn
             size += 1
             context += rollout.context_tokens  # its context once the token is sampled, less that token
             if iteration + remaining < first_finish:
@@ -108,15 +134,17 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
             if frontier < count:
                 following = prefilling[frontier]
                 left, computed = following.prefill_left, following.computed
-        # ... and the boundary after it is pure when no turn ends there, the next decodes fit without a preemption
-        # and nothing is admitted: the prefills take the whole budget, or the queue's head does not fit beside them
-        # (`Scheduler.admissible`). A queue without a head ends the run there: a rollout submitted meanwhile could
-        # be admitted, and would have to cut the run short.
+        # ... and the boundary after it can be planned when no turn ends there and the next decodes fit without a
+        # preemption; the prefills take the budget first, then the queue's heads are admitted in order while a slot,
+        # the budget and the cache allow (`Scheduler.plan`, `Scheduler.admissible`). A queue without a head where
+        # budget is left ends the run there: a rollout submitted meanwhile could be admitted, and would have to cut
+        # the run short.
         if first_finish <= iteration or used + size > capacity or frontier == count:
-            return _run(plans, times, end)
+            return _run(plans, times, admissions, end)
         budget = max_num_batched_tokens - size
         if budget <= 0:
-            return _run(plans, times, end)  # the decodes take the whole budget: the batch decodes alone
+            return _run(plans, times, admissions, end)  # the decodes take the whole budget: the batch decodes alone
+        admitted: list[Slot] = []
         if left > budget:
             # The common case: the frontier's next chunk takes the whole budget, so nothing is admitted.
             plan = [(prefilling[frontier], budget)]
@@ -134,13 +162,44 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 chunks.append(PrefillChunk(tokens, slot.computed, tokens == slot_left))
                 budget -= tokens
                 index += 1
-            if budget > 0 and (head is None or (slots_free and kv.fits(head, size, used))):
-                return _run(plans, times, end)
+            while budget > 0:
+                if queued == len(waiting):
+                    return _run(plans, times, admissions, end)
+                head = waiting[queued]
+                if running >= max_num_seqs:
+                    break
+                planned = kv.admission_plan(head, groups)
+                if planned is None:
+                    return _run(plans, times, admissions, end)  # its prompt differs from its group's: admit refuses
+                reserved, cached = planned
+                if used + size + reserved > capacity:
+                    break  # the head does not fit: it blocks the queue (first come, first served)
+                if admission is None or isinstance(head, MultiTurnRollout):
+                    return _run(plans, times, admissions, end)  # an admission the run does not plan
+                # `KVLedger.admit` at the boundary sets the same prefill on the slot; until then it is the plan's.
+                slot = Slot(head, admission)
+                slot.computed = cached
+                slot_left = slot.prefill_left = head.context_tokens - cached
+                admission += 1
+                queued += 1
+                running += 1
+                used += reserved
+                groups.setdefault(head.group, head.prompt_tokens)
+                if queued == 1:
+                    prefilling = list(prefilling)  # the plan's own from its first admission, the engine's as it is
+                admitted.append(slot)
+                prefilling.append(slot)
+                count += 1
+                tokens = slot_left if slot_left < budget else budget
+                plan.append((slot, tokens))
+                chunks.append(PrefillChunk(tokens, cached, tokens == slot_left))
+                budget -= tokens
         times.append(end)
         plans.append(plan)
+        admissions.append(admitted)
         end = end + costs.iteration_seconds(size, context, chunks)
 
 
-def _run(plans: list[Plan], times: list[float], end: float) -> PrefillRun | None:
+def _run(plans: list[Plan], times: list[float], admissions: list[list[Slot]], end: float) -> PrefillRun | None:
     """The run whose last iteration ends at `end`, or None when it has no boundary to book."""
-    return PrefillRun(plans, times, end) if times else None
+    return PrefillRun(plans, times, admissions, end) if times else None

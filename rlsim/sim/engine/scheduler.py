@@ -263,16 +263,38 @@ class Scheduler:
             self._insert_by_rank(rollout)
         self.queued_tokens += rollout.context_tokens
 
+    def plannable_admission(self) -> int | None:
+        """The admission order of the next sequence admitted, when a plan ahead (`rlsim.sim.engine.prefill_run`) can
+        replay admissions exactly: first come, first served, by the current KV cache, with no released context that
+        an admission could revive or evict and no KV cache fetched from elsewhere; else None."""
+        if self.rank is not None or self.past_future or self.fetch is not None or self.kv.holds_released:
+            return None
+        return self._admissions
+
+    def book_admission(self, slot: Slot, at: float) -> None:
+        """A planned admission of the queue's head, in `slot`, booked after the fact at its boundary `at`: the
+        engine is left as `plan` would have left it then."""
+        rollout = self.waiting.popleft()
+        assert rollout is slot.rollout and slot.order == self._admissions, "a planned admission out of order"
+        planned = slot.prefill_left, slot.computed
+        self._admitted(slot, at)
+        assert (slot.prefill_left, slot.computed) == planned, "a planned admission prefills otherwise"
+
     def _admit(self, rollout: Rollout) -> Slot:
-        self.queued_tokens -= rollout.context_tokens
         slot = Slot(rollout, self._admissions)
+        self._admitted(slot, self.env.now)
+        return slot
+
+    def _admitted(self, slot: Slot, at: float) -> None:
+        """The slot's rollout, just taken off the queue, is admitted at `at`: its KV reserved, it prefills next."""
+        rollout = slot.rollout
+        self.queued_tokens -= rollout.context_tokens
         self.kv.admit(slot, self.batch.size)
         self._admissions += 1
         if rollout.admitted < 0:
-            rollout.admitted = self.env.now
+            rollout.admitted = at
         rollout.admissions += 1
         self.telemetry.changed = True
         self.running[rollout] = slot
         self.prefilling.append(slot)
         self.telemetry.observe("admitted", rollout)
-        return slot
