@@ -247,6 +247,23 @@ def test_a_steal_of_a_rollout_a_run_planned_to_admit_cuts_the_run(start, monkeyp
     assert cuts >= 1
 
 
+@pytest.mark.parametrize("at", [0.0029, 0.0047, 0.0061])
+def test_a_withdrawal_mid_run_cuts_the_admissions_planned(at, monkeypatch):
+    """Engine 0's waiting rollouts are withdrawn mid-run and resubmitted to engine 1: the run is cut after the
+    iteration in flight, and what it planned to admit runs on engine 1."""
+    def withdrawal(env: simpy.Environment, engines: list[RolloutEngine]) -> Generator:
+        yield env.timeout(at)
+        for rollout in engines[0].withdraw():
+            engines[1].submit(rollout)
+
+    spy = AdmissionSpy(monkeypatch)
+    booked, _ = run(queued_groups(), chains=True, meddler=withdrawal)
+    cuts = spy.cut_with_admissions
+    stepped, _ = run(queued_groups(), chains=False, meddler=withdrawal)
+    assert booked == stepped
+    assert cuts >= 1 and sum(engine for *_, engine in booked["rollouts"]) >= 1
+
+
 def test_a_drain_cuts_a_run_that_planned_admissions(monkeypatch):
     """A drain stops admissions from the next boundary on: a run that planned some is cut after the iteration in
     flight, and the engine drains what runs."""

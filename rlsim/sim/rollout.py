@@ -431,27 +431,26 @@ class RolloutEngine(EngineControls):
         self._chain = None
 
     def _prefill_boundaries(self, boundaries: list[RunBoundary]) -> None:
-        """The prefill run's boundaries due, each booked by itself."""
-        for boundary in boundaries:
-            self._prefill_boundary(boundary)
-
-    def _prefill_boundary(self, boundary: RunBoundary) -> None:
-        """A boundary of the prefill run, at the end of the iteration that prefilled the plan given, booked as the
-        step-by-step path books it at its time: the iteration ends, the prefills it completed sample their token and
-        join the decode batch, the queue's heads planned there are admitted, nothing else changes but the counters,
-        and the next chunks start."""
-        at, plan, admitted = boundary
-        telemetry, scheduler = self.telemetry, self.scheduler
-        telemetry.end(self.version, at)
-        self._advance(1, decode=False)
+        """The prefill run's boundaries due, booked in one pass as the step-by-step path books each at its time, at
+        the end of the iteration that prefilled the plan given: the iteration ends, the prefills it completed sample
+        their token and join the decode batch, the queue's heads planned there are admitted, nothing else changes but
+        the counters, the engine is sampled, and the next chunks start (back to back: one busy span)."""
+        batch, kv, scheduler = self.batch, self.kv, self.scheduler
+        running, waiting = self._running, self._waiting
         first_token = self.lifecycle.first_token
-        for slot in scheduler.prefilled(plan):
-            first_token(slot)
-        self.kv.trim(self.batch.size)  # the boundary's make_room, which has nothing to preempt
-        for slot in admitted:
-            scheduler.book_admission(slot, at)
-        telemetry.sample(at)
-        telemetry.begin(telemetry.prefill_label, at)
+        times: list[float] = []
+        counters: list[int] = []
+        for at, plan, admitted in boundaries:
+            self._advance(1, decode=False)
+            for slot in scheduler.prefilled(plan):
+                first_token(slot)
+            kv.trim(batch.size)  # the boundary's make_room, which has nothing to preempt
+            for slot in admitted:
+                scheduler.book_admission(slot, at)
+            times.append(at)
+            counters += (len(running), len(waiting), kv.used, batch.size, batch.iteration, batch.decode_iterations,
+                         batch.decode_read)
+        self.telemetry.restarted(times, counters, self.version)
 
     def _preemption_boundaries(self, boundaries: list[Boundary]) -> None:
         """Boundaries of the chain, booked in one pass as the step-by-step path books each at its time: the stretch
