@@ -34,7 +34,8 @@ class SequenceLifecycle:
         """The rollout joined the queue: record a sample, and wake the engine if it idles, or if it decodes a stretch
         (or prefills a run, whose last chunk may leave room) the rollout could join at the next boundary — as the
         queue's head (first come, first served: the only rollout waiting; in a ranked queue, one that outranks the
-        others) that fits."""
+        others) that fits. Behind heads a prefill run plans to admit, it changes nothing planned: the run ends
+        where its plan finds the queue without a head and budget left."""
         engine = self.engine
         engine.telemetry.sample()
         state, scheduler = engine.state, engine.scheduler
