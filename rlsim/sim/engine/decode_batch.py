@@ -8,12 +8,15 @@ full KV cache is priced in closed form and slept through in one event.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from rlsim.costs.rollout import PrefillChunk
 from rlsim.sim.engine.slot import Slot
+
+# Later than any iteration a run reaches: an int, not infinity, so that iteration arithmetic stays in integers (as
+# a compiler of typed Python, mypyc, requires).
+NO_TURN_END = 1 << 62
 
 
 class IterationCosts(Protocol):
@@ -127,13 +130,13 @@ class DecodeBatch:
                 self.leave(slot)
                 self.on_turn_end(slot)
 
-    def first_finish(self) -> float:
-        """The iteration at which the batch's first turn ends (infinity for an empty batch); stale entries at the
-        heap's head are dropped on the way."""
+    def first_finish(self) -> int:
+        """The iteration at which the batch's first turn ends (`NO_TURN_END` for an empty batch); stale entries at
+        the heap's head are dropped on the way."""
         heap = self._finishes
         while heap and not heap[0][2].live:
             heapq.heappop(heap)
-        return heap[0][0] if heap else math.inf
+        return heap[0][0] if heap else NO_TURN_END
 
     def pending_finishes(self) -> list[tuple[int, int, Slot]]:
         """A copy of the finish heap, stale entries included, to plan ahead on without touching the batch."""
