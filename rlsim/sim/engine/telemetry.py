@@ -81,11 +81,11 @@ class EngineTelemetry:
                            batch.decode_read + decode_read(size, stretch.context, done))
 
     def restarted(self, times: list[float], counters: list[int], version: int) -> None:
-        """A preemption chain's boundaries, booked after the fact: at each of `times` (increasing) the work under way
-        ended and work of its label began again, and the engine was sampled with `counters` (SAMPLE_COUNTERS but the
-        time, a row per boundary, one after another). What `end`, `sample` and `begin` at each record, in one pass:
-        the stretches after the first boundary run back to back, so the busy span they are part of ends at the
-        last."""
+        """A preemption chain's or prefill run's boundaries, booked after the fact: at each of `times` (increasing)
+        the work under way ended and work of its label began again, and the engine was sampled with `counters`
+        (SAMPLE_COUNTERS but the time, a row per boundary, one after another). What `end`, `sample` and `begin` at
+        each record, in one pass: the work after the first boundary runs back to back, so the busy span it is part of
+        ends at the last."""
         label = self._in_flight
         self.end(version, times[0])
         if len(times) > 1:
