@@ -39,11 +39,13 @@ def sorted_greedy(lengths: Sequence[int], ranks: int) -> Assignment:
     """Longest first, each to the least-loaded rank (LPT scheduling; within 4/3 of optimal)."""
     heap = [(0.0, rank) for rank in range(ranks)]
     out: Assignment = [[] for _ in range(ranks)]
-    # Descending length, ties in index order: the sort is stable under reverse=True too.
+    costs = [work(length) for length in lengths]
+    # Descending length, ties in index order: the sort is stable under reverse=True too. The least-loaded rank is
+    # replaced by itself with the sequence's work added, in one sift (no two entries tie: each holds its own rank).
     for index in sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True):
-        load, rank = heapq.heappop(heap)
+        load, rank = heap[0]
         out[rank].append(index)
-        heapq.heappush(heap, (load + work(lengths[index]), rank))
+        heapq.heapreplace(heap, (load + costs[index], rank))
     return out
 
 
