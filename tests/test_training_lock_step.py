@@ -1,9 +1,11 @@
-"""FSDP's ranks run their micro-batches in lock step (`Trainer._lock_step_micro_batches`), all ranks' micro-steps priced
-at once over numpy arrays (`TrainingCosts.micro_steps`): every figure must equal, to the bit, what pricing each
-micro-batch on its own and adding step by step gives."""
+"""All data-parallel ranks' micro-batches priced at once over numpy arrays and added up as a ranks × steps table: FSDP's
+lock step (`Trainer._lock_step_micro_batches`, `TrainingCosts.micro_steps`) and single-stage forward passes
+(`TrainingCosts.forward_passes`). Every figure must equal, to the bit, what pricing each micro-batch on its own and
+adding step by step gives."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -91,3 +93,43 @@ def test_a_lock_step_rank_needs_one_pipeline_stage():
     costs = costs_on_h100s("Qwen2.5-7B", layout)
     with pytest.raises(ValueError, match="one pipeline stage"):
         costs.micro_steps([[100]] * PRICE_AHEAD_MIN_COUNTS)
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+@pytest.mark.parametrize("head", ["lm", "value"])
+@pytest.mark.parametrize("most", [3, 40])
+def test_forward_passes_of_all_ranks_equal_each_ranks_forward_pass(name, head, most):
+    model, layout = LAYOUTS[name]
+    per_rank = _per_rank(2 * len(name) + most, layout.dp, most)
+    passes = replace(costs_on_h100s(model, layout), head=head).forward_passes(per_rank)
+    scalar = replace(costs_on_h100s(model, layout), head=head)
+    object.__setattr__(scalar, "price_ahead", lambda *args, **kwargs: None)  # every micro-batch priced on its own
+    assert passes == [scalar.forward_pass(mbs) if mbs else None for mbs in per_rank]
+
+
+def test_a_trainer_reuses_a_forward_pass_only_for_the_same_batch_and_cost_model():
+    """The reference pass of a policy whose reference shares its cost model runs the old-log-prob pass's batch again."""
+    model, layout = LAYOUTS["FSDP"]
+    costs = costs_on_h100s(model, layout)
+    value_head = replace(costs, head="value")
+    rng = random.Random(9)
+    batch = [rng.randint(1, 20_000) for _ in range(200)]
+    other = [*batch[:-1], batch[-1] + 5_000]
+
+    def run(trainer: Trainer, pass_costs: TrainingCosts, lengths: list[int]) -> float:
+        """Run one forward pass on `trainer`; when it ends."""
+        trainer.env.process(trainer.forward_pass("ref", pass_costs, lengths))
+        trainer.env.run()
+        return trainer.env.now
+
+    def fresh(start: float) -> Trainer:
+        return Trainer(simpy.Environment(initial_time=start), Recorder(layout.gpus), TrainingGroup(0, costs.layout),
+                       "sorted_greedy")
+
+    passes = [(costs, batch), (costs, batch), (costs, other), (value_head, batch)]
+    shared = fresh(0.0)
+    ends = [run(shared, *item) for item in passes]
+    starts = [0.0, *ends[:-1]]
+    assert ends == [run(fresh(start), *item) for start, item in zip(starts, passes, strict=True)]  # as if on its own
+    took = [end - start for start, end in zip(starts, ends, strict=True)]
+    assert took[1] == pytest.approx(took[0]) and took[2] != pytest.approx(took[0]) and took[3] != pytest.approx(took[0])

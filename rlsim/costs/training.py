@@ -56,6 +56,7 @@ import numpy as np
 from rlsim.costs.compute import GPURates, Tokens
 from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memo import Memo
+from rlsim.costs.rank_steps import RankSteps
 from rlsim.costs.training_groups import Collective, GroupCollectives
 from rlsim.costs.training_layers import PRICE_AHEAD_MIN_COUNTS, LayerPricing, causal_pairs, positive_part
 from rlsim.costs.training_pipeline import finish, pipeline_makespan, run_pipeline
@@ -230,6 +231,30 @@ class TrainingCosts:
         stages = run_pipeline(forward, None, self.layout.pp)
         return finish(stages, [TrainingTime()] * self.layout.pp)
 
+    def forward_passes(self, per_rank: Sequence[Sequence[Sequence[int]]]) -> list[PipelineTime | None]:
+        """`forward_pass` over each rank's micro-batches, unpadded (None for a rank without any). A model that runs as
+        one chunk is priced for every rank at once over numpy arrays when the micro-batches are many: one stage runs
+        its ops back to back, so its busy seconds and its makespan are its ops' seconds added in order, as the
+        pipeline schedule adds them (`run_pipeline`), here along each rank's row of a ranks × micro-batches table."""
+        micro_batches = [lengths for mbs in per_rank for lengths in mbs]
+        if self._shards.chunks != 1 or len(micro_batches) < PRICE_AHEAD_MIN_COUNTS:
+            self.price_ahead(micro_batches, backward=False)
+            return [self.forward_pass(mbs) if mbs else None for mbs in per_rank]
+        totals, pairs = micro_batch_shapes(micro_batches)
+        (ops,), _ = self._micro_batch_prices(self._tokens_on_gpu(totals, 0), pairs, None)
+        grid = RankSteps([len(mbs) for mbs in per_rank])
+        busy = [grid.added(grid.table(getattr(ops, name))).tolist() for name in TRAINING_TIME_FIELDS]
+        makespans = grid.added(grid.table(ops.total)).tolist()
+        passes: list[PipelineTime | None] = []
+        for rank, mbs in enumerate(per_rank):
+            if not mbs:
+                passes.append(None)
+                continue
+            stage = TrainingTime(*(seconds[rank] for seconds in busy))
+            stage = stage + TrainingTime(pipeline_bubble=max(0.0, makespans[rank] - stage.total))
+            passes.append(finish([stage], [TrainingTime()]))
+        return passes
+
     def price_ahead(self, micro_batches: Sequence[Sequence[int]], pad_to: int = 0, *, backward: bool) -> None:
         """Price these micro-batches' ops (`_micro_batch_ops`: forward-only, or forward and backward reducing gradients
         as ZeRO-2/3 do after each, or as ZeRO-0/1 do before the last) for all of them at once, over numpy arrays of
@@ -342,16 +367,10 @@ class TrainingCosts:
 def micro_batch_shapes(micro_batches: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Each micro-batch's tokens (float) and causal pairs (`causal_pairs`, summed sequence by sequence in the same order,
     so equal to the bit), as numpy arrays."""
-    counts = np.fromiter(map(len, micro_batches), dtype=np.int64, count=len(micro_batches))
-    lengths = np.fromiter(chain.from_iterable(micro_batches), dtype=np.int64, count=int(counts.sum()))
-    rows = np.repeat(np.arange(len(micro_batches)), counts)
-    places = np.arange(len(lengths)) - np.repeat(np.cumsum(counts) - counts, counts)
-    # Sequence j of every micro-batch in column j, zeros after a micro-batch's last (adding 0.0 changes no sum); an
-    # accumulate adds along each row in order, as Python's sum does.
-    pairs = np.zeros((len(micro_batches), int(counts.max(initial=1))))
-    pairs[rows, places] = lengths * (lengths + 1) / 2
-    totals = np.bincount(rows, weights=lengths, minlength=len(micro_batches))  # whole numbers: exact in any order
-    return totals, np.cumsum(pairs, axis=1)[:, -1]
+    sequences = RankSteps([len(lengths) for lengths in micro_batches])
+    lengths = np.fromiter(chain.from_iterable(micro_batches), dtype=np.int64)
+    totals = sequences.table(lengths).sum(axis=1)  # whole numbers: exact in any order
+    return totals, sequences.added(sequences.table(lengths * (lengths + 1) / 2))
 
 
 def _each_element(ops: TrainingTime, count: int) -> list[TrainingTime]:

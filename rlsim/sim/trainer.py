@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import simpy
 
 from rlsim.costs.layout import TrainingLayout
+from rlsim.costs.rank_steps import RankSteps
 from rlsim.costs.training import PipelineTime, TrainingCosts, pipeline_pad_to
 from rlsim.sim.dp_balance import DP_BALANCERS, pack_micro_batches
 from rlsim.sim.recorder import Recorder
@@ -75,11 +75,15 @@ class Trainer:
         key = (id(costs), label, tuple(lengths))
         per_stage = self._forward_passes.get(key)
         if per_stage is None:
-            padded, capacity = max(lengths, default=0), self.group.layout.forward_micro_batch_tokens
+            layout = self.group.layout
+            padded, capacity = max(lengths, default=0), layout.forward_micro_batch_tokens
             per_rank = [self._micro_batches(share, padded, capacity) for share in self._split(lengths)]
-            self._price_ahead(costs, per_rank, backward=False)
-            times = [self._priced("forward", costs, mbs, pipeline_pad_to(self.group.layout, mbs)) for mbs in per_rank]
-            per_stage = [[t.stages[s].labels(label) if t else {} for t in times] for s in range(self.group.layout.pp)]
+            if layout.pp == 1:
+                times = costs.forward_passes(per_rank)
+            else:
+                self._price_ahead(costs, per_rank, backward=False)
+                times = [self._priced("forward", costs, mbs, pipeline_pad_to(layout, mbs)) for mbs in per_rank]
+            per_stage = [[t.stages[s].labels(label) if t else {} for t in times] for s in range(layout.pp)]
             if len(self._forward_passes) >= FORWARD_PASS_CACHE_LIMIT:
                 self._forward_passes.clear()
             self._forward_passes[key] = per_stage
@@ -111,31 +115,16 @@ class Trainer:
         short of micro-batches idle (zero) in the steps it lacks. A rank's seconds of a label are its row added from 0.0
         step by step in order (an accumulate), as a loop over the steps adds them; at the barrier, each step's own
         barrier and then its wait behind the slowest rank."""
-        counts = [len(mbs) for mbs in per_rank]
+        grid = RankSteps([len(mbs) for mbs in per_rank])
         micro = costs.micro_steps([mb for mbs in per_rank for mb in mbs])
-        rows = np.repeat(np.arange(len(per_rank)), counts)
-        steps = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
-        width = max(counts, default=0)
-
-        def table(seconds: np.ndarray) -> np.ndarray:
-            out = np.zeros((len(per_rank), width))
-            out[rows, steps] = seconds
-            return out
-
-        def added(*tables: np.ndarray) -> list[float]:
-            """Each row of the tables interleaved column by column (step i of each in turn), summed in that order."""
-            terms = np.zeros((len(per_rank), 1 + width * len(tables)))  # the 0.0 each sum starts from, then the terms
-            for k, seconds in enumerate(tables):
-                terms[:, 1 + k::len(tables)] = seconds
-            return np.cumsum(terms, axis=1)[:, -1].tolist()
-
-        total = table(micro.total)
-        by_label = {"train_forward": added(table(micro.forward)),
-                    "train_backward": added(table(micro.backward + micro.recompute)),
-                    "optimizer": added(table(micro.optimizer)),
-                    "exposed_collective": added(table(micro.exposed_collective)),
-                    "pipeline_bubble": added(table(micro.pipeline_bubble)),
-                    "barrier": added(table(micro.barrier), total.max(axis=0, initial=0.0) - total)}
+        total = grid.table(micro.total)
+        tables = {"train_forward": (grid.table(micro.forward),),
+                  "train_backward": (grid.table(micro.backward + micro.recompute),),
+                  "optimizer": (grid.table(micro.optimizer),),
+                  "exposed_collective": (grid.table(micro.exposed_collective),),
+                  "pipeline_bubble": (grid.table(micro.pipeline_bubble),),
+                  "barrier": (grid.table(micro.barrier), total.max(axis=0, initial=0.0) - total)}
+        by_label = {label: grid.added(*parts).tolist() for label, parts in tables.items()}
         optimizer = costs.optimizer_step(0).labels()
         totals = []
         for rank in range(len(per_rank)):
