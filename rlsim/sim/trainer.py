@@ -118,12 +118,8 @@ class Trainer:
         grid = RankSteps([len(mbs) for mbs in per_rank])
         micro = costs.micro_steps([mb for mbs in per_rank for mb in mbs])
         total = grid.table(micro.total)
-        tables = {"train_forward": (grid.table(micro.forward),),
-                  "train_backward": (grid.table(micro.backward + micro.recompute),),
-                  "optimizer": (grid.table(micro.optimizer),),
-                  "exposed_collective": (grid.table(micro.exposed_collective),),
-                  "pipeline_bubble": (grid.table(micro.pipeline_bubble),),
-                  "barrier": (grid.table(micro.barrier), total.max(axis=0, initial=0.0) - total)}
+        tables = {label: [grid.table(seconds)] for label, seconds in micro.labels().items()}
+        tables["barrier"].append(total.max(axis=0, initial=0.0) - total)
         by_label = {label: grid.added(*parts).tolist() for label, parts in tables.items()}
         optimizer = costs.optimizer_step(0).labels()
         totals = []
