@@ -1,4 +1,4 @@
-"""A pass's micro-batches are priced by token count all at once with numpy (`TrainingCosts.price_ahead`): every
+"""A pass's micro-batches are priced all at once with numpy (`TrainingCosts.price_ahead`): every
 micro-batch must get, to the bit, what the scalar path gives it, whatever the layout."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from rlsim.config.schema import TrainingPlacement
 from rlsim.costs.memo import Memo
 from rlsim.costs.training import TrainingCosts
-from rlsim.costs.training_layers import PRICE_AHEAD_MIN_COUNTS
+from rlsim.costs.training_layers import PRICE_AHEAD_MIN_COUNTS, causal_pairs
 from tests.test_training_costs import costs_on_h100s
 
 LAYOUTS = {
@@ -35,18 +35,23 @@ def _micro_batches(seed: int) -> list[list[int]]:
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 @pytest.mark.parametrize("head", ["lm", "value"])
-def test_micro_batches_priced_ahead_equal_the_scalar_prices(name, head):
+@pytest.mark.parametrize("backward", [True, False])
+def test_micro_batches_priced_ahead_equal_the_scalar_prices(name, head, backward):
     model, layout = LAYOUTS[name]
     scalar = replace(costs_on_h100s(model, layout), head=head)
     ahead = replace(scalar)
     micro_batches = _micro_batches(len(name))
-    ahead.price_ahead(micro_batches, backward=True)
-    assert len(ahead._layers._token_memo) >= 2 * PRICE_AHEAD_MIN_COUNTS  # priced by numpy, not one by one
-    assert len(scalar._layers._token_memo) == 0
-    for reduce_gradients in (True, False, None):
-        for lengths in micro_batches:
-            expected = scalar._micro_batch_ops(lengths, 0, reduce_gradients)
-            assert ahead._micro_batch_ops(lengths, 0, reduce_gradients) == expected, (lengths, reduce_gradients)
+    ahead.price_ahead(micro_batches, backward=backward)
+    # ZeRO-2/3 reduce gradients after every micro-batch, ZeRO-0/1 before the last; None: a forward-only pass.
+    reduce_gradients = (scalar.layout.zero_stage >= 2) if backward else None
+    assert len(ahead._micro_batch_memo) >= 2 * PRICE_AHEAD_MIN_COUNTS  # priced by numpy, not one by one
+    for lengths in micro_batches:
+        assert (sum(lengths), 0, causal_pairs(lengths), reduce_gradients) in ahead._micro_batch_memo
+        expected = scalar._micro_batch_ops(lengths, 0, reduce_gradients)
+        assert ahead._micro_batch_ops(lengths, 0, reduce_gradients) == expected, lengths
+    for lengths in micro_batches[:3]:  # what was not priced ahead is priced as before
+        other = not reduce_gradients if backward else True
+        assert ahead._micro_batch_ops(lengths, 0, other) == scalar._micro_batch_ops(lengths, 0, other)
 
 
 def test_padded_micro_batches_priced_ahead_equal_the_scalar_prices():

@@ -48,13 +48,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Literal
 
-from rlsim.costs.compute import GPURates
+import numpy as np
+
+from rlsim.costs.compute import GPURates, Tokens
 from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memo import Memo
+from rlsim.costs.rank_steps import RankSteps
 from rlsim.costs.training_groups import Collective, GroupCollectives
-from rlsim.costs.training_layers import LayerPricing, causal_pairs
+from rlsim.costs.training_layers import PRICE_AHEAD_MIN_COUNTS, LayerPricing, causal_pairs, positive_part
 from rlsim.costs.training_pipeline import finish, pipeline_makespan, run_pipeline
 from rlsim.costs.training_shards import (
     ADAM_BYTES_PER_PARAM,
@@ -62,7 +66,7 @@ from rlsim.costs.training_shards import (
     ShardPricing,
     expert_dp_degree,
 )
-from rlsim.costs.training_time import LayerTime, PipelineTime, TrainingTime, sum_by_kind
+from rlsim.costs.training_time import TRAINING_TIME_FIELDS, LayerTime, PipelineTime, TrainingTime, sum_by_kind
 from rlsim.hardware import GPUProfile
 from rlsim.models import ModelSpec
 from rlsim.models.spec import LAYER_KINDS, LayerKind
@@ -199,6 +203,23 @@ class TrainingCosts:
         forward, backward = self._micro_batch_ops(lengths, 0, True)
         return TrainingTime.sum((*forward, *backward))
 
+    def micro_steps(self, micro_batches: Sequence[Sequence[int]]) -> TrainingTime:
+        """`micro_step` of every micro-batch at once: one `TrainingTime` whose fields are arrays, element i that of
+        micro-batch i to the bit. Priced over numpy arrays of the micro-batches' shapes when there are many (a lock-step
+        update of a large batch has thousands), else one by one."""
+        if len(micro_batches) < PRICE_AHEAD_MIN_COUNTS:
+            steps = [self.micro_step(lengths) for lengths in micro_batches]
+            columns: list[Tokens] = [np.array([getattr(t, name) for t in steps], dtype=np.float64)
+                                     for name in TRAINING_TIME_FIELDS]
+            return TrainingTime(*columns)
+        if self._shards.chunks != 1:
+            raise ValueError(f"a lock-step micro-batch runs on one pipeline stage, not {self._shards.chunks} model chunks")
+        totals, pairs = micro_batch_shapes(micro_batches)
+        forward, backward = self._micro_batch_prices(self._tokens_on_gpu(totals, 0), pairs, True)
+        step = TrainingTime.sum((*forward, *backward))
+        fields: list[Tokens] = [np.broadcast_to(getattr(step, name), totals.shape) for name in TRAINING_TIME_FIELDS]
+        return TrainingTime(*fields)
+
     def forward_pass(self, micro_batches: Sequence[Sequence[int]], pad_to: int = 0) -> PipelineTime:
         """A forward-only pass over micro-batches (each padded up to `pad_to` tokens): old-policy or reference
         log-probs ("lm" head), critic values ("value" head). No recompute, no backward, no optimizer; FSDP still
@@ -210,15 +231,54 @@ class TrainingCosts:
         stages = run_pipeline(forward, None, self.layout.pp)
         return finish(stages, [TrainingTime()] * self.layout.pp)
 
-    def price_ahead(self, micro_batches: Sequence[Sequence[int]], pad_to: int = 0, *, backward: bool) -> None:
-        """Price what these micro-batches' prices share by token count (layers' GEMMs and elementwise work, the head)
-        for all of them at once, with numpy (`LayerPricing.price_ahead`): a pass's micro-batches have thousands of
-        distinct token counts. Changes no result, only how fast the micro-batches are priced after it."""
-        self._layers.price_ahead((self._tokens_on_gpu(sum(lengths), pad_to) for lengths in micro_batches),
-                                 backward=backward)
+    def forward_passes(self, per_rank: Sequence[Sequence[Sequence[int]]]) -> list[PipelineTime | None]:
+        """`forward_pass` over each rank's micro-batches, unpadded (None for a rank without any). A model that runs as
+        one chunk is priced for every rank at once over numpy arrays when the micro-batches are many: one stage runs
+        its ops back to back, so its busy seconds and its makespan are its ops' seconds added in order, as the
+        pipeline schedule adds them (`run_pipeline`), here along each rank's row of a ranks × micro-batches table."""
+        micro_batches = [lengths for mbs in per_rank for lengths in mbs]
+        if self._shards.chunks != 1 or len(micro_batches) < PRICE_AHEAD_MIN_COUNTS:
+            self.price_ahead(micro_batches, backward=False)
+            return [self.forward_pass(mbs) if mbs else None for mbs in per_rank]
+        totals, pairs = micro_batch_shapes(micro_batches)
+        (ops,), _ = self._micro_batch_prices(self._tokens_on_gpu(totals, 0), pairs, None)
+        grid = RankSteps([len(mbs) for mbs in per_rank])
+        busy = [grid.added(grid.table(getattr(ops, name))).tolist() for name in TRAINING_TIME_FIELDS]
+        makespans = grid.added(grid.table(ops.total)).tolist()
+        passes: list[PipelineTime | None] = []
+        for rank, mbs in enumerate(per_rank):
+            if not mbs:
+                passes.append(None)
+                continue
+            stage = TrainingTime(*(seconds[rank] for seconds in busy))
+            stage = stage + TrainingTime(pipeline_bubble=max(0.0, makespans[rank] - stage.total))
+            passes.append(finish([stage], [TrainingTime()]))
+        return passes
 
-    def _tokens_on_gpu(self, total: int, pad_to: int) -> float:
-        """Tokens of a micro-batch of `total` tokens, padded up to `pad_to`, on one GPU of its CP group."""
+    def price_ahead(self, micro_batches: Sequence[Sequence[int]], pad_to: int = 0, *, backward: bool) -> None:
+        """Price these micro-batches' ops (`_micro_batch_ops`: forward-only, or forward and backward reducing gradients
+        as ZeRO-2/3 do after each, or as ZeRO-0/1 do before the last) for all of them at once, over numpy arrays of
+        their token counts and causal pairs: a pass's micro-batches have thousands of distinct shapes. Changes no result,
+        only how fast the micro-batches are priced after it."""
+        reduce_gradients = (self.layout.zero_stage >= 2) if backward else None
+        memo = self._micro_batch_memo
+        keys = [key for key in dict.fromkeys((sum(lengths), pad_to, causal_pairs(lengths), reduce_gradients)
+                                             for lengths in micro_batches) if key not in memo]
+        if len(keys) < PRICE_AHEAD_MIN_COUNTS:
+            return
+        tokens = self._tokens_on_gpu(np.array([total for total, _, _, _ in keys], dtype=np.float64), pad_to)
+        pairs = np.array([key[2] for key in keys], dtype=np.float64)
+        forward, backward_ops = self._micro_batch_prices(tokens, pairs, reduce_gradients)
+        per_chunk_forward = [_each_element(ops, len(keys)) for ops in forward]
+        per_chunk_backward = [_each_element(ops, len(keys)) for ops in backward_ops]
+        memo.remember((key, (tuple(chunk[i] for chunk in per_chunk_forward),
+                             tuple(chunk[i] for chunk in per_chunk_backward))) for i, key in enumerate(keys))
+
+    def _tokens_on_gpu(self, total: Tokens, pad_to: int) -> Tokens:
+        """Tokens of a micro-batch of `total` tokens, padded up to `pad_to`, on one GPU of its CP group (of each of an
+        array of totals, element by element)."""
+        if isinstance(total, np.ndarray):
+            return np.maximum(total, float(pad_to)) / self.layout.cp
         return max(total, pad_to) / self.layout.cp
 
     def _micro_batch_ops(self, lengths: Sequence[int], pad_to: int, reduce_gradients: bool | None) -> MicroBatchOps:
@@ -229,8 +289,12 @@ class TrainingCosts:
 
     def _price_micro_batch(self, key: tuple[int, int, float, bool | None]) -> MicroBatchOps:
         total, pad_to, pairs, reduce_gradients = key
+        return self._micro_batch_prices(self._tokens_on_gpu(total, pad_to), pairs, reduce_gradients)
+
+    def _micro_batch_prices(self, tokens: Tokens, pairs: Tokens, reduce_gradients: bool | None) -> MicroBatchOps:
+        """`_micro_batch_ops` of a micro-batch of `tokens` tokens on this GPU and `pairs` causal pairs, or of arrays of
+        them (then each op's fields are arrays, element by element the scalar prices)."""
         layers, chunks = self._layers, self._shards.chunks
-        tokens = self._tokens_on_gpu(total, pad_to)
         kinds = [kind for kind in LAYER_KINDS if self.spec.layer_count(kind)]
         f_layers = {kind: layers.layer(kind, tokens, pairs, backward=False) for kind in kinds}
         forward = tuple(self._chunk_forward(g, tokens, f_layers) for g in range(chunks))
@@ -242,7 +306,7 @@ class TrainingCosts:
                          for g in range(chunks))
         return forward, backward
 
-    def _chunk_forward(self, chunk: int, tokens: float, layers: dict[LayerKind, LayerTime]) -> TrainingTime:
+    def _chunk_forward(self, chunk: int, tokens: Tokens, layers: dict[LayerKind, LayerTime]) -> TrainingTime:
         """One forward op of a pipeline chunk: its layers, the head on the last chunk, FSDP gathers, the send onward."""
         shards = self._shards
         counts = shards.kind_counts[chunk]
@@ -258,13 +322,13 @@ class TrainingCosts:
             exposed += gathers.up_front
             # Each gather hides behind the previous layer's compute; pairs of layer kinds repeat, so count them.
             compute = {kind: layers[kind].compute for kind in gather_of}
-            exposed += sum(count * max(0.0, gather_of[later] - compute[earlier])
+            exposed += sum(count * positive_part(gather_of[later] - compute[earlier])
                            for (earlier, later), count in shards.adjacent_kinds[chunk].items())
         if not last:
             exposed += self._layers.send(tokens)
         return TrainingTime(forward=total.compute, exposed_collective=exposed)
 
-    def _chunk_backward(self, chunk: int, tokens: float, layers: dict[LayerKind, LayerTime],
+    def _chunk_backward(self, chunk: int, tokens: Tokens, layers: dict[LayerKind, LayerTime],
                         recomputed: dict[LayerKind, LayerTime], *, reduce_gradients: bool) -> TrainingTime:
         """One backward op of a pipeline chunk: recompute, gradients, FSDP gathers and gradient reduction, send back."""
         shards = self._shards
@@ -277,12 +341,16 @@ class TrainingCosts:
         plan = shards.backward_overlap[chunk, reduce_gradients]
         # Layers run last to first. The first gather hides behind the head's backward (if this chunk has it); while
         # layer i computes, the next layer's gather and the previous layer's reduce-scatter run.
-        exposed += max(0.0, plan.first_gather - head.compute)
+        exposed += positive_part(plan.first_gather - head.compute)
         window = {kind: layers[kind].compute + recomputed[kind].compute for kind in counts}
-        for comm, kind in plan.comms:  # a comparison, not max(): one per layer of every micro-batch priced
-            beyond = comm - window[kind]
-            if beyond > 0.0:
-                exposed += beyond
+        if isinstance(tokens, np.ndarray):
+            for comm, kind in plan.comms:
+                exposed = exposed + positive_part(comm - window[kind])  # adds 0.0 where the scalar path adds nothing
+        else:
+            for comm, kind in plan.comms:  # a comparison, not max(): one per layer of every micro-batch priced
+                beyond = comm - window[kind]
+                if beyond > 0.0:
+                    exposed += beyond
         exposed += plan.after
         if chunk > 0:
             exposed += self._layers.send(tokens)
@@ -294,3 +362,19 @@ class TrainingCosts:
         """Gradient clipping and Adam over the parameters this GPU updates, then ZeRO-1/2's weight all-gather (a
         function of the layout alone, priced once per stage)."""
         return self._shards.optimizer_step[stage]
+
+
+def micro_batch_shapes(micro_batches: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each micro-batch's tokens (float) and causal pairs (`causal_pairs`, summed sequence by sequence in the same order,
+    so equal to the bit), as numpy arrays."""
+    sequences = RankSteps([len(lengths) for lengths in micro_batches])
+    lengths = np.fromiter(chain.from_iterable(micro_batches), dtype=np.int64)
+    totals = sequences.table(lengths).sum(axis=1)  # whole numbers: exact in any order
+    return totals, sequences.added(sequences.table(lengths * (lengths + 1) / 2))
+
+
+def _each_element(ops: TrainingTime, count: int) -> list[TrainingTime]:
+    """An op priced over arrays of `count` micro-batches (a field that depends on none of them may be a number) as one
+    `TrainingTime` per micro-batch."""
+    fields = [np.broadcast_to(getattr(ops, name), (count,)).tolist() for name in TRAINING_TIME_FIELDS]
+    return [TrainingTime(*values) for values in zip(*fields, strict=True)]

@@ -3,20 +3,22 @@ elementwise work and the TP/CP/EP communication on the critical path (the model 
 
 A micro-batch enters these prices only through its tokens on this GPU and its attention's causal (query, key) pairs,
 so they take those two numbers, not the sequence lengths. The parts that depend on the tokens alone (a layer's GEMMs
-and elementwise work, the head) are remembered per token count, and the counts of a whole pass can be priced at once
-over a numpy array (`price_ahead`), the scalar formulas element by element, so with the same result to the bit."""
+and elementwise work, the head) are remembered per token count. Every price also takes numpy arrays of token counts
+and pairs (the micro-batches of a whole pass, `TrainingCosts.price_ahead`): the scalar formulas element by element, so
+with the same result to the bit."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 
+from rlsim.costs.collectives import Op
 from rlsim.costs.compute import GPURates, Tokens, each
 from rlsim.costs.layout import TrainingLayout
 from rlsim.costs.memo import Memo
 from rlsim.costs.memory import kernel_implementation
-from rlsim.costs.training_groups import GroupCollectives
+from rlsim.costs.training_groups import Collective, GroupCollectives
 from rlsim.costs.training_time import LayerTime
 from rlsim.models import ModelSpec
 from rlsim.models.spec import LAYER_KINDS, LayerKind
@@ -72,14 +74,21 @@ LOGPROB_BYTES = {"fused": (2, 4), "fp32_vocab_parallel": (38, 14), "fp32_unfused
 # Per-token layer prices remembered per kind of layer (keyed by the micro-batch's tokens, which differ step after
 # step): bounded, so a long run's memory does not grow with its steps.
 TOKEN_MEMO_LIMIT = 16_384
-# Token counts below which `price_ahead` leaves them to the scalar path: numpy's fixed cost per operation makes an
-# array of a few counts dearer than pricing them one by one (about 20 counts break even on an H100 dense model).
+# Micro-batches below which `TrainingCosts.price_ahead` leaves them to the scalar path: numpy's fixed cost per
+# operation makes an array of a few dearer than pricing them one by one (about 20 break even on an H100 dense model).
 PRICE_AHEAD_MIN_COUNTS = 32
 
 
 def causal_pairs(sequence_lengths: Sequence[int]) -> float:
     """(query, key) pairs of causal attention within each sequence, summed in order."""
     return sum(n * (n + 1) / 2 for n in sequence_lengths)
+
+
+def positive_part(seconds: Tokens) -> Tokens:
+    """max(0, seconds): of a number, or of every element of an array (what is exposed beyond an overlap)."""
+    if isinstance(seconds, np.ndarray):
+        return np.maximum(seconds, 0.0)
+    return max(0.0, seconds)
 
 
 # Megatron-Core computes Q, K and V with one fused column-parallel GEMM (linear_qkv) and SwiGLU's gate and up with one
@@ -139,15 +148,20 @@ class LayerPricing:
 
     # ---- one layer ----------------------------------------------------------------------------------------------
 
-    def layer(self, kind: LayerKind, tokens: float, pairs: float, *, backward: bool) -> LayerTime:
+    def layer(self, kind: LayerKind, tokens: Tokens, pairs: Tokens, *, backward: bool) -> LayerTime:
         """One layer's forward or backward pass (input and weight gradients, recompute excluded) over `tokens` tokens
-        whose attention spans `pairs` causal pairs (the padding of a padded micro-batch is in the tokens only)."""
-        gemm, elementwise = self._token_memo[kind, tokens, backward]
+        whose attention spans `pairs` causal pairs (the padding of a padded micro-batch is in the tokens only); of
+        numbers, or of arrays of them, element by element."""
+        if isinstance(tokens, np.ndarray):
+            gemm = self._price_gemms(kind, tokens, backward=backward)
+            elementwise = self._elementwise_seconds(kind, tokens, backward=backward)
+        else:
+            gemm, elementwise = self._token_memo[kind, tokens, backward]
         attention = self.attention_seconds(pairs, backward=backward)
         collective = self._layer_collectives(kind, tokens, attention, backward=backward)
         return LayerTime(gemm, attention, elementwise, collective)
 
-    def recompute(self, kind: LayerKind, tokens: float, pairs: float, forward: LayerTime | None = None) -> LayerTime:
+    def recompute(self, kind: LayerKind, tokens: Tokens, pairs: Tokens, forward: LayerTime | None = None) -> LayerTime:
         """What activation recompute re-runs for one layer during the backward pass; `forward`: the layer's forward
         time over the same micro-batch, when already priced."""
         mode = self.layout.activation_recompute
@@ -156,31 +170,6 @@ class LayerPricing:
         if mode == "selective":
             return LayerTime(attention=self.attention_seconds(pairs, backward=False))
         return LayerTime()
-
-    def price_ahead(self, tokens: Iterable[float], *, backward: bool) -> None:
-        """Price the per-token parts of micro-batches of these token counts (on this GPU) now, all counts not yet
-        remembered at once over a numpy array: the layers' GEMMs and elementwise work of every kind of layer, forward
-        and (`backward`) backward, and the head's. Changes no result, only how fast the micro-batches are priced."""
-        passes = (False, True) if backward else (False,)
-        wanted = list(dict.fromkeys(tokens))
-        for kind in self._gemm_plan:
-            for backward_pass in passes:
-                missing = [count for count in wanted if (kind, count, backward_pass) not in self._token_memo]
-                if len(missing) >= PRICE_AHEAD_MIN_COUNTS:
-                    counts = np.array(missing, dtype=np.float64)
-                    gemm = _listed(self._price_gemms(kind, counts, backward=backward_pass), counts)
-                    elementwise = _listed(self._elementwise_seconds(kind, counts, backward=backward_pass), counts)
-                    self._token_memo.remember(((kind, count, backward_pass), (gemm_seconds, elementwise_seconds))
-                                              for count, gemm_seconds, elementwise_seconds
-                                              in zip(missing, gemm, elementwise, strict=True))
-        for backward_pass in passes:
-            missing = [count for count in wanted if (count, backward_pass) not in self._head_memo]
-            if len(missing) >= PRICE_AHEAD_MIN_COUNTS:
-                counts = np.array(missing, dtype=np.float64)
-                parts = [_listed(part, counts) for part in self._head_parts(counts, backward=backward_pass)]
-                self._head_memo.remember(((count, backward_pass), LayerTime(gemm=gemm, elementwise=elementwise,
-                                                                            collective=collective))
-                                         for count, gemm, elementwise, collective in zip(missing, *parts, strict=True))
 
     def _price_per_token(self, key: tuple[LayerKind, float, bool]) -> tuple[float, float]:
         kind, tokens, backward = key
@@ -298,7 +287,7 @@ class LayerPricing:
             local = _fuse_megatron(local)
         return tuple(experts), tuple((d, k, n) for _, d, k, n in local)
 
-    def attention_seconds(self, pairs: float, *, backward: bool) -> float:
+    def attention_seconds(self, pairs: Tokens, *, backward: bool) -> Tokens:
         """One layer's attention over `pairs` causal pairs: FLOPs split by TP (heads) and CP (tokens)."""
         forward_eff, backward_eff = self._attention_efficiency
         flops = self._attention_flops_per_pair * pairs / (self.layout.tp * self.layout.cp)
@@ -343,7 +332,8 @@ class LayerPricing:
         scale = (ELEMENTWISE_BACKWARD_TRAFFIC if backward else 1.0) * tokens / self.layout.tp
         return sum(self.rates.memory_seconds(scale * b) for b in self._elementwise_bytes[kind].values())
 
-    def _layer_collectives(self, kind: LayerKind, tokens: float, attention_seconds: float, *, backward: bool) -> float:
+    def _layer_collectives(self, kind: LayerKind, tokens: Tokens, attention_seconds: Tokens, *,
+                           backward: bool) -> Tokens:
         """Exposed TP, CP and EP communication of one layer's pass over `tokens` tokens on this GPU (the backward pass
         mirrors the forward's collectives)."""
         layout, arch, c = self.layout, self.spec.architecture, self.collectives
@@ -356,11 +346,11 @@ class LayerPricing:
             # Sequence parallelism: all-gather before and reduce-scatter after the attention block and the MLP. With
             # expert parallelism the MoE block dispatches the sequence-parallel shards directly (MoE parallel folding).
             pairs = 1 if moe and layout.ep > 1 else 2
-            seconds += pairs * (c.tp("all_gather", activation) + c.tp("reduce_scatter", activation))
+            seconds += pairs * (_over(c.tp, "all_gather", activation) + _over(c.tp, "reduce_scatter", activation))
         if moe and layout.ep > 1:
             assert c.ep is not None and arch.moe is not None
             routed = ACTIVATION_BYTES * tokens / layout.tp * arch.moe.num_experts_per_tok * h
-            seconds += 2 * c.ep("all_to_all", routed)
+            seconds += 2 * _over(c.ep, "all_to_all", routed)
         if layout.cp > 1:
             assert c.cp is not None
             q, k, v, out = self._widths
@@ -368,21 +358,24 @@ class LayerPricing:
                 # Ring attention: cp−1 exchanges of a K/V block (backward: K/V and their gradients), each hidden behind
                 # the attention of one block.
                 block_bytes = ACTIVATION_BYTES * tokens * (k + v) / layout.tp * (2 if backward else 1)
-                block = c.cp("send_recv", block_bytes)
-                seconds += (layout.cp - 1) * max(0.0, block - attention_seconds / layout.cp)
+                block = _over(c.cp, "send_recv", block_bytes)
+                seconds += (layout.cp - 1) * positive_part(block - attention_seconds / layout.cp)
             else:
                 # Ulysses: all-to-all Q/K/V from sequence-split to head-split, and the output back.
-                seconds += c.cp("all_to_all", ACTIVATION_BYTES * tokens * (q + k + v) / layout.tp)
-                seconds += c.cp("all_to_all", ACTIVATION_BYTES * tokens * out / layout.tp)
+                seconds += _over(c.cp, "all_to_all", ACTIVATION_BYTES * tokens * (q + k + v) / layout.tp)
+                seconds += _over(c.cp, "all_to_all", ACTIVATION_BYTES * tokens * out / layout.tp)
         return seconds
 
     # ---- output head and pipeline messages ----------------------------------------------------------------------
 
-    def head_time(self, tokens: float, *, backward: bool) -> LayerTime:
-        """Final norm, output head and (for "lm") log-softmax over the vocabulary, on the last pipeline stage."""
+    def head_time(self, tokens: Tokens, *, backward: bool) -> LayerTime:
+        """Final norm, output head and (for "lm") log-softmax over the vocabulary, on the last pipeline stage (of a
+        token count, or of an array of them)."""
+        if isinstance(tokens, np.ndarray):
+            return self._price_head((tokens, backward))
         return self._head_memo[tokens, backward]
 
-    def _price_head(self, key: tuple[float, bool]) -> LayerTime:
+    def _price_head(self, key: tuple[Tokens, bool]) -> LayerTime:
         tokens, backward = key
         gemm, elementwise, collective = self._head_parts(tokens, backward=backward)
         return LayerTime(gemm=gemm, elementwise=elementwise, collective=collective)
@@ -410,16 +403,17 @@ class LayerPricing:
                               ACTIVATION_BYTES * tokens * h)
         return gemm, elementwise, collective
 
-    def send(self, tokens: float) -> float:
+    def send(self, tokens: Tokens) -> Tokens:
         """Point-to-point transfer of a micro-batch's activations (or their gradients) to the neighbouring stage."""
         if self.layout.pp == 1:
             return 0.0
         assert self.collectives.pp is not None
         nbytes = ACTIVATION_BYTES * tokens * self.spec.architecture.hidden_size / self.layout.tp
-        return self.collectives.pp("send_recv", nbytes)
+        return _over(self.collectives.pp, "send_recv", nbytes)
 
 
-def _listed(seconds: Tokens, counts: np.ndarray) -> list[float]:
-    """A price over an array of token counts as one float per count (a part that does not depend on them, such as a
-    zero, repeated)."""
-    return np.broadcast_to(seconds, counts.shape).tolist()
+def _over(collective: Collective, op: Op, nbytes: Tokens) -> Tokens:
+    """A collective's seconds for `nbytes`, or for each element of an array of sizes (it prices numbers only)."""
+    if isinstance(nbytes, np.ndarray):
+        return each(lambda size: collective(op, size), nbytes)
+    return collective(op, nbytes)

@@ -3,7 +3,7 @@ layer's share of it (`LayerTime`) and a data-parallel rank's pipeline stages (`P
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from rlsim.models.spec import LayerKind
 
@@ -58,6 +58,10 @@ class TrainingTime:
             "pipeline_bubble": self.pipeline_bubble,
             "barrier": self.barrier,
         }
+
+
+# TrainingTime's fields in the order its constructor takes them.
+TRAINING_TIME_FIELDS = tuple(f.name for f in fields(TrainingTime))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ how much of the step the others spend at the barrier (RL in the Wild's DP imbala
 """
 from __future__ import annotations
 
+import bisect
 import heapq
+import operator
 from collections.abc import Callable, Sequence
 
 from rlsim import registry
@@ -39,11 +41,13 @@ def sorted_greedy(lengths: Sequence[int], ranks: int) -> Assignment:
     """Longest first, each to the least-loaded rank (LPT scheduling; within 4/3 of optimal)."""
     heap = [(0.0, rank) for rank in range(ranks)]
     out: Assignment = [[] for _ in range(ranks)]
-    # Descending length, ties in index order: the sort is stable under reverse=True too.
+    costs = [work(length) for length in lengths]
+    # Descending length, ties in index order: the sort is stable under reverse=True too. The least-loaded rank is
+    # replaced by itself with the sequence's work added, in one sift (no two entries tie: each holds its own rank).
     for index in sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True):
-        load, rank = heapq.heappop(heap)
+        load, rank = heap[0]
         out[rank].append(index)
-        heapq.heappush(heap, (load + work(lengths[index]), rank))
+        heapq.heapreplace(heap, (load + costs[index], rank))
     return out
 
 
@@ -81,22 +85,25 @@ def pack_micro_batches(lengths: Sequence[int], capacity_tokens: int) -> list[lis
     """First-fit decreasing into micro-batches of at most `capacity_tokens` (a longer sequence gets one of its own).
 
     The first bin with room is found in O(log bins) by descending a max-tree of the bins' free room, rather than by
-    scanning every bin: a rank packs thousands of sequences into hundreds of micro-batches at every update."""
+    scanning every bin: a rank packs thousands of sequences into hundreds of micro-batches at every update. Sequences
+    longer than the capacity come first and each opens a bin with no room, which nothing joins: they skip the tree."""
     ordered = sorted(lengths, reverse=True)
+    alone = bisect.bisect_left(ordered, -capacity_tokens, key=operator.neg)  # how many are longer than the capacity
+    bins: list[list[int]] = [[length] for length in ordered[:alone]]
     leaves = 1
-    while leaves < len(ordered):
+    while leaves < len(ordered) - alone:
         leaves *= 2
     room = [-1] * (2 * leaves)  # room[1] is the most free room of any bin; a leaf without a bin never fits (-1)
-    bins: list[list[int]] = []
-    for length in ordered:
+    to_bin = alone - leaves  # tree node n (a leaf) is bins[n + to_bin]
+    for length in ordered[alone:]:
         if room[1] >= length:
             node = 1
             while node < leaves:  # the leftmost subtree with room, down to its bin
                 node = 2 * node if room[2 * node] >= length else 2 * node + 1
-            bins[node - leaves].append(length)
+            bins[node + to_bin].append(length)
             room[node] -= length
         else:
-            node = leaves + len(bins)
+            node = len(bins) - to_bin
             bins.append([length])
             room[node] = capacity_tokens - length
         node //= 2

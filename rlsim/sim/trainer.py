@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import simpy
 
 from rlsim.costs.layout import TrainingLayout
-from rlsim.costs.training import PipelineTime, TrainingCosts, TrainingTime, pipeline_pad_to
+from rlsim.costs.rank_steps import RankSteps
+from rlsim.costs.training import PipelineTime, TrainingCosts, pipeline_pad_to
 from rlsim.sim.dp_balance import DP_BALANCERS, pack_micro_batches
 from rlsim.sim.recorder import Recorder
 
@@ -25,6 +26,8 @@ LABEL_ORDER = ("logprob", "reward_model", "train_forward", "train_backward", "ex
 
 # Priced passes a trainer remembers: a step's ranks and stages ask for a few hundred at most.
 PASS_CACHE_LIMIT = 1_024
+# Whole forward passes a trainer remembers: a step runs at most four (old log-probs, reference, values, reward model).
+FORWARD_PASS_CACHE_LIMIT = 4
 
 
 @dataclass(frozen=True)
@@ -60,16 +63,30 @@ class Trainer:
         # Priced passes of this step's micro-batches (an identical batch on several ranks is priced once); a key holds
         # every length, so the cache starts afresh beyond PASS_CACHE_LIMIT rather than grow with the run.
         self._cache: dict[tuple, PipelineTime] = {}
+        # Each rank's seconds by label of the latest forward passes, by (cost model, label, the batch's lengths): a
+        # reference that shares the policy's cost model and GPUs (`rlsim.sim.build`) runs the old-log-prob pass's batch
+        # again, and its seconds are the same.
+        self._forward_passes: dict[tuple, list[list[dict[str, float]]]] = {}
 
     def forward_pass(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], *,
                      label: str = "logprob") -> Generator:
         """Old-policy, reference or critic-value pass over the batch (or a reward model's, labelled `reward_model`);
         ranks meet at its end."""
-        padded, capacity = max(lengths, default=0), self.group.layout.forward_micro_batch_tokens
-        per_rank = [self._micro_batches(share, padded, capacity) for share in self._split(lengths)]
-        self._price_ahead(costs, per_rank, backward=False)
-        times = [self._priced("forward", costs, mbs, pipeline_pad_to(self.group.layout, mbs)) for mbs in per_rank]
-        per_stage = [[t.stages[s].labels(label) if t else {} for t in times] for s in range(self.group.layout.pp)]
+        key = (id(costs), label, tuple(lengths))
+        per_stage = self._forward_passes.get(key)
+        if per_stage is None:
+            layout = self.group.layout
+            padded, capacity = max(lengths, default=0), layout.forward_micro_batch_tokens
+            per_rank = [self._micro_batches(share, padded, capacity) for share in self._split(lengths)]
+            if layout.pp == 1:
+                times = costs.forward_passes(per_rank)
+            else:
+                self._price_ahead(costs, per_rank, backward=False)
+                times = [self._priced("forward", costs, mbs, pipeline_pad_to(layout, mbs)) for mbs in per_rank]
+            per_stage = [[t.stages[s].labels(label) if t else {} for t in times] for s in range(layout.pp)]
+            if len(self._forward_passes) >= FORWARD_PASS_CACHE_LIMIT:
+                self._forward_passes.clear()
+            self._forward_passes[key] = per_stage
         yield from self._run(stage, per_stage)
 
     def update(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], mini_batches: int,
@@ -84,29 +101,33 @@ class Trainer:
     def _optimizer_step(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], padded: int) -> Generator:
         layout = self.group.layout
         per_rank = [self._micro_batches(share, padded, layout.micro_batch_tokens) for share in self._split(lengths)]
-        self._price_ahead(costs, per_rank, backward=True)
         if layout.pp == 1 and layout.zero_stage >= 2:
             yield from self._run(stage, [self._lock_step_micro_batches(costs, per_rank)])
         else:
+            self._price_ahead(costs, per_rank, backward=True)
             times = [self._priced("update", costs, mbs, pipeline_pad_to(layout, mbs)) for mbs in per_rank]
             yield from self._run(stage, [[t.stages[s].labels() if t else {} for t in times] for s in range(layout.pp)])
 
     def _lock_step_micro_batches(self, costs: TrainingCosts, per_rank: list[list[list[int]]]) -> list[dict[str, float]]:
-        """pp = 1 with FSDP: micro-step i lasts as long as the slowest rank's micro-batch i; then one optimizer step."""
-        optimizer = costs.optimizer_step(0)
-        ranks = len(per_rank)
-        steps = max(len(mbs) for mbs in per_rank)
-        totals = [dict.fromkeys(LABEL_ORDER, 0.0) for _ in range(ranks)]
-        for i in range(steps):
-            micro = [costs.micro_step(mbs[i]) if i < len(mbs) else TrainingTime() for mbs in per_rank]
-            slowest = max(t.total for t in micro)
-            for rank, t in enumerate(micro):
-                for label, seconds in t.labels().items():
-                    totals[rank][label] += seconds
-                totals[rank]["barrier"] += slowest - t.total
-        for rank in range(ranks):
-            for label, seconds in optimizer.labels().items():
-                totals[rank][label] += seconds
+        """pp = 1 with FSDP: micro-step i lasts as long as the slowest rank's micro-batch i; then one optimizer step.
+
+        Every rank's micro-steps are priced at once (`TrainingCosts.micro_steps`) into a ranks × steps table, a rank
+        short of micro-batches idle (zero) in the steps it lacks. A rank's seconds of a label are its row added from 0.0
+        step by step in order (an accumulate), as a loop over the steps adds them; at the barrier, each step's own
+        barrier and then its wait behind the slowest rank."""
+        grid = RankSteps([len(mbs) for mbs in per_rank])
+        micro = costs.micro_steps([mb for mbs in per_rank for mb in mbs])
+        total = grid.table(micro.total)
+        tables = {label: [grid.table(seconds)] for label, seconds in micro.labels().items()}
+        tables["barrier"].append(total.max(axis=0, initial=0.0) - total)
+        by_label = {label: grid.added(*parts).tolist() for label, parts in tables.items()}
+        optimizer = costs.optimizer_step(0).labels()
+        totals = []
+        for rank in range(len(per_rank)):
+            labels = dict.fromkeys(LABEL_ORDER, 0.0)
+            for label, seconds in by_label.items():
+                labels[label] = seconds[rank] + optimizer[label]
+            totals.append(labels)
         return totals
 
     def _price_ahead(self, costs: TrainingCosts, per_rank: list[list[list[int]]], *, backward: bool) -> None:
