@@ -58,6 +58,7 @@ def build_copy(into: Path) -> Path:
     for part in ("rlsim", "benchmarks", "scenarios", "hardware_profiles", "traces"):
         if (ROOT / part).exists():
             shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")  # mypy's settings, which mypyc type-checks by
     built = subprocess.run([sys.executable, "-c", BUILD, *COMPILED], cwd=copy, capture_output=True, text=True)
     if built.returncode:
         raise SystemExit(f"mypyc could not build the engine modules (mypy installed? a C compiler?):\n{built.stderr}")
