@@ -63,17 +63,20 @@ class Trainer:
         # Priced passes of this step's micro-batches (an identical batch on several ranks is priced once); a key holds
         # every length, so the cache starts afresh beyond PASS_CACHE_LIMIT rather than grow with the run.
         self._cache: dict[tuple, PipelineTime] = {}
-        # Each rank's seconds by label of the latest forward passes, by (cost model, label, the batch's lengths): a
+        # Each rank's seconds by label of the latest forward passes, by (label, the batch's lengths) with their cost model: a
         # reference that shares the policy's cost model and GPUs (`rlsim.sim.build`) runs the old-log-prob pass's batch
         # again, and its seconds are the same.
-        self._forward_passes: dict[tuple, list[list[dict[str, float]]]] = {}
+        self._forward_passes: dict[tuple, tuple[TrainingCosts, list[list[dict[str, float]]]]] = {}
 
     def forward_pass(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], *,
                      label: str = "logprob") -> Generator:
         """Old-policy, reference or critic-value pass over the batch (or a reward model's, labelled `reward_model`);
         ranks meet at its end."""
-        key = (id(costs), label, tuple(lengths))
-        per_stage = self._forward_passes.get(key)
+        key = (label, tuple(lengths))
+        remembered = self._forward_passes.get(key)
+        # The same cost model object, not an equal one: comparing frozen dataclasses field by field costs more than
+        # the pass, and an id alone could be a freed model's.
+        per_stage = remembered[1] if remembered is not None and remembered[0] is costs else None
         if per_stage is None:
             layout = self.group.layout
             padded, capacity = max(lengths, default=0), layout.forward_micro_batch_tokens
@@ -86,7 +89,7 @@ class Trainer:
             per_stage = [[t.stages[s].labels(label) if t else {} for t in times] for s in range(layout.pp)]
             if len(self._forward_passes) >= FORWARD_PASS_CACHE_LIMIT:
                 self._forward_passes.clear()
-            self._forward_passes[key] = per_stage
+            self._forward_passes[key] = (costs, per_stage)
         yield from self._run(stage, per_stage)
 
     def update(self, stage: str, costs: TrainingCosts, lengths: Sequence[int], mini_batches: int,
