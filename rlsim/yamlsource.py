@@ -21,6 +21,7 @@ MAX_YAML_VALUES = 1_000_000
 MAX_YAML_DEPTH = 64
 # libyaml's parser when PyYAML was built with it (ten times faster, same nodes and line marks), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_TOO_DEEP = f"nested too deeply to parse (a scenario nests at most {MAX_YAML_DEPTH} levels)"
 
 
 # Scalars the scenario format accepts in place of a mapping, and the key each stands for (`model: Qwen3-8B` is
@@ -126,6 +127,10 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
         _record_lines(node, lines, file)
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
+        if exc.problem is not None and "maximum nesting depth" in exc.problem:
+            # LibYAML's own bound (the PyYAML 6.0.4 wheels bundle a LibYAML that has one): the same refusal as the recursion
+            # below, whichever of the two a machine's PyYAML hits first.
+            raise ScenarioError(Problem(_TOO_DEEP, file=file, line=_error_line(exc))) from None
         raise ScenarioError(Problem(f"YAML syntax error: {_describe(exc)}", file=file, line=_error_line(exc))) from None
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
@@ -135,7 +140,7 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
         raise ScenarioError(Problem(f"YAML error: {exc}", file=file)) from None
     except RecursionError:
         # The parser itself recurses per level of nesting, before the walk above can bound it.
-        raise ScenarioError(Problem("nested too deeply to parse", file=file)) from None
+        raise ScenarioError(Problem(_TOO_DEEP, file=file)) from None
     finally:
         if loader is not None:
             loader.dispose()
