@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from rlsim.costs.compute import GPURates
+from rlsim.costs.engine_kernels import work_of
 from rlsim.costs.memo import BlockMemo
 from rlsim.costs.rollout import TOKEN_BLOCK, EngineCosts, EngineOverheads, PrefillChunk
+from rlsim.costs.speculative import Speculation
 from rlsim.pricing.precision import engine_precision
 from tests.test_rollout_costs import A100, H100, HARDWARE, engine
 
@@ -106,3 +108,74 @@ def test_rates_price_gemms_over_arrays_as_the_scalar_function_does(sm_count):
     flops = 2.0 * counts * 5120 * 13824
     assert rates.kernel_seconds(flops, nbytes).tolist() == [rates.kernel_seconds(f, b) for f, b in
                                                              zip(flops.tolist(), nbytes.tolist(), strict=True)]
+
+
+def _priced_part_by_part(costs: EngineCosts, decode_batch: int, decode_context: float,
+                         chunks: tuple[PrefillChunk, ...]) -> float:
+    """An iteration's price summed from its parts' memos in `EngineKernels.context_free_kernels`' order, then
+    attention, the launch gaps and the CPU bounds: the float operations the remembered context-free part must keep."""
+    kernels = costs._kernels
+    work = work_of(decode_batch, chunks)
+    if costs._latent:
+        layers, after_head, layer_launches = costs._latent_layers_memo[work.tokens, kernels.latent_rows(work)]
+    else:
+        layers, after_head, layer_launches = costs._layers_memo[work.tokens]
+    collectives, collective_launches = costs._collectives_memo[work.tokens]
+    head, head_launches = costs._logits_memo[work.logit_rows]
+    seconds = layers
+    for part in (*head, *after_head):
+        seconds += part
+    gpu = seconds + collectives + kernels.attention_seconds(work, decode_context)
+    launches = layer_launches + collective_launches + head_launches + kernels.attention_launches
+    busy_until, then = kernels.cpu_bounds(work.tokens, launches, work.decode + work.prefill_sequences)
+    return max(gpu + launches * costs.overheads.kernel_gap_seconds, busy_until) + then
+
+
+PRICED_ENGINES = {**ENGINES, "MLA, tp 8, ep 8": engine("DeepSeek-V3", tp=8, ep=8, gpu=H100),
+                  "no overlap scheduling": engine("Qwen2.5-7B", overheads=EngineOverheads(overlap_scheduling=False))}
+
+
+@pytest.mark.parametrize("name", list(PRICED_ENGINES))
+def test_an_iteration_and_its_one_chunk_shortcut_are_priced_as_the_sum_of_their_parts(name):
+    """The parts that do not depend on the context are remembered per (tokens, rows sampled, sequences, latent rows)
+    already summed; the price is still, to the bit, the parts summed in their order; and one chunk priced without
+    building it (`chunk_iteration_seconds`) is priced as the same chunk in a list."""
+    costs = replace(PRICED_ENGINES[name])
+    rng = np.random.default_rng(36)
+    for _ in range(300):
+        decode_batch = int(rng.integers(0, 300))
+        context = float(decode_batch * rng.integers(0, 30_000))
+        tokens, cached = int(rng.integers(1, 8192)), int(rng.integers(0, 60_000))
+        logits = bool(rng.integers(0, 2))
+        chunks = (PrefillChunk(tokens, cached, logits),)
+        expected = _priced_part_by_part(costs, decode_batch, context, chunks)
+        assert costs.iteration_seconds(decode_batch, context, chunks) == expected
+        assert costs.chunk_iteration_seconds(decode_batch, context, tokens, cached, logits) == expected
+        more = (*chunks, PrefillChunk(int(rng.integers(1, 900)), int(rng.integers(0, 900)), True))
+        assert costs.iteration_seconds(decode_batch, context, more) == _priced_part_by_part(costs, decode_batch,
+                                                                                            context, more)
+        if decode_batch:
+            assert costs.iteration_seconds(decode_batch, context) == _priced_part_by_part(costs, decode_batch,
+                                                                                         context, ())
+
+
+def test_a_speculating_engine_prices_one_chunk_without_building_it_as_in_a_list():
+    """An iteration with a prefill chunk is one forward pass even when the engine speculates (the mean speculative
+    step prices decode-only iterations)."""
+    dense = ENGINES["dense"]
+    costs = replace(dense, speculation=Speculation(3, 0.7, replace(ENGINES["LoRA"], lora_rank=0)))
+    for decode_batch, context, tokens, cached, logits in ((0, 0.0, 512, 0, True), (12, 30_000.0, 2048, 9000, False),
+                                                          (200, 1e6, 1, 70_000, True)):
+        chunk = PrefillChunk(tokens, cached, logits)
+        assert (costs.chunk_iteration_seconds(decode_batch, context, tokens, cached, logits)
+                == costs.iteration_seconds(decode_batch, context, [chunk])
+                == dense.iteration_seconds(decode_batch, context, [chunk]))
+
+
+def test_one_chunk_priced_without_building_it_refuses_what_the_general_path_refuses():
+    costs = ENGINES["dense"]
+    assert costs.chunk_iteration_seconds(0, 0.0, 0, 0, False) == 0.0 == costs.iteration_seconds()
+    with pytest.raises(ValueError, match="prefill chunk sizes must be >= 0"):
+        costs.chunk_iteration_seconds(4, 100.0, -1, 0, True)
+    with pytest.raises(ValueError, match="decode_batch and decode_context must be >= 0"):
+        costs.chunk_iteration_seconds(-1, 100.0, 16, 0, True)

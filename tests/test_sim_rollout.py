@@ -38,6 +38,9 @@ class FixedCosts:
             self.prefills.append(chunks)
         return 1.0 + 0.01 * sum(c.tokens for c in chunks)
 
+    def chunk_iteration_seconds(self, decode_batch, decode_context, tokens, cached_tokens, logits):
+        return self.iteration_seconds(decode_batch, decode_context, (PrefillChunk(tokens, cached_tokens, logits),))
+
     def decode_iteration_seconds(self, batch, total_context):
         return 1.0
 

@@ -70,11 +70,17 @@ __all__ = ["CollectiveSeconds", "DecodeProfile", "EngineCosts", "EngineOverheads
 LayersPriced = tuple[float, tuple[float, ...], int]
 CollectivesPriced = tuple[float, int]
 LogitsPriced = tuple[tuple[float, ...], int]
+# An iteration's parts but attention, priced: the GPU seconds to add attention's to, the launch gaps' seconds to add
+# then, and the CPU bounds (`EngineKernels.cpu_bounds`).
+ContextFreePriced = tuple[float, float, float, float]
 
 # Token counts an engine's layers are priced for at once (`EngineCosts._price_layer_block`): numpy prices a block in
 # about the time the scalar path takes for a few counts, and a run's iterations ask for thousands of distinct counts
 # up to max_num_batched_tokens (8,192 by default: 16 blocks).
 TOKEN_BLOCK = 512
+# Context-free parts an engine remembers (`EngineCosts._price_context_free`), then afresh: a key per (tokens, rows
+# sampled, sequences), a few thousand in a production step, but MLA's latent rows grow with the cached prefixes.
+CONTEXT_FREE_KEYS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,9 @@ class EngineCosts:
     _latent_layers_memo: Memo[tuple[int, int], LayersPriced] = field(init=False, repr=False, compare=False)
     _collectives_memo: Memo[int, CollectivesPriced] = field(init=False, repr=False, compare=False)
     _logits_memo: Memo[int, LogitsPriced] = field(init=False, repr=False, compare=False)
+    # (tokens, logit rows, sequences, MLA latent rows) -> `ContextFreePriced`
+    _context_free_memo: Memo[tuple[int, int, int, int], ContextFreePriced] = field(init=False, repr=False,
+                                                                                   compare=False)
 
     def __post_init__(self) -> None:
         arch = self.spec.architecture
@@ -194,7 +203,8 @@ class EngineCosts:
         parts = {"_kernels": kernels, "_profile_memo": Memo(self._decode_profile),
                  "_latent": arch.mla is not None, "_layers_memo": BlockMemo(self._price_layer_block, TOKEN_BLOCK),
                  "_latent_layers_memo": Memo(self._price_latent_layers),
-                 "_collectives_memo": Memo(self._price_collectives), "_logits_memo": Memo(self._price_logits)}
+                 "_collectives_memo": Memo(self._price_collectives), "_logits_memo": Memo(self._price_logits),
+                 "_context_free_memo": Memo(self._price_context_free, CONTEXT_FREE_KEYS)}
         for name, part in parts.items():
             object.__setattr__(self, name, part)
 
@@ -263,29 +273,30 @@ class EngineCosts:
             return (verify + draft) / speculation.tokens_per_step
         return self._iteration_seconds(work, decode_context)
 
+    def chunk_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,
+                                logits: bool) -> float:
+        """`iteration_seconds(decode_batch, decode_context, [PrefillChunk(tokens, cached_tokens, logits)])` to the
+        bit, without building the chunk or summing a list of them: most iterations of a long prefill are one chunk
+        beside the decodes (`rlsim.sim.engine.prefill_run` prices tens of thousands in a step)."""
+        if decode_batch < 0 or decode_context < 0 or tokens < 1 or cached_tokens < 0:
+            return self.iteration_seconds(decode_batch, decode_context, (PrefillChunk(tokens, cached_tokens, logits),))
+        rows = 1 if logits else 0
+        # `work_of` of the one chunk, field by field (integer sums, so the same values whatever the order).
+        pairs = tokens * cached_tokens + tokens * (tokens + 1) // 2
+        work = Work(decode_batch, tokens, cached_tokens, float(pairs), rows, 1, 1, decode_batch, decode_batch + tokens,
+                    decode_batch + rows)
+        return self._iteration_seconds(work, decode_context)
+
     def _iteration_seconds(self, work: Work, decode_context: float) -> float:
         """One forward pass over `work` at decode context `decode_context`."""
         # Only attention depends on the context and the prefill's cached prefix; the rest is a function of the
-        # tokens and of the rows sampled, counts that repeat across iterations, so each part is priced once per
-        # value (prefill-heavy runs price tens of thousands of iterations). Summed in
-        # `EngineKernels.context_free_kernels`' order.
+        # tokens, the rows sampled and the sequences scheduled, counts that repeat across iterations, so it is priced
+        # once per value (prefill-heavy runs price tens of thousands of iterations).
         kernels = self._kernels
-        tokens = work.tokens
-        if self._latent:
-            layers, after_head, layer_launches = self._latent_layers_memo[tokens, kernels.latent_rows(work)]
-        else:
-            layers, after_head, layer_launches = self._layers_memo[tokens]
-        collectives, collective_launches = self._collectives_memo[tokens]
-        head, head_launches = self._logits_memo[work.logit_rows]
-        seconds = layers
-        for part in head:
-            seconds += part
-        for part in after_head:
-            seconds += part
-        gpu = seconds + collectives + kernels.attention_seconds(work, decode_context)
-        launches = layer_launches + collective_launches + head_launches + kernels.attention_launches
-        busy_until, then = kernels.cpu_bounds(tokens, launches, work.decode + work.prefill_sequences)
-        return max(gpu + launches * self.overheads.kernel_gap_seconds, busy_until) + then
+        latent_rows = kernels.latent_rows(work) if self._latent else 0
+        before, gaps, busy_until, then = self._context_free_memo[
+            work.tokens, work.logit_rows, work.decode + work.prefill_sequences, latent_rows]
+        return max(before + kernels.attention_seconds(work, decode_context) + gaps, busy_until) + then
 
     def decode_profile(self, batch: int) -> DecodeProfile:
         """The iteration time of a decode batch of `batch` sequences as a piecewise-linear function of its context."""
@@ -382,6 +393,28 @@ class EngineCosts:
         for kernel in layers:
             seconds += price(kernel, 0.0)
         return seconds, tuple(price(kernel, 0.0) for kernel in after_head), _launches(layers, after_head)
+
+    def _price_context_free(self, key: tuple[int, int, int, int]) -> ContextFreePriced:
+        """`ContextFreePriced` of an iteration of `tokens` tokens, `logit_rows` rows sampled, `sequences` sequences
+        scheduled and (MLA) `latent_rows` latent rows expanded: its parts from their memos, summed in
+        `EngineKernels.context_free_kernels`' order. `_iteration_seconds` adds attention to the sum, then the launch
+        gaps, in that order: the float operations of summing every part in one pass."""
+        tokens, logit_rows, sequences, latent_rows = key
+        kernels = self._kernels
+        if self._latent:
+            layers, after_head, layer_launches = self._latent_layers_memo[tokens, latent_rows]
+        else:
+            layers, after_head, layer_launches = self._layers_memo[tokens]
+        collectives, collective_launches = self._collectives_memo[tokens]
+        head, head_launches = self._logits_memo[logit_rows]
+        seconds = layers
+        for part in head:
+            seconds += part
+        for part in after_head:
+            seconds += part
+        launches = layer_launches + collective_launches + head_launches + kernels.attention_launches
+        busy_until, then = kernels.cpu_bounds(tokens, launches, sequences)
+        return seconds + collectives, launches * self.overheads.kernel_gap_seconds, busy_until, then
 
     def _price_collectives(self, tokens: int) -> CollectivesPriced:
         collectives = self._kernels.layer_collectives(tokens)

@@ -313,10 +313,15 @@ class RolloutEngine(EngineControls):
 
     def _prefill_iteration(self, plan: list[tuple[Slot, int]]) -> Generator[simpy.Event, object, None]:
         """One iteration mixing the decode batch with prefill chunks."""
-        chunks = [PrefillChunk(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan]
         telemetry, batch = self.telemetry, self.batch
         telemetry.begin(telemetry.prefill_label)
-        seconds = self.costs.iteration_seconds(batch.size, batch.context, chunks)
+        if len(plan) == 1:
+            slot, tokens = plan[0]
+            seconds = self.costs.chunk_iteration_seconds(batch.size, batch.context, tokens, slot.computed,
+                                                         tokens == slot.prefill_left)
+        else:
+            chunks = [PrefillChunk(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan]
+            seconds = self.costs.iteration_seconds(batch.size, batch.context, chunks)
         run = self._plan_prefill_run(plan, seconds)
         if run is None:
             yield self.env.timeout(seconds)

@@ -148,7 +148,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
         if left > budget:
             # The common case: the frontier's next chunk takes the whole budget, so nothing is admitted.
             plan = [(prefilling[frontier], budget)]
-            chunks = [PrefillChunk(budget, computed, False)]
+            seconds = costs.chunk_iteration_seconds(size, context, budget, computed, False)
         else:
             plan = [(prefilling[frontier], left)]
             chunks = [PrefillChunk(left, computed, True)]
@@ -194,10 +194,11 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 plan.append((slot, tokens))
                 chunks.append(PrefillChunk(tokens, cached, tokens == slot_left))
                 budget -= tokens
+            seconds = costs.iteration_seconds(size, context, chunks)
         times.append(end)
         plans.append(plan)
         admissions.append(admitted)
-        end = end + costs.iteration_seconds(size, context, chunks)
+        end = end + seconds
 
 
 def _run(plans: list[Plan], times: list[float], admissions: list[list[Slot]], end: float) -> PrefillRun | None:
