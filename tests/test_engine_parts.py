@@ -16,7 +16,7 @@ from tests.test_sim_rollout import FixedCosts, rollout
 
 def admitted(ledger: KVLedger, r: Rollout, order: int = 0) -> Slot:
     slot = Slot(r, order)
-    ledger.admit(slot, 0)
+    ledger.admit(slot, 0, r.context_tokens)
     return slot
 
 

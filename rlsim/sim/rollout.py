@@ -442,16 +442,28 @@ class RolloutEngine(EngineControls):
         the counters, the engine is sampled, and the next chunks start (back to back: one busy span)."""
         batch, kv, scheduler = self.batch, self.kv, self.scheduler
         running, waiting = self._running, self._waiting
-        first_token = self.lifecycle.first_token
+        first_token, prefilled, book_admission = self.lifecycle.first_token, scheduler.prefilled, scheduler.book_admission
+        # Released contexts to evict as the cache grows: only a turn ending in tool calls adds one, and no turn ends
+        # inside a run (its plan ends at that boundary); admissions only revive some. So with none cached at the first
+        # boundary there are none at any.
+        released = kv.holds_released
         times: list[float] = []
         counters: list[int] = []
         for at, plan, admitted in boundaries:
-            self._advance(1, decode=False)
-            for slot in scheduler.prefilled(plan):
+            # `_advance(1, decode=False)`: the decodes gain a token each
+            size = batch.size
+            batch.iteration += 1
+            batch.context += size
+            kv.used += size
+            scheduler.generated_total += size
+            if released:
+                kv.trim(0)
+            for slot in prefilled(plan):
                 first_token(slot)
-            kv.trim(batch.size)  # the boundary's make_room, which has nothing to preempt
+            if released:
+                kv.trim(batch.size)  # the boundary's make_room, which has nothing to preempt
             for slot in admitted:
-                scheduler.book_admission(slot, at)
+                book_admission(slot, at)
             times.append(at)
             counters += (len(running), len(waiting), kv.used, batch.size, batch.iteration, batch.decode_iterations,
                          batch.decode_read)

@@ -67,16 +67,20 @@ class KVLedger:
         # vLLM recomputes at least the last token of a cached prefix, as in `admit`.
         return context - prompt + 1, min(prompt, context - 1)
 
-    def admit(self, slot: Slot, room: int) -> None:
-        """Reserve the KV of the slot's rollout, and set what it prefills: the cached prefix is its group's prompt
-        (held by its running sequences, or revived from this trajectory's entry), then the trajectory's own released
-        context, usable only behind its prompt. Released contexts are evicted until `room` more tokens fit."""
+    def admit(self, slot: Slot, room: int, context: int) -> None:
+        """Reserve the KV of the slot's rollout, whose context is `context` tokens, and set what it prefills: the
+        cached prefix is its group's prompt (held by its running sequences, or revived from this trajectory's entry),
+        then the trajectory's own released context, usable only behind its prompt. Released contexts are evicted until
+        `room` more tokens fit."""
         rollout = slot.rollout
-        context = rollout.context_tokens
         shared = self.sharing and rollout.group in self._groups
-        entry = self._released.pop(rollout, None)
-        tokens, with_prompt = entry if entry is not None else (0, False)
-        self._released_tokens -= tokens
+        released = self._released
+        tokens, with_prompt = 0, False
+        if released:  # only trajectories back from tool calls leave entries: most admissions find none
+            entry = released.pop(rollout, None)
+            if entry is not None:
+                tokens, with_prompt = entry
+                self._released_tokens -= tokens
         if not self.sharing:
             prefix = tokens
         elif shared or with_prompt:
@@ -100,7 +104,8 @@ class KVLedger:
         slot.own_prompt = own_prompt
         slot.prefill_left = context - cached
         slot.computed = cached
-        self.trim(room)
+        if released:
+            self.trim(room)
 
     def drop(self, slot: Slot, tokens: int) -> None:
         """The slot's sequence leaves holding a context of `tokens` (its reservation while it prefills): free its

@@ -60,7 +60,9 @@ class SequenceLifecycle:
         engine.scheduler.generated_total += 1
         if rollout.version_started < 0:
             rollout.version_started = engine.version  # staleness counts from the oldest token
-        engine.telemetry.observe("prefilled", rollout)
+        probe = engine.telemetry.probe
+        if probe is not None:  # `observe`, without the call when nothing observes (every prefill)
+            probe("prefilled", rollout)
         return rollout
 
     def turn_end(self, slot: Slot) -> None:

@@ -176,10 +176,12 @@ class Scheduler:
 
     def prefilled(self, plan: list[tuple[Slot, int]]) -> list[Slot]:
         """The planned chunks ran: the slots whose prefill is now complete, which sample their next token."""
+        done: list[Slot] = []
         for slot, tokens in plan:
             slot.computed += tokens
-            slot.prefill_left -= tokens
-        done = [slot for slot, _ in plan if not slot.prefill_left]
+            left = slot.prefill_left = slot.prefill_left - tokens
+            if not left:
+                done.append(slot)
         if done:
             self.prefilling = [slot for slot in self.prefilling if slot.prefill_left]
         return done
@@ -288,13 +290,16 @@ class Scheduler:
     def _admitted(self, slot: Slot, at: float) -> None:
         """The slot's rollout, just taken off the queue, is admitted at `at`: its KV reserved, it prefills next."""
         rollout = slot.rollout
-        self.queued_tokens -= rollout.context_tokens
-        self.kv.admit(slot, self.batch.size)
+        context = rollout.context_tokens
+        self.queued_tokens -= context
+        self.kv.admit(slot, self.batch.size, context)
         self._admissions += 1
         if rollout.admitted < 0:
             rollout.admitted = at
         rollout.admissions += 1
-        self.telemetry.changed = True
+        telemetry = self.telemetry
+        telemetry.changed = True
         self.running[rollout] = slot
         self.prefilling.append(slot)
-        self.telemetry.observe("admitted", rollout)
+        if telemetry.probe is not None:  # `observe`, without the call when nothing observes (every admission)
+            telemetry.probe("admitted", rollout)
