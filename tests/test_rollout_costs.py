@@ -5,6 +5,7 @@ import math
 import statistics
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from rlsim.config.framework import Framework
 from rlsim.config.schema import RolloutPlacement
 from rlsim.costs.compute import DEFAULT_FUSED_MOE_CALL_S, DEFAULT_FUSED_MOE_EXPERT_S, GPURates
+from rlsim.costs.decode_profile import DecodeProfile
 from rlsim.costs.rollout import EngineCosts, EngineOverheads, PrefillChunk, kv_cache_tokens
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog, ModelSpec
@@ -424,3 +426,22 @@ def test_an_engine_of_a_scenario_reads_its_placement():
     costs = EngineCosts.for_layout(MODELS.spec("Qwen3-30B-A3B"), GPURates.from_profile(H100), layout,
                                    ring_all_reduce(4), all_to_all(4), engine_overheads(Framework(), layout))
     assert (costs.tp, costs.ep, costs.overheads.cuda_graphs) == (4, 2, False)
+
+
+
+def test_k_iterations_on_the_last_piece_are_priced_as_the_walk_over_every_piece_prices_them():
+    """A stretch whose context starts on the profile's last (unbounded) piece is priced by that piece's series alone:
+    to the bit what walking the pieces gives. The walk is taken on the same profile with its last piece split where no
+    stretch reaches (the same line on both sides of the split)."""
+    rng = np.random.default_rng(36)
+    for _ in range(2000):
+        batch = int(rng.integers(1, 512))
+        a, b, last = float(rng.uniform(1e-4, 0.05)), float(rng.uniform(0, 1e-8)), float(rng.uniform(0, 1e6))
+        context, k = last + float(rng.integers(0, 2_000_000)), int(rng.integers(0, 40_000))
+        beyond = context + batch * (k + 1.0)
+        shortcut = DecodeProfile(batch, (0.0, last), (a / 2, a), (b * 2, b))
+        walked = DecodeProfile(batch, (0.0, last, beyond), (a / 2, a, a), (b * 2, b, b))
+        assert shortcut.k_iterations_seconds(context, k) == walked.k_iterations_seconds(context, k)
+        one_piece = DecodeProfile(batch, (0.0,), (a,), (b,))
+        assert one_piece.k_iterations_seconds(context, k) == DecodeProfile(
+            batch, (0.0, beyond), (a, a), (b, b)).k_iterations_seconds(context, k)

@@ -40,6 +40,12 @@ class DecodeProfile:
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
         batch, c0, total = self.batch, total_context, 0.0
+        last, _, a, b = self._pieces[-1]
+        if c0 >= last and k:
+            # Every iteration on the last piece, which is unbounded (a whole profile is often that one piece, and an
+            # engine prices tens of thousands of stretches): the loop's only series, in the same float operations.
+            total += k * (a + b * c0) + b * batch * ((k - 1) * k / 2)
+            return total
         for start, end, a, b in self._pieces:
             if end <= c0:
                 continue

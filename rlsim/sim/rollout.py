@@ -49,14 +49,13 @@ from typing import ClassVar, Literal
 
 import simpy
 
-from rlsim.costs.rollout import PrefillChunk
 from rlsim.sim.engine.controls import EngineControls
 from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, Stretch
 from rlsim.sim.engine.kv_fetch import KVFetch, PrefillRouter
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.lifecycle import SequenceLifecycle
 from rlsim.sim.engine.preemption_chain import Boundary, PreemptionChain, book_boundaries, plan_chain
-from rlsim.sim.engine.prefill_run import PrefillRun, RunBoundary, plan_prefill_run
+from rlsim.sim.engine.prefill_run import PrefillRun, RunBoundary, plan_chunks, plan_prefill_run
 from rlsim.sim.engine.scheduler import Scheduler
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import BUSY, DECODING, PREFILLING, EngineState, PauseMode
@@ -320,8 +319,7 @@ class RolloutEngine(EngineControls):
             seconds = self.costs.chunk_iteration_seconds(batch.size, batch.context, tokens, slot.computed,
                                                          tokens == slot.prefill_left)
         else:
-            chunks = [PrefillChunk(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan]
-            seconds = self.costs.iteration_seconds(batch.size, batch.context, chunks)
+            seconds = self.costs.iteration_seconds(batch.size, batch.context, plan_chunks(plan))
         run = self._plan_prefill_run(plan, seconds)
         if run is None:
             yield self.env.timeout(seconds)

@@ -151,7 +151,6 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
             seconds = costs.chunk_iteration_seconds(size, context, budget, computed, False)
         else:
             plan = [(prefilling[frontier], left)]
-            chunks = [PrefillChunk(left, computed, True)]
             budget -= left
             index = frontier + 1
             while budget > 0 and index < count:
@@ -159,7 +158,6 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 slot_left = slot.prefill_left
                 tokens = slot_left if slot_left < budget else budget
                 plan.append((slot, tokens))
-                chunks.append(PrefillChunk(tokens, slot.computed, tokens == slot_left))
                 budget -= tokens
                 index += 1
             while budget > 0:
@@ -192,13 +190,24 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 count += 1
                 tokens = slot_left if slot_left < budget else budget
                 plan.append((slot, tokens))
-                chunks.append(PrefillChunk(tokens, cached, tokens == slot_left))
                 budget -= tokens
-            seconds = costs.iteration_seconds(size, context, chunks)
+            if len(plan) == 1:
+                seconds = costs.chunk_iteration_seconds(size, context, left, computed, True)
+            else:
+                # The frontier's last chunk, after the tokens the run prefilled; the other slots are as the engine
+                # has them, or as their planned admission set them.
+                chunks = [PrefillChunk(left, computed, True)]
+                chunks += plan_chunks(plan, 1)
+                seconds = costs.iteration_seconds(size, context, chunks)
         times.append(end)
         plans.append(plan)
         admissions.append(admitted)
         end = end + seconds
+
+
+def plan_chunks(plan: Plan, first: int = 0) -> list[PrefillChunk]:
+    """The prefill chunks of the plan's slots from `first` on, as their slots stand before the iteration."""
+    return [PrefillChunk(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan[first:]]
 
 
 def _run(plans: list[Plan], times: list[float], admissions: list[list[Slot]], end: float) -> PrefillRun | None:
