@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from rlsim.costs.compute import GPURates, Tokens, each
+from rlsim.costs.compute import GEMM_FILL_S, GPURates, Tokens, each
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu
 from rlsim.models import ModelSpec
 from rlsim.models.spec import LAYER_KINDS, GemmShape, LayerKind
@@ -521,6 +521,27 @@ class EngineKernels:
                 KernelCollective("all_to_all", 2 * layers, self.all_to_all_seconds(share)),
             ]
         return [KernelCollective("all_reduce", 2 * layers, all_reduce)]
+
+    def single_query_attention_seconds(self, decode_rows: int, prefill: int, prefill_cached: int,
+                                       prefill_pairs: float, decode_context: float) -> float:
+        """`attention_seconds` of an iteration of `decode_rows` decoding sequences, one query each (no speculative
+        verify step), and prefill chunks of `prefill` new tokens after `prefill_cached` in all, `prefill_pairs`
+        (query, key) pairs: to the bit, from the counts alone (`Work`'s fields of those names), with
+        `_attention_work`'s and `GPURates.attention_seconds`' float operations in their order (one query per decode
+        multiplies by one, which changes no value) and no call. Every prefill iteration an engine prices asks."""
+        expanded, absorbed, query_width = self._attention_widths
+        passes, kv_per_layer = self.decode_kv_passes, self.kv_per_layer
+        flops = absorbed * decode_rows + expanded * prefill_pairs
+        nbytes = (kv_per_layer * (passes * decode_rows + prefill + prefill_cached)
+                  + ACTIVATION_BYTES * (decode_rows + prefill) * query_width)
+        rate, fixed_bytes, bytes_per_s = self.rates.attention_roofline
+        compute = GEMM_FILL_S + (flops + absorbed * decode_context) / rate
+        memory = (nbytes + passes * kv_per_layer * decode_context + fixed_bytes) / bytes_per_s
+        seconds = memory if memory > compute else compute  # max(compute, memory), by comparison: no call
+        total = 0.0
+        for layers in self.attention_layers:
+            total += layers * seconds
+        return total
 
     # ---- the closed form ----------------------------------------------------------------------------------------
 

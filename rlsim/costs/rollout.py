@@ -280,12 +280,15 @@ class EngineCosts:
         beside the decodes (`rlsim.sim.engine.prefill_run` prices tens of thousands in a step)."""
         if decode_batch < 0 or decode_context < 0 or tokens < 1 or cached_tokens < 0:
             return self.iteration_seconds(decode_batch, decode_context, (PrefillChunk(tokens, cached_tokens, logits),))
-        rows = 1 if logits else 0
-        # `work_of` of the one chunk, field by field (integer sums, so the same values whatever the order).
-        pairs = tokens * cached_tokens + tokens * (tokens + 1) // 2
-        work = Work(decode_batch, tokens, cached_tokens, float(pairs), rows, 1, 1, decode_batch, decode_batch + tokens,
-                    decode_batch + rows)
-        return self._iteration_seconds(work, decode_context)
+        # `work_of`'s counts for the one chunk (integer sums, so the same values whatever the order), then
+        # `_iteration_seconds` on them.
+        kernels = self._kernels
+        pairs = float(tokens * cached_tokens + tokens * (tokens + 1) // 2)
+        latent_rows = decode_batch + tokens + cached_tokens if self._latent else 0  # `EngineKernels.latent_rows`
+        before, gaps, busy_until, then = self._context_free_memo[
+            decode_batch + tokens, decode_batch + 1 if logits else decode_batch, decode_batch + 1, latent_rows]
+        attention = kernels.single_query_attention_seconds(decode_batch, tokens, cached_tokens, pairs, decode_context)
+        return max(before + attention + gaps, busy_until) + then
 
     def _iteration_seconds(self, work: Work, decode_context: float) -> float:
         """One forward pass over `work` at decode context `decode_context`."""
@@ -296,7 +299,12 @@ class EngineCosts:
         latent_rows = kernels.latent_rows(work) if self._latent else 0
         before, gaps, busy_until, then = self._context_free_memo[
             work.tokens, work.logit_rows, work.decode + work.prefill_sequences, latent_rows]
-        return max(before + kernels.attention_seconds(work, decode_context) + gaps, busy_until) + then
+        if work.decode_queries == 1:
+            attention = kernels.single_query_attention_seconds(work.decode_rows, work.prefill, work.prefill_cached,
+                                                               work.prefill_pairs, decode_context)
+        else:  # a speculative verify step
+            attention = kernels.attention_seconds(work, decode_context)
+        return max(before + attention + gaps, busy_until) + then
 
     def decode_profile(self, batch: int) -> DecodeProfile:
         """The iteration time of a decode batch of `batch` sequences as a piecewise-linear function of its context."""
