@@ -1,6 +1,7 @@
 """Boundaries an engine planned ahead and sleeps through, booked once simulated time has passed them."""
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Generic, TypeVar
 
 BoundaryT = TypeVar("BoundaryT")
@@ -21,9 +22,6 @@ class PlannedBoundaries(Generic[BoundaryT]):
     def due(self, now: float) -> list[BoundaryT]:
         """The boundaries not yet booked that fell strictly before `now` (one at `now` is the step-by-step path's
         next event, which a wake-up or an observer at the same instant precedes), now counted as booked."""
-        times, booked = self.times, self.booked
-        due = booked
-        while due < len(times) and times[due] < now:
-            due += 1
-        self.booked = due
+        booked = self.booked
+        due = self.booked = bisect_left(self.times, now, booked)  # the times increase
         return self.boundaries[booked:due]

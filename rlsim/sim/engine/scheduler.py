@@ -278,9 +278,9 @@ class Scheduler:
         engine is left as `plan` would have left it then."""
         rollout = self.waiting.popleft()
         assert rollout is slot.rollout and slot.order == self._admissions, "a planned admission out of order"
-        planned = slot.prefill_left, slot.computed
+        left, computed = slot.prefill_left, slot.computed
         self._admitted(slot, at)
-        assert (slot.prefill_left, slot.computed) == planned, "a planned admission prefills otherwise"
+        assert slot.prefill_left == left and slot.computed == computed, "a planned admission prefills otherwise"
 
     def _admit(self, rollout: Rollout) -> Slot:
         slot = Slot(rollout, self._admissions)
