@@ -73,7 +73,8 @@ class KVLedger:
         then the trajectory's own released context, usable only behind its prompt. Released contexts are evicted until
         `room` more tokens fit."""
         rollout = slot.rollout
-        shared = self.sharing and rollout.group in self._groups
+        sharing, prompt = self.sharing, rollout.prompt_tokens
+        holders = self._groups.get(rollout.group) if sharing else None  # its group's, when its prompt is here
         released = self._released
         tokens, with_prompt = 0, False
         if released:  # only trajectories back from tool calls leave entries: most admissions find none
@@ -81,26 +82,25 @@ class KVLedger:
             if entry is not None:
                 tokens, with_prompt = entry
                 self._released_tokens -= tokens
-        if not self.sharing:
+        if not sharing:
             prefix = tokens
-        elif shared or with_prompt:
-            prefix = rollout.prompt_tokens + tokens - (rollout.prompt_tokens if with_prompt else 0)
+        elif holders is not None or with_prompt:
+            prefix = prompt + tokens - (prompt if with_prompt else 0)
         else:
             prefix = 0
         # vLLM recomputes at least the last token of a cached prefix, to sample from its logits.
-        cached = min(prefix, context - 1)
+        cached = prefix if prefix < context - 1 else context - 1  # min() by comparison: every admission asks
         self.cached_prefill_tokens += cached
-        own_prompt = 0 if self.sharing else rollout.prompt_tokens
-        if shared:
-            holders = self._groups[rollout.group]
-            if holders[1] != rollout.prompt_tokens:
+        own_prompt = 0 if sharing else prompt
+        if holders is not None:
+            if holders[1] != prompt:
                 raise ValueError(f"rollouts of group {rollout.group} have prompts of {holders[1]} and "
-                                 f"{rollout.prompt_tokens} tokens: a group shares one prompt")
+                                 f"{prompt} tokens: a group shares one prompt")
             holders[0] += 1
-        elif self.sharing:
-            self._groups[rollout.group] = [1, rollout.prompt_tokens]
-            self.used += rollout.prompt_tokens
-        self.used += own_prompt + context - rollout.prompt_tokens + 1
+        elif sharing:
+            self._groups[rollout.group] = [1, prompt]
+            self.used += prompt
+        self.used += own_prompt + context - prompt + 1
         slot.own_prompt = own_prompt
         slot.prefill_left = context - cached
         slot.computed = cached
