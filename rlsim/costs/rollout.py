@@ -314,7 +314,10 @@ class EngineCosts:
 
     def decode_k_iterations_seconds(self, batch: int, total_context: float, k: int) -> float:
         """Time of k decode iterations of a fixed batch from `total_context`, the context growing by `batch` each."""
-        return self.decode_profile(batch).k_iterations_seconds(total_context, k)
+        profile = self._profile_memo.get(batch)  # a remembered profile without a call: every stretch planned asks
+        if profile is None:
+            profile = self.decode_profile(batch)
+        return profile.k_iterations_seconds(total_context, k)
 
     def decode_iterations_within(self, batch: int, total_context: float, seconds: float) -> int:
         """How many whole decode iterations of a fixed batch from `total_context` fit in `seconds`."""
