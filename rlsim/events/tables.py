@@ -390,8 +390,13 @@ class SequenceTable:
         return int(self.columns["seq_id"].size)
 
     def __getattr__(self, name: str) -> np.ndarray:
+        # Called only for a name not found otherwise. `columns` itself is missing only on an instance under
+        # construction (unpickling): refusing it ends the lookup there. Not `self.__dict__`: a class compiled by
+        # mypyc keeps its fields in slots and has none, so that lookup would come back here for ever.
+        if name == "columns":
+            raise AttributeError(name)
         try:
-            return self.__dict__["columns"][name]
+            return self.columns[name]
         except KeyError:
             raise AttributeError(name) from None
 
