@@ -9,16 +9,20 @@ from __future__ import annotations
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
-# The engine and what it calls per boundary a step books (docs/simulation.md, "What a step costs the simulator, and
-# where"): typed throughout, and none takes the cost model's int-or-array token counts, which mypyc rejects.
+# The engine, and what it calls at each boundary a step books (docs/simulation.md, "What a step costs the simulator,
+# and where"): the iteration pricing, and the recorder with its columns. Each was kept for what it saved
+# (benchmarks/bench_native.py). The cost model's kernels (costs/engine_kernels.py, costs/compute.py) stay interpreted:
+# they take a token count or an array of them, which a compiled function refuses at its typed boundary.
 COMPILED_MODULES = (
     "rlsim/sim/rollout.py", "rlsim/sim/sequence.py", "rlsim/sim/prefill.py", "rlsim/sim/static_batch.py",
-    "rlsim/sim/engine/admission.py", "rlsim/sim/engine/controls.py", "rlsim/sim/engine/decode_batch.py",
-    "rlsim/sim/engine/kv_fetch.py", "rlsim/sim/engine/kv_ledger.py", "rlsim/sim/engine/lifecycle.py",
-    "rlsim/sim/engine/planned.py", "rlsim/sim/engine/preemption_chain.py", "rlsim/sim/engine/prefill_run.py",
-    "rlsim/sim/engine/queue_order.py", "rlsim/sim/engine/scheduler.py", "rlsim/sim/engine/slot.py",
-    "rlsim/sim/engine/state.py", "rlsim/sim/engine/telemetry.py", "rlsim/sim/engine/tool_waits.py",
-    "rlsim/sim/engine/__init__.py",
+    "rlsim/sim/engine/__init__.py", "rlsim/sim/engine/admission.py", "rlsim/sim/engine/controls.py",
+    "rlsim/sim/engine/decode_batch.py", "rlsim/sim/engine/kv_fetch.py", "rlsim/sim/engine/kv_ledger.py",
+    "rlsim/sim/engine/lifecycle.py", "rlsim/sim/engine/planned.py", "rlsim/sim/engine/preemption_chain.py",
+    "rlsim/sim/engine/prefill_run.py", "rlsim/sim/engine/queue_order.py", "rlsim/sim/engine/scheduler.py",
+    "rlsim/sim/engine/slot.py", "rlsim/sim/engine/state.py", "rlsim/sim/engine/telemetry.py",
+    "rlsim/sim/engine/tool_waits.py",
+    "rlsim/costs/rollout.py", "rlsim/costs/decode_profile.py", "rlsim/costs/memo.py",
+    "rlsim/events/tables.py", "rlsim/sim/recorder.py",
 )
 
 # mypyc's shared library of the compiled modules, inside the package (mypyc's default is a hash-named module at the
