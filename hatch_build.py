@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import runpy
 import shlex
 import shutil
@@ -59,7 +60,8 @@ def missing_tools() -> str | None:
     """What the compile would lack, said before trying it; None when mypyc and a C compiler are there."""
     if importlib.util.find_spec("mypyc") is None:
         return "mypy (which brings mypyc) is not installed in the build environment"
-    compiler = shlex.split(sysconfig.get_config_var("CC") or "cc")[0]
+    # setuptools' build_ext takes $CC over the compiler Python was built with.
+    compiler = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")[0]
     if shutil.which(compiler) is None:
         return f"no C compiler ({compiler}) on PATH"
     return None
@@ -79,12 +81,19 @@ def compile_modules(root: Path, scratch: Path) -> list[Path]:
                str(scratch / "temp"), *(str(source / module) for module in modules)]
     built = subprocess.run(command, cwd=scratch, capture_output=True, text=True)
     if built.returncode:
-        lines = [line for line in (built.stderr + built.stdout).splitlines() if line.strip()]
-        raise NotCompiled(f"the compile failed: {lines[-1] if lines else f'exit status {built.returncode}'}")
+        raise NotCompiled(f"the compile failed: {last_error(built.stderr + built.stdout, built.returncode)}")
     extensions = sorted(path for path in lib.rglob("*") if path.is_file())
     if not extensions:
         raise NotCompiled("the compile produced no extension module")
     return extensions
+
+
+def last_error(output: str, status: int) -> str:
+    """The line of a failed compile's output that says what failed (mypy's or the compiler's last error), cut short."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"(^|: )error:", line, re.IGNORECASE)]
+    line = (errors or lines or [f"exit status {status}"])[-1]
+    return line if len(line) <= 300 else f"{line[:150]} ... {line[-145:]}"
 
 
 class EngineBuildHook(BuildHookInterface):

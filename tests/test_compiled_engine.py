@@ -118,6 +118,16 @@ def test_the_variable_asks_for_pure_python_and_no_compile_requirements(monkeypat
     assert any(requirement.startswith("mypy") for requirement in hook.dependencies())
 
 
+def test_a_failed_compile_is_told_by_its_error_line():
+    module = load_hook_module()
+    output = ("gcc -O3 -Werror -c build/__native.c\n"
+              "rlsim/sim/rollout.py:12: error: Incompatible return value type  [return-value]\nmore output\n")
+    assert module.last_error(output, 1) == "rlsim/sim/rollout.py:12: error: Incompatible return value type  [return-value]"
+    assert module.last_error("", 2) == "exit status 2"
+    long = "error: command failed: " + "x" * 400 + " exit status 1"
+    assert len(module.last_error(long, 1)) < 310 and module.last_error(long, 1).endswith("exit status 1")
+
+
 def test_missing_tools_are_named_before_compiling(monkeypatch, tmp_path):
     module = load_hook_module()
     monkeypatch.setattr(module.importlib.util, "find_spec", lambda name: None)
