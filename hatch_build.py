@@ -25,9 +25,10 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 PURE_PYTHON_VARIABLE = "RLSIM_PURE_PYTHON"
-# What the compile needs in the build environment: mypyc comes with mypy (the version the suite's type check uses at
-# least), and mypyc drives the C compiler through setuptools' build_ext.
-COMPILE_REQUIREMENTS = ["mypy>=1.10", "setuptools>=61"]
+# What the compile needs in the build environment: mypyc comes with mypy (1.17 is the first whose mypycify takes a
+# group_name, which keeps mypyc's shared library inside the package), and mypyc drives the C compiler through
+# setuptools' build_ext.
+COMPILE_REQUIREMENTS = ["mypy>=1.17", "setuptools>=61"]
 
 # Run in a process of its own with the build environment's Python: mypyc type-checks the modules with the project's
 # mypy settings (pyproject.toml), writes C into the scratch folder and has build_ext compile it there.
@@ -115,7 +116,7 @@ class EngineBuildHook(BuildHookInterface):
         self.scratch = Path(tempfile.mkdtemp(prefix="rlsim-engine-build-"))
         try:
             extensions = self.compile(Path(self.root), self.scratch)
-        except NotCompiled as why:
+        except (NotCompiled, OSError) as why:  # OSError: the scratch folder or the compiler's process
             self.app.display_warning(f"rlsim: building a pure-Python wheel, the engine is not compiled: {why}")
             self.remove_scratch()
             return
