@@ -26,8 +26,8 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 PURE_PYTHON_VARIABLE = "RLSIM_PURE_PYTHON"
 # What the compile needs in the build environment: mypyc comes with mypy (1.17 is the first whose mypycify takes a
-# group_name, which keeps mypyc's shared library inside the package), and mypyc drives the C compiler through
-# setuptools' build_ext.
+# group_name, which names mypyc's shared library after rlsim), and mypyc drives the C compiler through setuptools'
+# build_ext.
 COMPILE_REQUIREMENTS = ["mypy>=1.17", "setuptools>=61"]
 
 # Run in a process of its own with the build environment's Python: mypyc type-checks the modules with the project's
@@ -70,7 +70,7 @@ def missing_tools() -> str | None:
 
 def compile_modules(root: Path, scratch: Path) -> list[Path]:
     """Compile the engine modules of the source tree at `root` inside `scratch`; the extension modules built, under
-    scratch/lib laid out as in the package. Raises NotCompiled saying why not."""
+    scratch/lib laid out as in site-packages. Raises NotCompiled saying why not."""
     reason = missing_tools()
     if reason:
         raise NotCompiled(reason)

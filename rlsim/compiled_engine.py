@@ -12,10 +12,11 @@ from pathlib import Path
 # The engine, and what it calls at each boundary a step books (docs/simulation.md, "What a step costs the simulator,
 # and where"): the iteration pricing, and the recorder with its columns. Each was kept for what it saved
 # (benchmarks/bench_native.py). The cost model's kernels (costs/engine_kernels.py, costs/compute.py) stay interpreted:
-# they take a token count or an array of them, which a compiled function refuses at its typed boundary.
+# they take a token count or an array of them, which a compiled function refuses at its typed boundary. No package's
+# __init__ is compiled: it would hold nothing worth it, and a compiled package's __path__ is mypyc's guess.
 COMPILED_MODULES = (
     "rlsim/sim/rollout.py", "rlsim/sim/sequence.py", "rlsim/sim/prefill.py", "rlsim/sim/static_batch.py",
-    "rlsim/sim/engine/__init__.py", "rlsim/sim/engine/admission.py", "rlsim/sim/engine/controls.py",
+    "rlsim/sim/engine/admission.py", "rlsim/sim/engine/controls.py",
     "rlsim/sim/engine/decode_batch.py", "rlsim/sim/engine/kv_fetch.py", "rlsim/sim/engine/kv_ledger.py",
     "rlsim/sim/engine/lifecycle.py", "rlsim/sim/engine/planned.py", "rlsim/sim/engine/preemption_chain.py",
     "rlsim/sim/engine/prefill_run.py", "rlsim/sim/engine/queue_order.py", "rlsim/sim/engine/scheduler.py",
@@ -25,9 +26,10 @@ COMPILED_MODULES = (
     "rlsim/events/tables.py", "rlsim/sim/recorder.py",
 )
 
-# mypyc's shared library of the compiled modules, inside the package (mypyc's default is a hash-named module at the
-# top of site-packages).
-GROUP_NAME = "rlsim._engine"
+# mypyc's shared library of the compiled modules: a module at the top of site-packages, beside the package, which is
+# where mypyc expects it (a module it loads records its __file__ as that folder + the module's path); named after rlsim
+# rather than mypyc's default hash of the module names.
+GROUP_NAME = "rlsim_engine"
 
 _PACKAGE_ROOT = Path(__file__).parent.parent
 

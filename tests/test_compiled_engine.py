@@ -84,11 +84,11 @@ def test_an_editable_build_compiles_nothing(monkeypatch):
 
 def test_a_standard_build_adds_the_compiled_modules_and_tags_the_wheel(monkeypatch):
     monkeypatch.delenv("RLSIM_PURE_PYTHON", raising=False)
-    hook, calls, _ = make_hook(load_hook_module(), ["rlsim/_engine__mypyc.so", "rlsim/engine.so"])
+    hook, calls, _ = make_hook(load_hook_module(), ["rlsim_engine__mypyc.so", "rlsim/engine.so"])
     build_data = fresh_build_data()
     hook.initialize("standard", build_data)
     assert len(calls) == 1
-    assert sorted(build_data["force_include"].values()) == ["rlsim/_engine__mypyc.so", "rlsim/engine.so"]
+    assert sorted(build_data["force_include"].values()) == ["rlsim/engine.so", "rlsim_engine__mypyc.so"]
     assert all(Path(source).is_file() for source in build_data["force_include"])
     assert build_data["pure_python"] is False and build_data["infer_tag"] is True
     hook.finalize("standard", build_data, "")

@@ -48,6 +48,24 @@ def unpacked_wheel(tmp_path_factory) -> Path:
     return scratch / "site"
 
 
+IMPORT_EACH = """
+import importlib, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from rlsim.compiled_engine import COMPILED_MODULES
+for path in COMPILED_MODULES:
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    assert Path(module.__file__).is_file() and Path(module.__file__).suffix != ".py", (path, module.__file__)
+"""
+
+
+def test_each_compiled_module_imports_on_its_own_from_where_it_lies(unpacked_wheel, tmp_path):
+    """A module loaded by mypyc's shared library gets the __file__ mypyc derives from where that library lies: right
+    only at the top of site-packages. Each module is imported directly, the first one before anything else."""
+    subprocess.run([sys.executable, "-c", IMPORT_EACH, str(unpacked_wheel)], cwd=tmp_path, check=True,
+                   capture_output=True, env={**os.environ, "PYTHONPATH": ""})
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_compiled_wheel_gives_the_interpreted_metrics(unpacked_wheel, scenario, tmp_path):
     run_from(unpacked_wheel, scenario, tmp_path / "compiled", tmp_path)
