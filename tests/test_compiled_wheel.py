@@ -66,6 +66,33 @@ def test_each_compiled_module_imports_on_its_own_from_where_it_lies(unpacked_whe
                    capture_output=True, env={**os.environ, "PYTHONPATH": ""})
 
 
+AS_INTERPRETED = """
+import copy, pickle, sys
+sys.path.insert(0, sys.argv[1])
+import rlsim
+from rlsim.compiled_engine import engine_build
+assert engine_build() == "compiled"
+result = rlsim.simulate(rlsim.load_scenario(sys.argv[2]))
+again = pickle.loads(pickle.dumps(result))
+assert again.metrics == result.metrics and copy.deepcopy(result.log.spans) == result.log.spans
+sequences = result.log.sequences
+assert sequences == list(sequences) and (sequences == 5) is False and sequences != 5
+try:
+    hash(sequences)
+except TypeError:
+    pass
+else:
+    raise AssertionError("a table of mutable arrays hashed")
+"""
+
+
+def test_compiled_classes_pickle_compare_and_refuse_a_hash_as_interpreted_ones(unpacked_wheel, tmp_path):
+    """mypyc's native classes differ: a frozen dataclass unpickles by setting its fields (refused), and a function
+    assigned as __eq__ in the class body is no method. The API's Result and its tables still pickle, copy and compare."""
+    subprocess.run([sys.executable, "-c", AS_INTERPRETED, str(unpacked_wheel), str(ROOT / "scenarios" / SCENARIOS[0])],
+                   cwd=tmp_path, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": ""})
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_compiled_wheel_gives_the_interpreted_metrics(unpacked_wheel, scenario, tmp_path):
     run_from(unpacked_wheel, scenario, tmp_path / "compiled", tmp_path)
