@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rlsim"
 # sharing a layer may not import each other, except inside FOUNDATION.
 # `rlsim` is the package's own __init__: its version, and public names it loads on first use (import_module).
 FOUNDATION = {"rlsim", "errors", "registry", "fields", "yamlsource", "loading", "shipped", "exports", "progress",
-              "examples"}
+              "examples", "compiled_engine"}
 LAYERS: tuple[set[str], ...] = (
     FOUNDATION,
     # traces: the readers of trace files, which the loader checks at load time; overheads: measured constants that

@@ -28,6 +28,7 @@ from rlsim.cli import (
     workload,
 )
 from rlsim.cli.exitcodes import BAD_INPUT, CLOSED_PIPE, INFEASIBLE
+from rlsim.compiled_engine import engine_build
 from rlsim.errors import InfeasibleError, ScenarioError, ScenarioWarning
 
 COMMANDS = (example, check, run, estimate, schema, compare, workload, importer, replay, fit, sweep, plan, validate,
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Simulate GPU clusters running RL post-training of LLMs: step time, where the GPU-seconds go, "
         "and which placement, parallelism and schedule is best.",
     )
-    parser.add_argument("--version", action="version", version=f"rlsim {__version__}")
+    parser.add_argument("--version", action="version", version=f"rlsim {__version__} (engine {engine_build()})")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.register(subparsers)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -356,8 +356,11 @@ class EngineCosts:
     def weight_bytes_read(self, tokens: int) -> float:
         """Weight bytes one GPU reads in a decode iteration of `tokens` sequences (MoE: only the experts touched)."""
         kernels = self._kernels
+        # cast: mypy types the inner sum `float | Literal[0]`, and mypyc's compiled outer sum of `int * (float | int)`
+        # expects an int and raises on the float it gets (mypyc 2.4); typed float, both sums stay floats.
         layers = sum(
-            self.spec.layer_count(kind) * sum(weights for *_, weights in kernels.layer_gemms(kind, tokens, tokens))
+            self.spec.layer_count(kind)
+            * cast(float, sum(weights for *_, weights in kernels.layer_gemms(kind, tokens, tokens)))
             for kind in LAYER_KINDS
             if self.spec.layer_count(kind)
         )

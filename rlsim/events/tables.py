@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from operator import attrgetter
 from struct import Struct
+from types import NotImplementedType
 from typing import Any
 
 import numpy as np
@@ -25,11 +26,22 @@ LABEL_CODE = {label: code for code, label in enumerate(LABELS)}
 CHUNK = 65_536
 
 
-def same_records(table: Any, other: object) -> bool:
-    """A table equals another table of its kind, or a tuple or list, holding the same records in the same order."""
+def same_records(table: Any, other: object) -> bool | NotImplementedType:
+    """A table equals another table of its kind, or a tuple or list, holding the same records in the same order.
+
+    Each table's __eq__ calls it: `__eq__ = same_records` in the class body is not a method once mypyc compiles the
+    class (rlsim/compiled_engine.py). A class that defines __eq__ and not __hash__ is unhashable, as a table of mutable
+    arrays should be."""
     if isinstance(other, type(table) | tuple | list):
         return len(table) == len(other) and all(a == b for a, b in zip(table, other, strict=True))
     return NotImplemented
+
+
+def rebuilt_from_fields(table: Any) -> tuple[Any, tuple[Any, ...]]:
+    """How pickle and copy rebuild a table: its class called with its fields. Compiled by mypyc (the wheel's engine,
+    rlsim/compiled_engine.py), a frozen dataclass would otherwise be rebuilt by setting its fields one by one, which
+    frozen refuses."""
+    return type(table), tuple(getattr(table, field.name) for field in fields(table))
 
 
 def _frozen(column: array) -> np.ndarray:
@@ -137,8 +149,11 @@ class SpanTable:
                     LABELS[self.label[i]], self.stage_names[self.stage[i]], int(self.step[i]), int(self.version[i]),
                     self.unit_names[self.unit[i]])
 
-    __eq__ = same_records
-    __hash__ = None  # type: ignore[assignment]
+    def __eq__(self, other: object) -> bool | NotImplementedType:  # and so unhashable: see same_records
+        return same_records(self, other)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return rebuilt_from_fields(self)
 
     @property
     def seconds(self) -> np.ndarray:
@@ -333,8 +348,11 @@ class SampleTable:
         i = range(len(self))[index]
         return EngineSample(self.engine_names[self.engine[i]], float(self.time[i]), *self.counters[i].tolist())
 
-    __eq__ = same_records
-    __hash__ = None  # type: ignore[assignment]
+    def __eq__(self, other: object) -> bool | NotImplementedType:  # and so unhashable: see same_records
+        return same_records(self, other)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return rebuilt_from_fields(self)
 
 
 SEQUENCE_COLUMNS = (("seq_id", "q"), ("group", "q"), ("engine", "i"), ("prompt_tokens", "q"), ("response_tokens", "q"),
@@ -390,8 +408,13 @@ class SequenceTable:
         return int(self.columns["seq_id"].size)
 
     def __getattr__(self, name: str) -> np.ndarray:
+        # Called only for a name not found otherwise. `columns` itself is missing only on an instance under
+        # construction (unpickling): refusing it ends the lookup there. Not `self.__dict__`: a class compiled by
+        # mypyc keeps its fields in slots and has none, so that lookup would come back here for ever.
+        if name == "columns":
+            raise AttributeError(name)
         try:
-            return self.__dict__["columns"][name]
+            return self.columns[name]
         except KeyError:
             raise AttributeError(name) from None
 
@@ -407,8 +430,11 @@ class SequenceTable:
         i = range(len(self))[index]
         return next(iter(self.take(np.array([i]))))
 
-    __eq__ = same_records
-    __hash__ = None  # type: ignore[assignment]
+    def __eq__(self, other: object) -> bool | NotImplementedType:  # and so unhashable: see same_records
+        return same_records(self, other)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return rebuilt_from_fields(self)
 
     def take(self, index: np.ndarray) -> SequenceTable:
         """The records at `index` (a mask or indices), in that order."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from rlsim.compiled_engine import engine_build
 from rlsim.config.schema import Scenario
 from rlsim.report.event_files import event_tables, write_event_files
 from rlsim.report.figures import RunData
@@ -69,8 +70,9 @@ def _write_files(out: Path, scenario: Scenario, data: RunData, host_seconds: flo
     written[0].write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
     written[1].write_text(metrics_json(data.metrics))
     events = data.log.events
+    # How the engine ran (compiled or interpreted) explains host time; it never changes metrics.json.
     timing = {"host_seconds": host_seconds, "events": events,
-              "events_per_second": events / host_seconds if host_seconds else 0.0}
+              "events_per_second": events / host_seconds if host_seconds else 0.0, "engine": engine_build()}
     written[2].write_text(json.dumps(_finite_or_null(timing), indent=2, allow_nan=False) + "\n")
     if tables != "none":
         written += write_event_files(data.log, out, tables)

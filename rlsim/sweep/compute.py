@@ -81,6 +81,7 @@ def _require_memory(point: Point) -> None:
 
 def _run_folder(result, full: bool) -> dict[str, bytes]:
     """The run folder `rlsim run` writes; without `full`, everything except report.html and trace.json."""
+    from rlsim.compiled_engine import engine_build
     from rlsim.report.event_files import write_event_files
     from rlsim.report.run_folder import metrics_json
 
@@ -90,6 +91,7 @@ def _run_folder(result, full: bool) -> dict[str, bytes]:
             result.save(out)
         else:
             (out / "metrics.json").write_text(metrics_json(result.metrics))
-            (out / "timing.json").write_text(json.dumps({"host_seconds": result.host_seconds}) + "\n")
+            timing = {"host_seconds": result.host_seconds, "engine": engine_build()}
+            (out / "timing.json").write_text(json.dumps(timing) + "\n")
             write_event_files(result.log, out)
         return {path.name: path.read_bytes() for path in sorted(out.iterdir()) if path.name != "resolved.yaml"}
