@@ -32,7 +32,7 @@ from rlsim.report.compare import NamedMetrics, compare_text
 from rlsim.report.text import headline_text
 from rlsim.sim.run import simulate_log
 from tests.sim_scenarios import scenario_yaml
-from tests.test_sim_loop import small_scenario
+from tests.test_sim_loop import reject_pool_deadlock, small_scenario
 
 DAY = 86400.0
 TOKENS_PER_STEP = 1e6
@@ -380,7 +380,11 @@ def test_goodput_invariants_over_random_small_scenarios(kwargs, sections):
     steps = f"run: {{steps: {kwargs['steps']}}}"
     text = text.replace(steps, steps[:-1] + f", horizon: {horizon}}}") + "\n" + lines + "\n"
     bound = bind(parse_scenario(text))
-    log = simulate_log(bound).log
+    try:
+        log = simulate_log(bound).log
+    except ScenarioError as err:
+        reject_pool_deadlock(kwargs, err)
+        raise
     facts = RunFacts.from_bound(bound)
     metrics = run_metrics(log, facts)
     result = metrics["goodput"]

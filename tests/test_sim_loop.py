@@ -413,16 +413,21 @@ WORKLOAD_VARIANTS = {
 }
 
 
+def reject_pool_deadlock(kwargs: dict, err: ScenarioError) -> None:
+    """Rejects a `small_scenario` draw whose run refused with a deadlocked environment pool. Trajectory-scoped
+    sandboxes fewer than the trajectories in flight can deadlock, as on a real cluster; the run says so
+    (tests/test_environments.py pins it), and such a draw has no invariants to check."""
+    if "scope: trajectory" in kwargs["workload"] and "deadlocked" in str(err):
+        reject()
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_scenario())
 def test_invariants_over_random_small_scenarios(kwargs):
     try:
         log, _ = run(warmup=0, **kwargs)
     except ScenarioError as err:
-        # Trajectory-scoped sandboxes fewer than the trajectories in flight can deadlock, as on a real cluster; the run
-        # says so (tests/test_environments.py pins it), and such a draw has no invariants to check.
-        if "scope: trajectory" in kwargs["workload"] and "deadlocked" in str(err):
-            reject()
+        reject_pool_deadlock(kwargs, err)
         raise
     # Every GPU-second has exactly one label, and the labels of each GPU sum to the simulated wall time.
     for seconds in gpu_label_seconds(log):
