@@ -46,6 +46,9 @@ class GroupLedger:
         self.seq_ids: Iterator[int] = count()
         self._members: dict[int, list[Rollout]] = {}  # group -> its rollouts
         self._left: dict[int, int] = {}  # group -> samples still generating
+        # The groups of `_left` with a sample still generating, kept as it changes: the synchronous loop asks after
+        # every completion, and counting them each time was quadratic in the groups of a step.
+        self._groups_generating = 0
         self._informative: dict[int, bool] = {}  # group -> whether dynamic sampling keeps it
         # (completion instant in tie windows, group) of complete groups, kept sorted: taken in that order, so that
         # simultaneous completions never depend on the order SimPy happens to process them in.
@@ -85,7 +88,7 @@ class GroupLedger:
         for group in drawn:
             members = [self._rollout(group, i) for i in range(len(group.response_tokens))]
             self._members[group.group] = members
-            self._left[group.group] = len(members) if quorum is None else quorum[0]
+            self._set_left(group.group, len(members) if quorum is None else quorum[0])
             self._informative[group.group] = group.informative
             self._drafts[group.group] = group
             if quorum is not None:
@@ -98,6 +101,11 @@ class GroupLedger:
         self._held.extend(launched)
         self._send_held()
         return rollouts
+
+    def _set_left(self, group: int, left: int) -> None:
+        """Sets the samples `group` still waits for, keeping the count of groups still generating."""
+        self._groups_generating += (left > 0) - (self._left.get(group, 0) > 0)
+        self._left[group] = left
 
     def _send_held(self) -> None:
         """Send held groups to the engines while the concurrency cap has room, in launch order; a group waits in the
@@ -136,7 +144,7 @@ class GroupLedger:
         group = rollout.group
         if self._left[group] <= 0:
             return  # a sample past its group's quorum, which no longer waits for it
-        self._left[group] -= 1
+        self._set_left(group, self._left[group] - 1)
         if self._left[group]:
             return
         if self._group_cap is not None:
@@ -199,10 +207,10 @@ class GroupLedger:
 
     def generating(self) -> bool:
         """Whether any launched group still has a sample generating."""
-        return any(left > 0 for left in self._left.values())
+        return self._groups_generating > 0
 
     def generating_count(self) -> int:
-        return sum(1 for left in self._left.values() if left > 0)
+        return self._groups_generating
 
     def take(self, count: int) -> list[int]:
         """The `count` earliest-completed groups (simultaneous ones by group id), removed from the complete set."""
@@ -252,6 +260,7 @@ class GroupLedger:
 
     def _forget(self, group: int) -> None:
         del self._members[group]
+        self._set_left(group, 0)
         del self._left[group]
         del self._informative[group]
         del self._drafts[group]
