@@ -448,12 +448,11 @@ class RolloutEngine(EngineControls):
         times: list[float] = []
         counters: list[int] = []
         for at, plan, admitted in boundaries:
-            # `_advance(1, decode=False)`: the decodes gain a token each
-            size = batch.size
-            batch.iteration += 1
-            batch.context += size
-            kv.used += size
-            scheduler.generated_total += size
+            # `_advance(1, decode=False)`, its eviction only where there is anything to evict: the decodes gain a
+            # token each
+            grown = batch.advance(1, False)
+            kv.used += grown
+            scheduler.generated_total += grown
             if released:
                 kv.trim(0)
             for slot in prefilled(plan):
