@@ -441,24 +441,13 @@ class RolloutEngine(EngineControls):
         batch, kv, scheduler = self.batch, self.kv, self.scheduler
         running, waiting = self._running, self._waiting
         first_token, prefilled, book_admission = self.lifecycle.first_token, scheduler.prefilled, scheduler.book_admission
-        # Released contexts to evict as the cache grows: only a turn ending in tool calls adds one, and no turn ends
-        # inside a run (its plan ends at that boundary); admissions only revive some. So with none cached at the first
-        # boundary there are none at any.
-        released = kv.holds_released
         times: list[float] = []
         counters: list[int] = []
         for at, plan, admitted in boundaries:
-            # `_advance(1, decode=False)`, its eviction only where there is anything to evict: the decodes gain a
-            # token each
-            grown = batch.advance(1, False)
-            kv.used += grown
-            scheduler.generated_total += grown
-            if released:
-                kv.trim(0)
+            self._advance(1, decode=False)
             for slot in prefilled(plan):
                 first_token(slot)
-            if released:
-                kv.trim(batch.size)  # the boundary's make_room, which has nothing to preempt
+            kv.trim(batch.size)  # the boundary's make_room, which has nothing to preempt
             for slot in admitted:
                 book_admission(slot, at)
             times.append(at)

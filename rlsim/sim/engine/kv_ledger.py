@@ -104,8 +104,7 @@ class KVLedger:
         slot.own_prompt = own_prompt
         slot.prefill_left = context - cached
         slot.computed = cached
-        if released:
-            self.trim(room)
+        self.trim(room)
 
     def drop(self, slot: Slot, tokens: int) -> None:
         """The slot's sequence leaves holding a context of `tokens` (its reservation while it prefills): free its

@@ -60,9 +60,7 @@ class SequenceLifecycle:
         engine.scheduler.generated_total += 1
         if rollout.version_started < 0:
             rollout.version_started = engine.version  # staleness counts from the oldest token
-        probe = engine.telemetry.probe
-        if probe is not None:  # `observe`, without the call when nothing observes (every prefill)
-            probe("prefilled", rollout)
+        engine.telemetry.observe("prefilled", rollout)
         return rollout
 
     def turn_end(self, slot: Slot) -> None:

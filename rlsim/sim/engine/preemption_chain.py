@@ -153,7 +153,6 @@ def book_boundaries(boundaries: list[Boundary], iterations: int, batch: DecodeBa
     size, context, iteration = batch.size, batch.context, batch.iteration
     decode_iterations, read = batch.decode_iterations, batch.decode_read
     generated = queued = preempted = 0
-    released = kv.holds_released  # released contexts to evict: preemptions never add one
     times: list[float] = []
     counters: list[int] = []
     for boundary in boundaries:
@@ -164,8 +163,7 @@ def book_boundaries(boundaries: list[Boundary], iterations: int, batch: DecodeBa
         context += grown
         generated += grown
         kv.used += grown
-        if released:
-            kv.trim(size)  # `_advance`'s trim(0) evicts a prefix of what the boundary's trim(size) evicts
+        kv.trim(size)  # `_advance`'s trim(0) evicts a prefix of what the boundary's trim(size) evicts
         victims = boundary.victims
         for slot in victims:
             rollout = slot.rollout

@@ -301,5 +301,4 @@ class Scheduler:
         telemetry.changed = True
         self.running[rollout] = slot
         self.prefilling.append(slot)
-        if telemetry.probe is not None:  # `observe`, without the call when nothing observes (every admission)
-            telemetry.probe("admitted", rollout)
+        telemetry.observe("admitted", rollout)
