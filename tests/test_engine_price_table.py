@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rlsim.costs.compute import GPURates
-from rlsim.costs.engine_kernels import work_of
+from rlsim.costs.iteration_work import work_of
 from rlsim.costs.memo import BlockMemo
 from rlsim.costs.rollout import TOKEN_BLOCK, EngineCosts, EngineOverheads, PrefillChunk
 from rlsim.costs.speculative import Speculation

@@ -8,7 +8,8 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from rlsim.costs.compute import GEMM_FILL_S
-from rlsim.costs.engine_kernels import EngineKernels, work_of
+from rlsim.costs.engine_kernels import EngineKernels
+from rlsim.costs.iteration_work import work_of
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,20 @@
 and sampler, and fused attention, each kernel's work affine in the decode batch's total context."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from rlsim.costs.compute import GEMM_FILL_S, GPURates, Tokens, each
+from rlsim.costs.iteration_work import SingleQueryAttention, Work
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu
 from rlsim.models import ModelSpec
 from rlsim.models.spec import LAYER_KINDS, GemmShape, LayerKind
 
 if TYPE_CHECKING:
-    from rlsim.costs.rollout import EngineOverheads, PrefillChunk
+    from rlsim.costs.rollout import EngineOverheads
 
 CollectiveSeconds = Callable[[float], float]
 """Time of one collective over the engine's GPUs, given its size in bytes: for an all-reduce the tensor every GPU
@@ -58,23 +59,6 @@ class KernelCollective(NamedTuple):
     name: str
     count: int  # type: ignore[assignment]  # shadows tuple.count, which nothing here calls
     seconds: float
-
-
-class Work(NamedTuple):
-    """What one iteration computes: decode rows plus prefill chunks, summed (`work_of` builds it). The counts derived
-    from the others are fields, not properties: every iteration priced reads them several times."""
-
-    decode: int  # decoding sequences, one new token each
-    prefill: int  # new prompt tokens
-    prefill_cached: int  # tokens of those prompts already cached, re-read by their attention
-    prefill_pairs: float  # (query, key) pairs of the prefill attention, causal within each chunk
-    prefill_logits: int  # chunks that end their prompt
-    prefill_sequences: int  # sequences with a prefill chunk in the iteration
-    # Tokens each decoding sequence runs through the model: 1, or a speculative verify step's drafted tokens + 1.
-    decode_queries: int
-    decode_rows: int  # decode × decode_queries
-    tokens: int  # decode_rows + prefill
-    logit_rows: int  # decode_rows + prefill_logits: rows through the output head and the sampler
 
 
 # How each weight matrix of a layer is split over the engine's GPUs, and which ones one fused kernel computes
@@ -169,6 +153,7 @@ class EngineKernels:
     __slots__ = ("spec", "rates", "tp", "ep", "all_reduce_seconds", "all_to_all_seconds", "overheads", "weight_bytes",
                  "quantized_rates", "head_weight_bytes", "expert_load_imbalance", "lora_rank", "kv_per_layer",
                  "decode_kv_passes", "attention_layers", "attention_launches", "_gemm_shapes", "_attention_widths",
+                 "single_query_attention",
                  "_expert_weight_elements", "_split_gemms", "_graph_tokens", "_launch_cpu_seconds")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, tp: int, ep: int,
@@ -195,6 +180,10 @@ class EngineKernels:
         self._gemm_shapes = {kind: spec.layer_gemm_shapes(kind) for kind in LAYER_KINDS if spec.layer_count(kind)}
         self._split_gemms = {kind: self._split(shapes) for kind, shapes in self._gemm_shapes.items()}
         self._attention_widths = self._widths()
+        # The attention price every prefill iteration asks (EngineCosts.chunk_iteration_seconds), from the counts.
+        self.single_query_attention = SingleQueryAttention(
+            *self._attention_widths, self.decode_kv_passes, self.kv_per_layer, ACTIVATION_BYTES, GEMM_FILL_S,
+            rates.attention_roofline, self.attention_layers)
         # Weight elements of one routed expert on this GPU (all its GEMMs, after TP slicing).
         self._expert_weight_elements = sum(
             i * o for name, i, o, _, _ in self.layer_gemms("moe", 1, 0) if name.startswith(_ROUTED_EXPERTS)
@@ -522,27 +511,6 @@ class EngineKernels:
             ]
         return [KernelCollective("all_reduce", 2 * layers, all_reduce)]
 
-    def single_query_attention_seconds(self, decode_rows: int, prefill: int, prefill_cached: int,
-                                       prefill_pairs: float, decode_context: float) -> float:
-        """`attention_seconds` of an iteration of `decode_rows` decoding sequences, one query each (no speculative
-        verify step), and prefill chunks of `prefill` new tokens after `prefill_cached` in all, `prefill_pairs`
-        (query, key) pairs: to the bit, from the counts alone (`Work`'s fields of those names), with
-        `_attention_work`'s and `GPURates.attention_seconds`' float operations in their order (one query per decode
-        multiplies by one, which changes no value) and no call. Every prefill iteration an engine prices asks."""
-        expanded, absorbed, query_width = self._attention_widths
-        passes, kv_per_layer = self.decode_kv_passes, self.kv_per_layer
-        flops = absorbed * decode_rows + expanded * prefill_pairs
-        nbytes = (kv_per_layer * (passes * decode_rows + prefill + prefill_cached)
-                  + ACTIVATION_BYTES * (decode_rows + prefill) * query_width)
-        rate, fixed_bytes, bytes_per_s = self.rates.attention_roofline
-        compute = GEMM_FILL_S + (flops + absorbed * decode_context) / rate
-        memory = (nbytes + passes * kv_per_layer * decode_context + fixed_bytes) / bytes_per_s
-        seconds = memory if memory > compute else compute  # max(compute, memory), by comparison: no call
-        total = 0.0
-        for layers in self.attention_layers:
-            total += layers * seconds
-        return total
-
     # ---- the closed form ----------------------------------------------------------------------------------------
 
 
@@ -556,23 +524,6 @@ def _hf_decode_kv_passes(spec: ModelSpec, tp: int) -> int:
     kv_heads = max(1.0, arch.num_key_value_heads / tp)  # split until each GPU holds one, as EngineKernels splits them
     repeats = round(arch.num_attention_heads / tp / kv_heads)
     return 2 + repeats + (1 + repeats if repeats > 1 else 0)
-
-
-def work_of(decode_batch: int, prefill: Iterable[PrefillChunk], decode_queries: int = 1) -> Work:
-    new = cached = pairs = logits = sequences = 0
-    for chunk in prefill:
-        tokens = chunk.tokens
-        if tokens < 0 or chunk.cached_tokens < 0:
-            raise ValueError(f"prefill chunk sizes must be >= 0, got {chunk}")
-        if tokens:
-            new += tokens
-            cached += chunk.cached_tokens
-            pairs += tokens * chunk.cached_tokens + tokens * (tokens + 1) // 2
-            logits += chunk.logits
-            sequences += 1
-    decode_rows = decode_batch * decode_queries
-    return Work(decode_batch, new, cached, float(pairs), logits, sequences, decode_queries, decode_rows,
-                decode_rows + new, decode_rows + logits)
 
 
 def _as_float(rows: Tokens) -> Tokens:

@@ -45,7 +45,8 @@ import numpy as np
 
 from rlsim.costs.compute import GPURates
 from rlsim.costs.decode_profile import DecodeProfile, combined_profile, decode_profile
-from rlsim.costs.engine_kernels import CollectiveSeconds, EngineKernels, Kernel, Work, work_of
+from rlsim.costs.engine_kernels import CollectiveSeconds, EngineKernels, Kernel
+from rlsim.costs.iteration_work import Work, work_of
 from rlsim.costs.layout import EngineLayout, InferenceEngine
 from rlsim.costs.memo import BlockMemo, Memo
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
@@ -287,7 +288,7 @@ class EngineCosts:
         latent_rows = decode_batch + tokens + cached_tokens if self._latent else 0  # `EngineKernels.latent_rows`
         before, gaps, busy_until, then = self._context_free_memo[
             decode_batch + tokens, decode_batch + 1 if logits else decode_batch, decode_batch + 1, latent_rows]
-        attention = kernels.single_query_attention_seconds(decode_batch, tokens, cached_tokens, pairs, decode_context)
+        attention = kernels.single_query_attention.seconds(decode_batch, tokens, cached_tokens, pairs, decode_context)
         return max(before + attention + gaps, busy_until) + then
 
     def _iteration_seconds(self, work: Work, decode_context: float) -> float:
@@ -300,7 +301,7 @@ class EngineCosts:
         before, gaps, busy_until, then = self._context_free_memo[
             work.tokens, work.logit_rows, work.decode + work.prefill_sequences, latent_rows]
         if work.decode_queries == 1:
-            attention = kernels.single_query_attention_seconds(work.decode_rows, work.prefill, work.prefill_cached,
+            attention = kernels.single_query_attention.seconds(work.decode_rows, work.prefill, work.prefill_cached,
                                                                work.prefill_pairs, decode_context)
         else:  # a speculative verify step
             attention = kernels.attention_seconds(work, decode_context)

@@ -58,7 +58,7 @@ def karmarkar_karp(lengths: Sequence[int], ranks: int) -> Assignment:
     Every sequence starts as a k-tuple of partial partitions; repeatedly merge the two tuples whose spread is largest,
     pairing the heaviest part of one with the lightest of the other.
     """
-    heap = []
+    heap: list[tuple[float, int, list[tuple[float, list[int]]]]] = []
     for index in range(len(lengths)):
         parts = [(work(lengths[index]), [index])] + [(0.0, []) for _ in range(ranks - 1)]
         heapq.heappush(heap, (-_spread(parts), index, parts))
