@@ -42,14 +42,17 @@ result = rlsim.simulate(scenario)
 if events != "-":
     with tempfile.TemporaryDirectory() as folder:
         result.save(Path(folder) / "run", events=events)
-print(json.dumps({"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
+from rlsim.compiled_engine import engine_build
+print(json.dumps({"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "engine": engine_build(),
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "events": result.log.events}))
 """
 
 
 def run(gpus: int, steps: int, events: str | None) -> dict:
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", CHILD, str(gpus), str(steps), str(SCENARIO),
+    # -P: the child imports the rlsim this Python has installed (a wheel's compiled engine included), not the source
+    # tree beside the working directory, which would shadow it.
+    out = subprocess.run([sys.executable, "-P", "-W", "ignore", "-c", CHILD, str(gpus), str(steps), str(SCENARIO),
                           events or "-"],
                          capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
@@ -79,7 +82,7 @@ def main() -> None:
         best = min((run(args.gpus, steps, args.events) for _ in range(args.repeats)), key=lambda r: r["cpu_s"])
         rows.append((steps, best))
         print(f"{args.gpus:>6} GPUs {steps:>5} steps  {best['wall_s']:8.1f} s wall {best['cpu_s']:8.1f} s CPU  "
-              f"peak {best['peak_mb']:7.0f} MB  {best['events']:>10,} events", flush=True)
+              f"peak {best['peak_mb']:7.0f} MB  {best['events']:>10,} events  (engine {best['engine']})", flush=True)
     for name in ("cpu_s", "peak_mb"):
         growth = exponent([(s, r[name]) for s, r in rows])
         if growth is not None:

@@ -16,6 +16,8 @@ import argparse
 import time
 from pathlib import Path
 
+import rlsim
+from rlsim.compiled_engine import engine_build
 from rlsim.config import load_scenario
 from rlsim.config.bound import bind
 from rlsim.sim.run import simulate_log
@@ -66,6 +68,8 @@ def main() -> None:
     parser.add_argument("--skip-exact", action="store_true", help="skip the slow exact-mode reference")
     parser.add_argument("--pairs", type=int, default=2, help="interleaved fast/exact pairs (default 2)")
     args = parser.parse_args()
+    # From a checkout's root, `python -m` finds the source tree before an installed wheel: say which engine is timed.
+    print(f"rlsim's engine {engine_build()}, from {Path(rlsim.__file__).parent}")
     fast = measure("fast", {})
     longer = measure("fast, responses ×4", LONGER)
     print(f"×4 lengths cost {longer / fast:.2f}× the CPU time (target ≤ 1.3×); one step {fast:.2f} s CPU "

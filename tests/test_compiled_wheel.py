@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -101,3 +102,30 @@ def test_the_compiled_wheel_gives_the_interpreted_metrics(unpacked_wheel, scenar
     assert json.loads((tmp_path / "interpreted" / "timing.json").read_text())["engine"] == "interpreted"
     compiled, interpreted = ((tmp_path / run / "metrics.json").read_bytes() for run in ("compiled", "interpreted"))
     assert compiled == interpreted
+
+
+def compiled_tree(unpacked_wheel: Path, tree: Path) -> Path:
+    """A copy of this checkout whose rlsim loads the wheel's compiled modules: each extension module beside its .py
+    file (the one Python imports), mypyc's shared library at the tree's top (where the modules look for it)."""
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".git", "__pycache__", ".venv*", "*.egg-info", "build",
+                                                            "dist", ".pytest_cache", ".mypy_cache", ".ruff_cache"))
+    for library in unpacked_wheel.rglob("*.so"):
+        shutil.copy2(library, tree / library.relative_to(unpacked_wheel))
+    return tree
+
+
+def test_the_whole_suite_passes_against_the_compiled_engine(unpacked_wheel, tmp_path):
+    """Every other test, run on the compiled engine: fast ≡ exact, the invariants, the golden metrics. The white-box
+    tests that patch or subclass engine classes skip there (tests/interpreted_engine.py); so does the check that the
+    checkout holds no compiled module, which this tree holds on purpose. Several minutes on two cores."""
+    tree = compiled_tree(unpacked_wheel, tmp_path / "tree")
+    env = {**{key: value for key, value in os.environ.items() if key != "RLSIM_TEST_NATIVE"}, "PYTHONPATH": ""}
+    build = subprocess.run([sys.executable, "-c", "from rlsim.compiled_engine import engine_build; print(engine_build())"],
+                           cwd=tree, check=True, capture_output=True, text=True, env=env)
+    assert build.stdout.strip() == "compiled"
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "suite"),
+         "--ignore", "tests/test_compiled_wheel.py",
+         "--deselect", "tests/test_compiled_engine.py::test_the_source_tree_holds_no_compiled_module"],
+        cwd=tree, capture_output=True, text=True, env=env)
+    assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]

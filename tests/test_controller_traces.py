@@ -19,6 +19,7 @@ from rlsim.sim.recorder import Recorder
 from rlsim.sim.reward import RewardPool
 from rlsim.sim.role_groups import RoleGroups
 from rlsim.sim.rollout import RolloutEngine
+from tests.interpreted_engine import needs_interpreted_engine
 from tests.sim_scenarios import scenario_yaml
 from tests.test_sim_rollout import FixedCosts
 
@@ -139,6 +140,7 @@ def generated(prompts_per_engine: int) -> float:
     return 1.0 + 0.01 * PROMPT_TOKENS * prompts_per_engine + (RESPONSE_TOKENS - 1) * 1.0
 
 
+@needs_interpreted_engine
 def test_a_sync_step_generates_scores_trains_and_syncs_in_turn():
     # Step 0: 2 groups × 2 samples, 2 per engine: done at 2 + 3 = 5 s. The batch's 4 samples are scored at once on
     # 4 workers (0.5 s) once the tie window has passed; training follows; the new weights reach the engines before
@@ -154,6 +156,7 @@ def test_a_sync_step_generates_scores_trains_and_syncs_in_turn():
         + admitted(end0, range(4, 8)) + finished(gen1, range(4, 8)) + training(train1) + [("step 1 ends", end1)])
 
 
+@needs_interpreted_engine
 def test_a_critic_on_gpus_of_its_own_runs_its_stages_beside_the_actors():
     # On the actor's GPUs, PPO's stages take turns in verl's order: old log-probs (1 s), reference (1 s), values
     # (1.5 s), adv (0.25 s), the critic's update (3 s), the actor's (2 s). On GPUs of its own, the critic's values pass
@@ -174,6 +177,7 @@ def test_a_critic_on_gpus_of_its_own_runs_its_stages_beside_the_actors():
         [("update_critic", apart_update), ("update_actor", apart_update)], apart_update + max(3.0, 2.0))
 
 
+@needs_interpreted_engine
 def test_one_step_off_generates_the_next_batch_while_training_on_this_one():
     # Version 0 may generate batches 0 and 1 (⌊(0 + 1 + 1)·2⌋ = 4 groups), admitted as two whole batches at 0: 4
     # samples per engine, prefilled in one iteration of 1 + 2 s, all done at 6 s. Off-policy, each group is scored as
@@ -194,6 +198,7 @@ def test_one_step_off_generates_the_next_batch_while_training_on_this_one():
         + [("weight_sync", gen1), ("step 1 ends", gen1 + WEIGHT_SYNC_S)])
 
 
+@needs_interpreted_engine
 def test_async_admits_a_fraction_of_a_batch_ahead_and_trains_a_group_one_version_stale():
     # η = 0.5: version 0 admits ⌊(0 + 0.5 + 1)·2⌋ = 3 groups, 3 samples per engine (prefill 1 + 1.5 s), done at
     # 5.5 s. Groups 0 and 1 are scored by 6 s, group 2 by 6.5 s (the workers are busy until 6 s). Step 0 trains on

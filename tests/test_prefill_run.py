@@ -17,6 +17,7 @@ from rlsim.sim.engine.scheduler import Scheduler
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.rollout import RolloutEngine
 from rlsim.sim.sequence import Rollout
+from tests.interpreted_engine import needs_interpreted_engine
 from tests.test_preemption_chain import run
 from tests.test_sim_rollout import PAUSE_MODES, Scenario, assert_fast_matches_exact
 
@@ -206,6 +207,7 @@ def queued_groups(submitted_late: int = 0) -> Scenario:
     return Scenario(2, rollouts, kv=100_000, seqs=4, batched=64, sharing=True)
 
 
+@needs_interpreted_engine
 @pytest.mark.parametrize("submitted_late", [0, 3])
 def test_a_run_admits_the_queues_heads_where_the_step_by_step_path_does(submitted_late, monkeypatch):
     """Admissions planned inside runs leave the engine as the scheduler would have at their boundary: the same
@@ -232,6 +234,7 @@ def stealing(steals: list[tuple[float, int]]) -> Callable[[simpy.Environment, li
     return thief
 
 
+@needs_interpreted_engine
 @pytest.mark.parametrize("start", [0.0021, 0.0034, 0.0052, 0.0077])
 def test_a_steal_of_a_rollout_a_run_planned_to_admit_cuts_the_run(start, monkeypatch):
     """Engine 1 steals from engine 0's queue one rollout at a time while engine 0 prefills through admissions: a
@@ -247,6 +250,7 @@ def test_a_steal_of_a_rollout_a_run_planned_to_admit_cuts_the_run(start, monkeyp
     assert cuts >= 1
 
 
+@needs_interpreted_engine
 @pytest.mark.parametrize("at", [0.0029, 0.0047, 0.0061])
 def test_a_withdrawal_mid_run_cuts_the_admissions_planned(at, monkeypatch):
     """Engine 0's waiting rollouts are withdrawn mid-run and resubmitted to engine 1: the run is cut after the
@@ -264,6 +268,7 @@ def test_a_withdrawal_mid_run_cuts_the_admissions_planned(at, monkeypatch):
     assert cuts >= 1 and sum(engine for *_, engine in booked["rollouts"]) >= 1
 
 
+@needs_interpreted_engine
 def test_a_drain_cuts_a_run_that_planned_admissions(monkeypatch):
     """A drain stops admissions from the next boundary on: a run that planned some is cut after the iteration in
     flight, and the engine drains what runs."""
@@ -307,6 +312,7 @@ def test_random_runs_through_admissions_fast_matches_exact(seed):
     assert_fast_matches_exact(random_admitting(seed)[0])
 
 
+@needs_interpreted_engine
 def test_the_random_admitting_scenarios_plan_admissions_in_runs_and_cut_some(monkeypatch):
     spy = AdmissionSpy(monkeypatch)
     for seed in range(24):
