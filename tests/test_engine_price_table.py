@@ -127,7 +127,7 @@ def _priced_part_by_part(costs: EngineCosts, decode_batch: int, decode_context: 
         seconds += part
     gpu = seconds + collectives + kernels.attention_seconds(work, decode_context)
     launches = layer_launches + collective_launches + head_launches + kernels.attention_launches
-    busy_until, then = kernels.cpu_bounds(work.tokens, launches, work.decode + work.prefill_sequences)
+    busy_until, then = costs.overheads.cpu_bounds(work.tokens, launches, work.decode + work.prefill_sequences)
     return max(gpu + launches * costs.overheads.kernel_gap_seconds, busy_until) + then
 
 

@@ -137,7 +137,7 @@ def decode_profile(engine: EngineKernels, batch: int, queries: int = 1) -> Decod
         intercepts.append(a_sum)
         slopes.append(b_sum)
 
-    busy_until, then = engine.cpu_bounds(work.tokens, launches, batch)
+    busy_until, then = engine.overheads.cpu_bounds(work.tokens, launches, batch)
     return _apply_cpu_bounds(batch, starts, intercepts, slopes, busy_until, then)
 
 

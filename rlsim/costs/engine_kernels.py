@@ -153,8 +153,7 @@ class EngineKernels:
     __slots__ = ("spec", "rates", "tp", "ep", "all_reduce_seconds", "all_to_all_seconds", "overheads", "weight_bytes",
                  "quantized_rates", "head_weight_bytes", "expert_load_imbalance", "lora_rank", "kv_per_layer",
                  "decode_kv_passes", "attention_layers", "attention_launches", "_gemm_shapes", "_attention_widths",
-                 "single_query_attention",
-                 "_expert_weight_elements", "_split_gemms", "_graph_tokens", "_launch_cpu_seconds")
+                 "single_query_attention", "_expert_weight_elements", "_split_gemms")
 
     def __init__(self, spec: ModelSpec, rates: GPURates, tp: int, ep: int,
                  all_reduce_seconds: CollectiveSeconds | None, all_to_all_seconds: CollectiveSeconds | None,
@@ -174,8 +173,6 @@ class EngineKernels:
         # Layers of each kind that has any (dense, then MoE): one attention kernel each per iteration.
         self.attention_layers = tuple(spec.layer_count(kind) for kind in LAYER_KINDS if spec.layer_count(kind))
         self.attention_launches = sum(self.attention_layers)
-        # What `cpu_bounds` asks the overheads at every iteration priced, worked out once.
-        self._graph_tokens, self._launch_cpu_seconds = overheads.largest_graph_tokens, overheads.launch_cpu_seconds
         # The spec rebuilds its shapes on every call; an engine prices thousands of iterations.
         self._gemm_shapes = {kind: spec.layer_gemm_shapes(kind) for kind in LAYER_KINDS if spec.layer_count(kind)}
         self._split_gemms = {kind: self._split(shapes) for kind, shapes in self._gemm_shapes.items()}
@@ -219,17 +216,6 @@ class EngineKernels:
         else:
             raise ValueError(f"{kernel.name}: only shaped GEMMs and memory-bound kernels are priced by token count")
         return kernel.count * seconds
-
-    def cpu_bounds(self, tokens: int, launches: int, sequences: int) -> tuple[float, float]:
-        """(time the CPU keeps the iteration from ending before, CPU time added after it) for an iteration of
-        `tokens` tokens over `sequences` scheduled sequences."""
-        overheads = self.overheads
-        # overheads.cpu_seconds_per_launch(tokens), from the values it reads
-        launching = launches * (0.0 if tokens <= self._graph_tokens else self._launch_cpu_seconds)
-        step = overheads.step_cpu_seconds + overheads.step_cpu_per_sequence_seconds * sequences
-        if overheads.overlap_scheduling:
-            return launching + step, 0.0
-        return launching, step
 
     def kernels(self, work: Work) -> tuple[list[Kernel], list[KernelCollective]]:
         """Kernels and collectives of one iteration on one GPU, their costs affine in the decode context."""

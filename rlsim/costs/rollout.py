@@ -72,7 +72,7 @@ LayersPriced = tuple[float, tuple[float, ...], int]
 CollectivesPriced = tuple[float, int]
 LogitsPriced = tuple[tuple[float, ...], int]
 # An iteration's parts but attention, priced: the GPU seconds to add attention's to, the launch gaps' seconds to add
-# then, and the CPU bounds (`EngineKernels.cpu_bounds`).
+# then, and the CPU bounds (`EngineOverheads.cpu_bounds`).
 ContextFreePriced = tuple[float, float, float, float]
 
 # Token counts an engine's layers are priced for at once (`EngineCosts._price_layer_block`): numpy prices a block in
@@ -123,6 +123,16 @@ class EngineOverheads:
     def replays_graph(self, tokens: float) -> bool:
         """Whether an iteration of `tokens` tokens replays a captured CUDA graph instead of launching kernels."""
         return tokens <= self.largest_graph_tokens
+
+    def cpu_bounds(self, tokens: int, launches: int, sequences: int) -> tuple[float, float]:
+        """(time the CPU keeps the iteration from ending before, CPU time added after it) for an iteration of
+        `tokens` tokens, `launches` kernels, over `sequences` scheduled sequences: asked by every iteration shape an
+        engine prices first, so here, compiled with the engine (`rlsim.compiled_engine`)."""
+        launching = launches * self.cpu_seconds_per_launch(tokens)
+        step = self.step_cpu_seconds + self.step_cpu_per_sequence_seconds * sequences
+        if self.overlap_scheduling:
+            return launching + step, 0.0
+        return launching, step
 
     def cpu_seconds_per_launch(self, tokens: float) -> float:
         """CPU time the engine spends on each kernel of an iteration of `tokens` tokens: none when a captured CUDA
@@ -428,10 +438,12 @@ class EngineCosts:
         for part in after_head:
             seconds += part
         launches = layer_launches + collective_launches + head_launches + kernels.attention_launches
-        busy_until, then = kernels.cpu_bounds(tokens, launches, sequences)
+        busy_until, then = self.overheads.cpu_bounds(tokens, launches, sequences)
         return seconds + collectives, launches * self.overheads.kernel_gap_seconds, busy_until, then
 
     def _price_collectives(self, tokens: int) -> CollectivesPriced:
+        if self.tp == 1:
+            return 0, 0  # what the sums below give for no collective, without asking the kernel model for none
         collectives = self._kernels.layer_collectives(tokens)
         return sum(c.count * c.seconds for c in collectives), sum(c.count for c in collectives)
 

@@ -370,17 +370,40 @@ class SequenceColumns:
         names = [name for name, _ in SEQUENCE_COLUMNS]
         # A record's fields read at once, and bound appends: a step records every one of its sequences.
         self._fields = attrgetter(*names)
-        self._appenders = tuple(self.columns[name].append for name in names)
-        self._dropped_by_at = names.index("dropped_by")
+        self._appenders: tuple[Callable[[Any], None], ...] = tuple(self.columns[name].append for name in names)
 
     def __len__(self) -> int:
         return len(self.columns["seq_id"])
 
     def append(self, record: SequenceRecord) -> None:
-        values = list(self._fields(record))
-        values[self._dropped_by_at] = self.dropped_by.code(values[self._dropped_by_at])
-        for append, value in zip(self._appenders, values, strict=True):
-            append(value)
+        self.append_row(*self._fields(record))
+
+    def append_row(self, seq_id: int, group: int, engine: int, prompt_tokens: int, response_tokens: int,
+                   truncated: bool, submitted: float, finished: float, version_started: int, version_trained: int,
+                   step_trained: int, preemptions: int, dropped_by: str, admitted: float, readmissions: int,
+                   informative: bool) -> None:
+        """A sequence's fields (`SequenceRecord`'s, in SEQUENCE_COLUMNS' order) appended as they are, without the
+        record: a step records every one of its sequences, and a record built only to be taken apart costs more
+        than the appends."""
+        (append_seq_id, append_group, append_engine, append_prompt, append_response, append_truncated,
+         append_submitted, append_finished, append_started, append_trained, append_step, append_preemptions,
+         append_dropped_by, append_admitted, append_readmissions, append_informative) = self._appenders
+        append_seq_id(seq_id)
+        append_group(group)
+        append_engine(engine)
+        append_prompt(prompt_tokens)
+        append_response(response_tokens)
+        append_truncated(truncated)
+        append_submitted(submitted)
+        append_finished(finished)
+        append_started(version_started)
+        append_trained(version_trained)
+        append_step(step_trained)
+        append_preemptions(preemptions)
+        append_dropped_by(self.dropped_by.code(dropped_by))
+        append_admitted(admitted)
+        append_readmissions(readmissions)
+        append_informative(informative)
 
     def table(self) -> SequenceTable:
         arrays = {name: _frozen(column) for name, column in self.columns.items()}

@@ -15,7 +15,7 @@ from itertools import count
 
 import simpy
 
-from rlsim.events import RUN_END, SequenceRecord
+from rlsim.events import RUN_END
 from rlsim.sim.balance import Dispatcher
 from rlsim.sim.engines import GenerationEngine
 from rlsim.sim.recorder import Recorder
@@ -249,13 +249,12 @@ class GroupLedger:
             members = self.members(group)
             informative = self._informative[group]
             for r in members:
-                self.recorder.sequence(_record(r, version, step, informative=informative))
+                _record(self.recorder, r, version, step, informative=informative)
             self._trained[group] = members
             kept = set(members)
             for r in self._members[group]:
                 if r not in kept:
-                    self.recorder.sequence(_record(r, -1, -1, dropped_by=self._dropped_by(group, r),
-                                                   informative=informative))
+                    _record(self.recorder, r, -1, -1, dropped_by=self._dropped_by(group, r), informative=informative)
             self._forget(group)
 
     def _forget(self, group: int) -> None:
@@ -270,7 +269,7 @@ class GroupLedger:
     def drop(self, group: int, policy: str) -> None:
         informative = self._informative[group]
         for r in self._members[group]:
-            self.recorder.sequence(_record(r, -1, -1, dropped_by=policy, informative=informative))
+            _record(self.recorder, r, -1, -1, dropped_by=policy, informative=informative)
         self._forget(group)
 
     def drop_leftovers(self) -> None:
@@ -285,8 +284,10 @@ def trained_tokens(r: Rollout, max_response_tokens: int) -> int:
     return r.prompt_tokens + min(r.context_tokens - r.prompt_tokens, max_response_tokens)
 
 
-def _record(r: Rollout, version: int, step: int, dropped_by: str = "", *, informative: bool) -> SequenceRecord:
+def _record(recorder: Recorder, r: Rollout, version: int, step: int, dropped_by: str = "", *,
+            informative: bool) -> None:
+    """The rollout's `SequenceRecord`, appended to the recorder's columns field by field."""
     # A trajectory's prompt tokens are all it did not generate: its prompt and every tool response appended.
-    return SequenceRecord(r.seq_id, r.group, r.engine, r.context_tokens - r.generated, r.generated, r.truncated,
-                          r.submitted, r.finished, r.version_started, version, step, r.preemptions, dropped_by,
-                          r.admitted, max(0, r.admissions - 1), informative)
+    recorder.sequences.append_row(r.seq_id, r.group, r.engine, r.context_tokens - r.generated, r.generated,
+                                  r.truncated, r.submitted, r.finished, r.version_started, version, step,
+                                  r.preemptions, dropped_by, r.admitted, max(0, r.admissions - 1), informative)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlsim.events import LABELS, EventLog, KVTransfer, SequenceRecord, Span, StepRecord
+from rlsim.events import LABELS, EventLog, KVTransfer, Span, StepRecord
 from rlsim.events.agents import AgentRecord
 from rlsim.events.environments import EnvironmentRecord
 from rlsim.events.sample_spill import SampleSpill, SpilledSamples
@@ -49,7 +49,7 @@ class Recorder:
         self._spans = SpanColumns()
         self._contexts: list[Span] = []
         self._late_contexts: list[Span] = []  # win over every other context (their own order kept among them)
-        self._sequences = SequenceColumns()
+        self.sequences = SequenceColumns()  # the ledger appends each sequence as its step records it
         self._steps: list[StepRecord] = []
         self._kv_transfers: list[KVTransfer] = []
         self.engine_samples = SampleColumns()  # engines append theirs as the run goes on
@@ -91,9 +91,6 @@ class Recorder:
         finally:
             self._contexts = contexts
 
-    def sequence(self, record: SequenceRecord) -> None:
-        self._sequences.append(record)
-
     def kv_transfer(self, record: KVTransfer) -> None:
         self._kv_transfers.append(record)
 
@@ -118,8 +115,8 @@ class Recorder:
         spans = self._frozen_spans(wall_s)
         samples = self._frozen_samples()
         self._spans, self.engine_samples = SpanColumns(self._spans.stages, self._spans.units), SampleColumns()
-        records = self._sequences.table()
-        self._sequences = SequenceColumns()
+        records = self.sequences.table()
+        self.sequences = SequenceColumns()
         sequences = records.take(np.argsort(records.seq_id, kind="stable"))
         environments = self.environments(wall_s) if self.environments is not None else None
         return EventLog(spans=spans, sequences=sequences,

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
+from simpy.core import EmptySchedule
+
 from rlsim.config.bound import Bound
 from rlsim.errors import Problem, ScenarioError
 from rlsim.events import EventLog, StepRecord
@@ -65,13 +67,15 @@ def _simulate_log(bound: Bound, mode: Literal["fast", "exact"],
     events = 0
     # Stepping by hand (rather than env.run) counts the events: the simulator's work, which must scale with sequences.
     # Until the loop's end is *processed*: a loop that fails is triggered at once, and only processing re-raises.
+    # An empty schedule is found by the step that finds nothing to pop, rather than by a peek before every step.
     while not done.processed:
-        if env.peek() == float("inf"):
+        try:
+            env.step()
+        except EmptySchedule:
             if sim is not None:
                 _refuse_a_deadlocked_pool(sim, env.now)
             raise RuntimeError(f"the simulation of {bound.scenario.name!r} stalled at t={env.now:.3f} s with steps "
-                               "left: a process waits for an event nothing will trigger (a bug in rlsim)")
-        env.step()
+                               "left: a process waits for an event nothing will trigger (a bug in rlsim)") from None
         events += 1
     for engine in engines:
         engine.close()
