@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from rlsim.costs.rollout import PrefillChunk
 
+
 class Work(NamedTuple):
     """What one iteration computes: decode rows plus prefill chunks, summed (`work_of` builds it). The counts derived
     from the others are fields, not properties: every iteration priced reads them several times."""
