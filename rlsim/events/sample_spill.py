@@ -1,6 +1,6 @@
 """Engine samples spilled to disk while the run goes on, and read back one engine at a time or in time order.
 
-Engine samples are the largest table a long run records (66 bytes a sample; ~5,000 samples per RL step on 1,024 GPUs),
+Engine samples are the largest table a long run records (68 bytes a sample; ~5,000 samples per RL step on 1,024 GPUs),
 and every metric over them is per engine (rlsim.metrics.engines): an engine's samples in time order are all a metric
 reads at once. So the recorder hands its samples over here a chunk at a time (at the end of an RL step, once the run
 has recorded more than it keeps in memory), and the run holds a chunk, not the run.

@@ -25,7 +25,7 @@ from rlsim.events.sample_spill import SampleSpill, SpilledSamples
 from rlsim.events.tables import SPAN_COLUMNS, SampleColumns, SampleTable, SequenceColumns, SpanColumns, SpanTable
 from rlsim.sim.idle_labels import idle_spans
 
-# Engine samples a run keeps in memory before it spills them to disk: 2^18 samples are 17 MB of columns (66 bytes a
+# Engine samples a run keeps in memory before it spills them to disk: 2^18 samples are 18 MB of columns (68 bytes a
 # sample, rlsim.events.tables), a run of ~50 RL steps on 1,024 GPUs (benchmarks/bench_horizon records ~4,700 samples a
 # step); every shipped scenario and test run stays below it and reads its samples from memory.
 SAMPLES_KEPT_IN_MEMORY = 2**18

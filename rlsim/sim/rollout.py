@@ -442,7 +442,7 @@ class RolloutEngine(EngineControls):
         running, waiting = self._running, self._waiting
         first_token, prefilled, book_admission = self.lifecycle.first_token, scheduler.prefilled, scheduler.book_admission
         times: list[float] = []
-        counters: list[int] = []
+        samples: list[float | int] = []
         for at, plan, admitted in boundaries:
             self._advance(1, decode=False)
             for slot in prefilled(plan):
@@ -451,9 +451,9 @@ class RolloutEngine(EngineControls):
             for slot in admitted:
                 book_admission(slot, at)
             times.append(at)
-            counters += (len(running), len(waiting), kv.used, batch.size, batch.iteration, batch.decode_iterations,
-                         batch.decode_read)
-        self.telemetry.restarted(times, counters, self.version)
+            samples += (at, len(running), len(waiting), kv.used, batch.size, batch.iteration, batch.decode_iterations,
+                        batch.decode_read)
+        self.telemetry.restarted(times, samples, self.version)
 
     def _preemption_boundaries(self, boundaries: list[Boundary]) -> None:
         """Boundaries of the chain, booked in one pass as the step-by-step path books each at its time: the stretch
@@ -461,8 +461,8 @@ class RolloutEngine(EngineControls):
         recorded, and the smaller batch decodes on for as long as the plan priced. No turn ends at a chain's
         boundary, so the finish heap is left as it is (its stale entries are dropped when they reach its head)."""
         batch = self.batch
-        times, counters = book_boundaries(boundaries, batch.end_stretch(), batch, self.kv, self.scheduler)
-        self.telemetry.restarted(times, counters, self.version)
+        times, samples = book_boundaries(boundaries, batch.end_stretch(), batch, self.kv, self.scheduler)
+        self.telemetry.restarted(times, samples, self.version)
         last = boundaries[-1]
         batch.planned_stretch(last.at, last.k, last.seconds)
 

@@ -80,10 +80,10 @@ class EngineTelemetry:
                            batch.iteration + done, batch.decode_iterations + done,
                            batch.decode_read + decode_read(size, stretch.context, done))
 
-    def restarted(self, times: list[float], counters: list[int], version: int) -> None:
+    def restarted(self, times: list[float], samples: list[float | int], version: int) -> None:
         """A preemption chain's or prefill run's boundaries, booked after the fact: at each of `times` (increasing)
-        the work under way ended and work of its label began again, and the engine was sampled with `counters`
-        (SAMPLE_COUNTERS but the time, a row per boundary, one after another). What `end`, `sample` and `begin` at
+        the work under way ended and work of its label began again, and the engine was sampled with `samples`
+        (the time and SAMPLE_COUNTERS, a row per boundary, one after another). What `end`, `sample` and `begin` at
         each record, in one pass: the work after the first boundary runs back to back, so the busy span it is part of
         ends at the last."""
         label = self._in_flight
@@ -96,7 +96,7 @@ class EngineTelemetry:
             self.end(version, times[1])
             self._span_end = times[-1]
         self._in_flight, self._in_flight_start = label, times[-1]
-        self._write_samples(times, counters)
+        self._write_samples(samples)
         self.changed = False
 
     def begin(self, label: str, at: float | None = None) -> None:
