@@ -85,8 +85,9 @@ class GroupLedger:
     def send(self, drawn: list[PromptGroup], *, quorum: tuple[int, str] | None = None) -> list[Rollout]:
         """Send drawn groups out (launched, or sent again as new groups); returns their rollouts."""
         launched = []
+        now = self.env.now
         for group in drawn:
-            members = [self._rollout(group, i) for i in range(len(group.response_tokens))]
+            members = [self._rollout(group, i, now) for i in range(len(group.response_tokens))]
             self._members[group.group] = members
             self._set_left(group.group, len(members) if quorum is None else quorum[0])
             self._informative[group.group] = group.informative
@@ -118,20 +119,21 @@ class GroupLedger:
             self._generating += 1
             self.dispatcher.dispatch(members)
 
-    def _rollout(self, group: PromptGroup, i: int) -> Rollout:
+    def _rollout(self, group: PromptGroup, i: int, now: float) -> Rollout:
+        """Sample i of the group, submitted at `now`."""
         seq_id = next(self.seq_ids)
         if group.turns is not None:
             rollout: Rollout = MultiTurnRollout(seq_id, group.group, group.prompt_tokens,
-                                                group.response_tokens[i], group.truncated[i], submitted=self.env.now,
+                                                group.response_tokens[i], group.truncated[i], submitted=now,
                                                 turns=group.turns[i])
         elif self.segment_tokens is not None:
             final = group.response_tokens[i]
             rollout = SegmentedRollout(seq_id, group.group, group.prompt_tokens,
-                                       min(final, self.segment_tokens), group.truncated[i], submitted=self.env.now,
+                                       min(final, self.segment_tokens), group.truncated[i], submitted=now,
                                        final_tokens=final)
         else:
             rollout = Rollout(seq_id, group.group, group.prompt_tokens, group.response_tokens[i],
-                              group.truncated[i], submitted=self.env.now)
+                              group.truncated[i], submitted=now)
         return rollout
 
     def _finished(self, rollout: Rollout) -> None:

@@ -350,12 +350,13 @@ class RolloutEngine(EngineControls):
         """Decode the fixed batch until its first finish or a full KV cache, in one event unless woken earlier; when
         the cache fills before any turn ends, through the whole preemption chain up to the next turn end."""
         batch, state, env = self.batch, self.state, self.env
-        stretch = self._begin_stretch(env.now)
-        chain = self._chain = self._plan_chain()
+        now = env.now
+        stretch = self._begin_stretch(now)
+        chain = self._chain = self._plan_chain(now)
         self._book = self._preemption_boundaries
         state.activity = DECODING
         try:
-            yield env.timeout(stretch.seconds if chain is None else _delay_until(env.now, chain.end))
+            yield env.timeout(stretch.seconds if chain is None else _delay_until(now, chain.end))
             state.activity = BUSY
             self.settle()
             self._chain = None
@@ -380,18 +381,18 @@ class RolloutEngine(EngineControls):
         self._advance(self.batch.end_stretch(), decode=True)
         self.batch.finish_due()
 
-    def _plan_chain(self) -> PreemptionChain | None:
-        """The preemption chain the stretch just begun opens, where one can be booked after the fact: nothing may
-        observe the boundaries as they pass (a probe), nor change the batch in between (prefills, held tool calls, a
-        pause). A chain takes the queue's head to be its last victim, as first come, first served puts it: a ranked
-        queue (length-predicted priority) books each boundary as it comes instead."""
+    def _plan_chain(self, now: float) -> PreemptionChain | None:
+        """The preemption chain the stretch just begun (at `now`) opens, where one can be booked after the fact:
+        nothing may observe the boundaries as they pass (a probe), nor change the batch in between (prefills, held tool
+        calls, a pause). A chain takes the queue's head to be its last victim, as first come, first served puts it: a
+        ranked queue (length-predicted priority) books each boundary as it comes instead."""
         scheduler = self.scheduler
         if (self.telemetry.probe is not None or scheduler.prefilling or self._holds_kv_in_transit()
                 or self.state.pause is not None or scheduler.rank is not None):
             return None
-        chain = plan_chain(self.env.now, self.batch, self.kv, self._running, self.max_num_seqs,
-                           self.max_num_batched_tokens, self.costs)
-        if chain is None or self.env.now + _delay_until(self.env.now, chain.end) != chain.end:
+        chain = plan_chain(now, self.batch, self.kv, self._running, self.max_num_seqs, self.max_num_batched_tokens,
+                           self.costs)
+        if chain is None or now + _delay_until(now, chain.end) != chain.end:
             return None
         return chain
 
