@@ -16,7 +16,7 @@ import rlsim.report.event_files as event_files
 import rlsim.sim.idle_labels as idle_labels
 from rlsim.costs.memo import Memo
 from rlsim.events import RUN_END, EngineSample, EventLog, SequenceRecord, Span
-from rlsim.events.tables import SampleTable, SequenceTable, SpanTable
+from rlsim.events.tables import SampleColumns, SampleTable, SequenceTable, SpanTable
 from rlsim.metrics import RunFacts, run_metrics
 from rlsim.metrics.facts import PoolFacts
 from rlsim.metrics.groups import gpu_groups, group_spans
@@ -48,6 +48,25 @@ def test_span_sample_and_sequence_tables_give_back_their_records():
     assert tuple(table) == records and table[1] == records[1]
     assert table.trained.tolist() == [True, False, False]
     assert table.dropped_by_a_policy.tolist() == [False, False, True]
+
+
+@pytest.mark.parametrize("rows", [0, 1, 63, 64, 65, 130])
+def test_samples_booked_in_bulk_are_the_samples_booked_one_at_a_time(rows):
+    """An engine books a chain's or prefill run's samples as one flat list, packed a block of rows at a time: any
+    count of rows, across block edges and beside another engine's samples, reads back as the same samples."""
+    samples = [EngineSample("engine0", 0.25 * i, i, 2 * i, 3 * i + (1 << 40), 4, 5 + i, 6, 7 * i) for i in range(rows)]
+    other = EngineSample("engine1", 0.125, 1, 2, 3, 4, 5, 6, 7)
+    one_at_a_time, bulk = SampleColumns(), SampleColumns()
+    write_one, write_one_other = one_at_a_time.writer("engine0"), one_at_a_time.writer("engine1")
+    write_rows, write_rows_other = bulk.rows_writer("engine0"), bulk.rows_writer("engine1")
+    write_one_other(*other[1:])
+    write_rows_other(list(other[1:]))
+    for sample in samples:
+        write_one(*sample[1:])
+    write_rows([value for sample in samples for value in sample[1:]])
+    expected = (other, *samples)
+    assert tuple(one_at_a_time.table()) == expected and tuple(bulk.table()) == expected
+    assert len(bulk) == rows + 1
 
 
 def idle_by_definition(busy: list[Span], contexts: list[Span], wall_s: float, gpu: int) -> list[tuple]:
