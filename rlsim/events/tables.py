@@ -4,10 +4,10 @@ A long run records millions of spans and samples. As Python objects each costs ~
 walks them all; as packed rows while the run appends (one `struct` pack a record, into a bytearray) and numpy columns
 over those rows once frozen, a span costs 39 bytes, a sample 68 and a sequence 83, and metrics read them with array
 operations. A row is packed in one call rather than appended field by field to `array.array` columns: an array
-converts each value it is given by parsing it as a call's argument would be (~40 ns a field, 6–9 % of a production
-step's instructions, which appends ~650,000 fields), struct converts a row's values directly. The tables still iterate
-as `Span`, `EngineSample` and `SequenceRecord` records, so code that wants records gets them (made on demand, never all
-kept).
+parses each value it is given as a call's argument would be, struct converts a row's values directly, so spans and
+sequence rows are recorded in about half the time (a production step appends ~650,000 fields: 6–7 % of its
+instructions went to that parsing, though only a few per cent of its time). The tables still iterate as `Span`,
+`EngineSample` and `SequenceRecord` records, so code that wants records gets them (made on demand, never all kept).
 
 Strings (labels, stages, units, engine names) are stored as small integer codes into a table's own name list.
 """
@@ -260,7 +260,7 @@ class SampleColumns:
         self.engines = Names()
         self.engine = array("i")
         self.rows = bytearray()
-        # Structs packing k rows at once, k < _SAMPLE_BLOCK or k == _SAMPLE_BLOCK: made when first needed.
+        # The Structs packing k rows at once (1 <= k <= _SAMPLE_BLOCK), each made when first needed.
         self._blocks: dict[int, Struct] = {}
 
     def __len__(self) -> int:
@@ -375,8 +375,6 @@ SEQUENCE_COLUMNS = (("seq_id", "q"), ("group", "q"), ("engine", "i"), ("prompt_t
                     ("truncated", "b"), ("submitted", "d"), ("finished", "d"), ("version_started", "i"),
                     ("version_trained", "i"), ("step_trained", "i"), ("preemptions", "i"), ("dropped_by", "b"),
                     ("admitted", "d"), ("readmissions", "i"), ("informative", "b"))
-
-
 _SEQUENCE_ROW, _SEQUENCE_DTYPE = _row_layout(SEQUENCE_COLUMNS)
 
 
