@@ -244,6 +244,7 @@ class CoveringSpans:
 
 
 SAMPLE_COUNTERS = EngineSample._fields[2:]
+SAMPLE_ROW_WIDTH = 1 + len(SAMPLE_COUNTERS)  # values in a row of samples booked in bulk: the time, then the counters
 # A sample's row: its time, then its counters. The engine's code is kept apart, as one engine books many at once.
 _SAMPLE_ROW_CODES = "d" + "q" * len(SAMPLE_COUNTERS)
 _SAMPLE_ROW = Struct("=" + _SAMPLE_ROW_CODES)
@@ -289,7 +290,7 @@ class SampleColumns:
         in one flat list, packed a block of rows to a call."""
         code, engines, rows, blocks = array("i", [self.engines.code(engine)]), self.engine.extend, self.rows.extend, \
             self._blocks
-        width = 1 + len(SAMPLE_COUNTERS)
+        width = SAMPLE_ROW_WIDTH
 
         def write_rows(values: list[float | int]) -> None:
             count = len(values) // width

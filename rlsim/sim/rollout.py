@@ -442,7 +442,6 @@ class RolloutEngine(EngineControls):
         batch, kv, scheduler = self.batch, self.kv, self.scheduler
         running, waiting = self._running, self._waiting
         first_token, prefilled, book_admission = self.lifecycle.first_token, scheduler.prefilled, scheduler.book_admission
-        times: list[float] = []
         samples: list[float | int] = []
         for at, plan, admitted in boundaries:
             self._advance(1, decode=False)
@@ -451,10 +450,9 @@ class RolloutEngine(EngineControls):
             kv.trim(batch.size)  # the boundary's make_room, which has nothing to preempt
             for slot in admitted:
                 book_admission(slot, at)
-            times.append(at)
             samples += (at, len(running), len(waiting), kv.used, batch.size, batch.iteration, batch.decode_iterations,
                         batch.decode_read)
-        self.telemetry.restarted(times, samples, self.version)
+        self.telemetry.restarted(samples, self.version)
 
     def _preemption_boundaries(self, boundaries: list[Boundary]) -> None:
         """Boundaries of the chain, booked in one pass as the step-by-step path books each at its time: the stretch
@@ -462,8 +460,8 @@ class RolloutEngine(EngineControls):
         recorded, and the smaller batch decodes on for as long as the plan priced. No turn ends at a chain's
         boundary, so the finish heap is left as it is (its stale entries are dropped when they reach its head)."""
         batch = self.batch
-        times, samples = book_boundaries(boundaries, batch.end_stretch(), batch, self.kv, self.scheduler)
-        self.telemetry.restarted(times, samples, self.version)
+        samples = book_boundaries(boundaries, batch.end_stretch(), batch, self.kv, self.scheduler)
+        self.telemetry.restarted(samples, self.version)
         last = boundaries[-1]
         batch.planned_stretch(last.at, last.k, last.seconds)
 

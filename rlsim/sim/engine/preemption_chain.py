@@ -140,20 +140,19 @@ def _first_finish(finishes: list[tuple[int, int, Slot]], evicted: set[Slot]) -> 
 
 
 def book_boundaries(boundaries: list[Boundary], iterations: int, batch: DecodeBatch, kv: KVLedger,
-                    scheduler: Scheduler) -> tuple[list[float], list[float | int]]:
+                    scheduler: Scheduler) -> list[float | int]:
     """Book planned `boundaries` (in order, the first ending a stretch of `iterations`) as the step-by-step path
     books each at its time — `RolloutEngine._end_stretch`, then `Scheduler.make_room` preempting the boundary's
     victims — in one pass: the stretch's iterations are booked and the cache grows (released contexts evicted for the
     next iteration's tokens), and each victim (a decoding single-turn sequence, latest admitted first) leaves the
     batch up to date and its KV freed, back to the front of the queue (first come, first served; no probe observes
-    it). The batch's counters and the scheduler's totals run as local sums, written back once. Returns each
-    boundary's time and the engine's sample there (its time and SAMPLE_COUNTERS, a row after another)."""
+    it). The batch's counters and the scheduler's totals run as local sums, written back once. Returns the
+    engine's sample at each boundary (its time and SAMPLE_COUNTERS, a row after another)."""
     running, queue_front = scheduler.running, scheduler.waiting.appendleft
     waiting = scheduler.waiting
     size, context, iteration = batch.size, batch.context, batch.iteration
     decode_iterations, read = batch.decode_iterations, batch.decode_read
     generated = queued = preempted = 0
-    times: list[float] = []
     samples: list[float | int] = []
     for boundary in boundaries:
         iteration += iterations
@@ -178,13 +177,11 @@ def book_boundaries(boundaries: list[Boundary], iterations: int, batch: DecodeBa
             queued += tokens
             rollout.preemptions += 1
         preempted += len(victims)
-        at = boundary.at
-        times.append(at)
-        samples += (at, len(running), len(waiting), kv.used, size, iteration, decode_iterations, read)
+        samples += (boundary.at, len(running), len(waiting), kv.used, size, iteration, decode_iterations, read)
         iterations = boundary.k
     batch.size, batch.context, batch.iteration = size, context, iteration
     batch.decode_iterations, batch.decode_read = decode_iterations, read
     scheduler.generated_total += generated
     scheduler.queued_tokens += queued
     scheduler.preemptions += preempted
-    return times, samples
+    return samples

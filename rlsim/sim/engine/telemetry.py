@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import simpy
 
+from rlsim.events.tables import SAMPLE_ROW_WIDTH
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.slot import Slot
@@ -80,22 +81,24 @@ class EngineTelemetry:
                            batch.iteration + done, batch.decode_iterations + done,
                            batch.decode_read + decode_read(size, stretch.context, done))
 
-    def restarted(self, times: list[float], samples: list[float | int], version: int) -> None:
-        """A preemption chain's or prefill run's boundaries, booked after the fact: at each of `times` (increasing)
-        the work under way ended and work of its label began again, and the engine was sampled with `samples`
-        (the time and SAMPLE_COUNTERS, a row per boundary, one after another). What `end`, `sample` and `begin` at
-        each record, in one pass: the work after the first boundary runs back to back, so the busy span it is part of
-        ends at the last."""
+    def restarted(self, samples: list[float | int], version: int) -> None:
+        """A preemption chain's or prefill run's boundaries, booked after the fact: at each boundary (in time order)
+        the work under way ended and work of its label began again, and the engine was sampled: `samples` holds a row
+        per boundary, its time and SAMPLE_COUNTERS, one after another. What `end`, `sample` and `begin` at each
+        record, in one pass: the work after the first boundary runs back to back, so the busy span it is part of ends
+        at the last."""
         label = self._in_flight
-        self.end(version, times[0])
-        if len(times) > 1:
+        first: float = samples[0]
+        last: float = samples[-SAMPLE_ROW_WIDTH]
+        self.end(version, first)
+        if len(samples) > SAMPLE_ROW_WIDTH:
             # close() recorded busy time up to an instant the engine had settled, so up to no later than the first
             # boundary booked after it.
-            assert times[0] >= self._recorded_until
-            self._in_flight, self._in_flight_start = label, times[0]
-            self.end(version, times[1])
-            self._span_end = times[-1]
-        self._in_flight, self._in_flight_start = label, times[-1]
+            assert first >= self._recorded_until
+            self._in_flight, self._in_flight_start = label, first
+            self.end(version, samples[SAMPLE_ROW_WIDTH])
+            self._span_end = last
+        self._in_flight, self._in_flight_start = label, last
         self._write_samples(samples)
         self.changed = False
 
