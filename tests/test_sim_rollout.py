@@ -33,7 +33,7 @@ class FixedCosts:
         self.prefills: list[tuple[PrefillChunk, ...]] = []  # chunks of every iteration that had some
 
     def iteration_seconds(self, decode_batch=0, decode_context=0, prefill=()):
-        chunks = tuple(prefill)
+        chunks = tuple(PrefillChunk(*chunk) for chunk in prefill)  # the engine passes plain tuples of the fields
         if chunks:
             self.prefills.append(chunks)
         return 1.0 + 0.01 * sum(c.tokens for c in chunks)

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from rlsim.costs.rollout import PrefillChunk
+    from rlsim.costs.rollout import ChunkFields
 
 
 class Work(NamedTuple):
@@ -29,18 +29,25 @@ class Work(NamedTuple):
     logit_rows: int  # decode_rows + prefill_logits: rows through the output head and the sampler
 
 
-def work_of(decode_batch: int, prefill: Iterable[PrefillChunk], decode_queries: int = 1) -> Work:
+def prefill_counts(prefill: Iterable[ChunkFields]) -> tuple[int, int, int, int, int]:
+    """`Work`'s prefill counts of the chunks (each a `PrefillChunk` or a plain tuple of its fields): new tokens,
+    cached tokens, (query, key) pairs, chunks ending their prompt, sequences. Integer sums, so the same values
+    whatever the chunks' order."""
     new = cached = pairs = logits = sequences = 0
-    for chunk in prefill:
-        tokens = chunk.tokens
-        if tokens < 0 or chunk.cached_tokens < 0:
-            raise ValueError(f"prefill chunk sizes must be >= 0, got {chunk}")
+    for tokens, cached_tokens, chunk_logits in prefill:
+        if tokens < 0 or cached_tokens < 0:
+            raise ValueError(f"prefill chunk sizes must be >= 0, got {(tokens, cached_tokens, chunk_logits)}")
         if tokens:
             new += tokens
-            cached += chunk.cached_tokens
-            pairs += tokens * chunk.cached_tokens + tokens * (tokens + 1) // 2
-            logits += chunk.logits
+            cached += cached_tokens
+            pairs += tokens * cached_tokens + tokens * (tokens + 1) // 2
+            logits += chunk_logits
             sequences += 1
+    return new, cached, pairs, logits, sequences
+
+
+def work_of(decode_batch: int, prefill: Iterable[ChunkFields], decode_queries: int = 1) -> Work:
+    new, cached, pairs, logits, sequences = prefill_counts(prefill)
     decode_rows = decode_batch * decode_queries
     return Work(decode_batch, new, cached, float(pairs), logits, sequences, decode_queries, decode_rows,
                 decode_rows + new, decode_rows + logits)

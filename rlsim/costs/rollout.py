@@ -46,7 +46,7 @@ import numpy as np
 from rlsim.costs.compute import GPURates
 from rlsim.costs.decode_profile import DecodeProfile, combined_profile, decode_profile
 from rlsim.costs.engine_kernels import CollectiveSeconds, EngineKernels, Kernel
-from rlsim.costs.iteration_work import Work, work_of
+from rlsim.costs.iteration_work import Work, prefill_counts, work_of
 from rlsim.costs.layout import EngineLayout, InferenceEngine
 from rlsim.costs.memo import BlockMemo, Memo
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
@@ -144,13 +144,17 @@ class PrefillChunk(NamedTuple):
     """New prompt tokens of one sequence in an iteration, after `cached_tokens` of it already in the KV cache.
 
     `logits`: the chunk ends the prompt, so its last token goes through the output head and is sampled (the first
-    generated token); an earlier chunk of a chunked prefill produces no logits. A named tuple, not a frozen
-    dataclass: an engine builds one per sequence per prefill iteration, and a tuple is built several times faster.
+    generated token); an earlier chunk of a chunked prefill produces no logits. The pricing reads a chunk by
+    position (`ChunkFields`), so the engine, which builds one per sequence per prefill iteration, passes plain tuples:
+    building a named tuple is a call of its Python `__new__`.
     """
 
     tokens: int
     cached_tokens: int = 0
     logits: bool = True
+
+
+ChunkFields = tuple[int, int, bool]  # a `PrefillChunk`'s fields by position: (tokens, cached_tokens, logits)
 
 
 @dataclass(frozen=True)
@@ -265,24 +269,27 @@ class EngineCosts:
         return self.iteration_seconds(batch, total_context)
 
     def iteration_seconds(
-        self, decode_batch: int = 0, decode_context: float = 0, prefill: Iterable[PrefillChunk] = ()
+        self, decode_batch: int = 0, decode_context: float = 0, prefill: Iterable[ChunkFields] = ()
     ) -> float:
         """One engine iteration: `decode_batch` decoding sequences (`decode_context` cached tokens in all) and the
-        prefill chunks scheduled with them (vLLM's chunked prefill mixes both in one forward pass)."""
+        prefill chunks scheduled with them (vLLM's chunked prefill mixes both in one forward pass), each a
+        `PrefillChunk` or a plain tuple of its fields."""
         if decode_batch < 0 or decode_context < 0:
             raise ValueError(f"decode_batch and decode_context must be >= 0, got {decode_batch}, {decode_context}")
-        work = work_of(decode_batch, prefill)
-        if work.tokens == 0:
-            return 0.0
-        speculation = self.speculation
-        if speculation is not None and work.prefill_sequences == 0:
-            # A mean speculative step per token (rlsim.costs.speculative): verify, drafts, over the tokens gained.
-            verify = self._iteration_seconds(work_of(decode_batch, (), speculation.verified), decode_context)
-            draft = 0.0
-            if speculation.draft is not None:
-                draft = speculation.drafted * speculation.draft.iteration_seconds(decode_batch, decode_context)
-            return (verify + draft) / speculation.tokens_per_step
-        return self._iteration_seconds(work, decode_context)
+        # One query per decode prices from `work_of`'s counts alone (`_single_query_seconds`): no `Work` is built.
+        new, cached, pairs, logits, sequences = prefill_counts(prefill)
+        if not sequences:
+            if not decode_batch:
+                return 0.0
+            speculation = self.speculation
+            if speculation is not None:
+                # A mean speculative step per token (rlsim.costs.speculative): verify, drafts, over the tokens gained.
+                verify = self._iteration_seconds(work_of(decode_batch, (), speculation.verified), decode_context)
+                draft = 0.0
+                if speculation.draft is not None:
+                    draft = speculation.drafted * speculation.draft.iteration_seconds(decode_batch, decode_context)
+                return (verify + draft) / speculation.tokens_per_step
+        return self._single_query_seconds(decode_batch, decode_context, new, cached, float(pairs), logits, sequences)
 
     def chunk_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,
                                 logits: bool) -> float:
@@ -291,14 +298,19 @@ class EngineCosts:
         beside the decodes (`rlsim.sim.engine.prefill_run` prices tens of thousands in a step)."""
         if decode_batch < 0 or decode_context < 0 or tokens < 1 or cached_tokens < 0:
             return self.iteration_seconds(decode_batch, decode_context, (PrefillChunk(tokens, cached_tokens, logits),))
-        # `work_of`'s counts for the one chunk (integer sums, so the same values whatever the order), then
-        # `_iteration_seconds` on them.
-        kernels = self._kernels
-        pairs = float(tokens * cached_tokens + tokens * (tokens + 1) // 2)
-        latent_rows = decode_batch + tokens + cached_tokens if self._latent else 0  # `EngineKernels.latent_rows`
+        return self._single_query_seconds(decode_batch, decode_context, tokens, cached_tokens,
+                                          float(tokens * cached_tokens + tokens * (tokens + 1) // 2),
+                                          1 if logits else 0, 1)
+
+    def _single_query_seconds(self, decode_rows: int, decode_context: float, prefill: int, prefill_cached: int,
+                              prefill_pairs: float, prefill_logits: int, prefill_sequences: int) -> float:
+        """`_iteration_seconds` of the `Work` of these counts (`Work`'s fields of those names) when each of the
+        `decode_rows` decodes asks one query, to the bit, without building it."""
+        latent_rows = decode_rows + prefill + prefill_cached if self._latent else 0  # `EngineKernels.latent_rows`
         before, gaps, busy_until, then = self._context_free_memo[
-            decode_batch + tokens, decode_batch + 1 if logits else decode_batch, decode_batch + 1, latent_rows]
-        attention = kernels.single_query_attention.seconds(decode_batch, tokens, cached_tokens, pairs, decode_context)
+            decode_rows + prefill, decode_rows + prefill_logits, decode_rows + prefill_sequences, latent_rows]
+        attention = self._kernels.single_query_attention.seconds(decode_rows, prefill, prefill_cached, prefill_pairs,
+                                                                 decode_context)
         return max(before + attention + gaps, busy_until) + then
 
     def _iteration_seconds(self, work: Work, decode_context: float) -> float:
@@ -353,7 +365,7 @@ class EngineCosts:
         return batch * output_tokens / (prefill + decode)
 
     def breakdown(
-        self, decode_batch: int = 0, decode_context: float = 0, prefill: Iterable[PrefillChunk] = ()
+        self, decode_batch: int = 0, decode_context: float = 0, prefill: Iterable[ChunkFields] = ()
     ) -> dict[str, float]:
         """GPU seconds of one iteration by kernel (summed over layers), without launch gaps and CPU time."""
         kernels, collectives = self._kernels.kernels(work_of(decode_batch, prefill))

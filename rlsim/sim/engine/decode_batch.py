@@ -11,7 +11,7 @@ import heapq
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from rlsim.costs.rollout import PrefillChunk
+from rlsim.costs.rollout import ChunkFields
 from rlsim.sim.engine.slot import Slot
 
 # Later than any iteration a run reaches: an int, not infinity, so that iteration arithmetic stays in integers (as
@@ -23,7 +23,7 @@ class IterationCosts(Protocol):
     """What an engine needs from its cost model; `rlsim.costs.rollout.EngineCosts` provides it."""
 
     def iteration_seconds(
-        self, decode_batch: int = 0, decode_context: float = 0, prefill: Iterable[PrefillChunk] = ()
+        self, decode_batch: int = 0, decode_context: float = 0, prefill: Iterable[ChunkFields] = ()
     ) -> float: ...
 
     def chunk_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,

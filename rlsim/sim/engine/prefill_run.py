@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlsim.costs.rollout import PrefillChunk
+from rlsim.costs.rollout import ChunkFields
 from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.planned import PlannedBoundaries
@@ -196,7 +196,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
             else:
                 # The frontier's last chunk, after the tokens the run prefilled; the other slots are as the engine
                 # has them, or as their planned admission set them.
-                chunks = [PrefillChunk(left, computed, True)]
+                chunks: list[ChunkFields] = [(left, computed, True)]
                 chunks += plan_chunks(plan, 1)
                 seconds = costs.iteration_seconds(size, context, chunks)
         times.append(end)
@@ -205,9 +205,10 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
         end = end + seconds
 
 
-def plan_chunks(plan: Plan, first: int = 0) -> list[PrefillChunk]:
-    """The prefill chunks of the plan's slots from `first` on, as their slots stand before the iteration."""
-    return [PrefillChunk(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan[first:]]
+def plan_chunks(plan: Plan, first: int = 0) -> list[ChunkFields]:
+    """The prefill chunks of the plan's slots from `first` on, as their slots stand before the iteration (plain
+    tuples of a `PrefillChunk`'s fields: the pricing reads them by position)."""
+    return [(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan[first:]]
 
 
 def _run(plans: list[Plan], times: list[float], admissions: list[list[Slot]], end: float) -> PrefillRun | None:
