@@ -63,15 +63,14 @@ class DecodeProfile:
         """The largest k whose `k_iterations_seconds` fits in `seconds`, by binary search on the closed form."""
         if not seconds >= 0 or math.isinf(seconds):
             raise ValueError(f"seconds must be finite and >= 0, got {seconds}")
-        fits = self.k_iterations_seconds
         # Every iteration takes at least the first one (the profile never decreases), which bounds k from above.
         high = int(seconds / self.seconds(total_context)) + 2
-        while fits(total_context, high) <= seconds:
+        while self.k_iterations_seconds(total_context, high) <= seconds:
             high *= 2
-        low = 0  # fits(low) <= seconds < fits(high)
+        low = 0  # k_iterations_seconds: at low <= seconds < at high
         while high - low > 1:
             middle = (low + high) // 2
-            if fits(total_context, middle) <= seconds:
+            if self.k_iterations_seconds(total_context, middle) <= seconds:
                 low = middle
             else:
                 high = middle

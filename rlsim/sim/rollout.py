@@ -331,9 +331,9 @@ class RolloutEngine(EngineControls):
         telemetry.changed = True
         prefilled = self.scheduler.prefilled(plan)
         batch.finish_due()
-        first_token = self.lifecycle.first_token
+        lifecycle = self.lifecycle
         for slot in prefilled:
-            first_token(slot)
+            lifecycle.first_token(slot)
 
     def _decode_exact(self) -> Generator[simpy.Event, object, None]:
         telemetry, batch = self.telemetry, self.batch
@@ -439,17 +439,18 @@ class RolloutEngine(EngineControls):
         the end of the iteration that prefilled the plan given: the iteration ends, the prefills it completed sample
         their token and join the decode batch, the queue's heads planned there are admitted, nothing else changes but
         the counters, the engine is sampled, and the next chunks start (back to back: one busy span)."""
-        batch, kv, scheduler = self.batch, self.kv, self.scheduler
+        # Methods called as attributes, not bound to locals first: compiled, a call through an attribute of a
+        # compiled class is a direct C call, one through a local holding the bound method a Python call.
+        batch, kv, scheduler, lifecycle = self.batch, self.kv, self.scheduler, self.lifecycle
         running, waiting = self._running, self._waiting
-        first_token, prefilled, book_admission = self.lifecycle.first_token, scheduler.prefilled, scheduler.book_admission
         samples: list[float | int] = []
         for at, plan, admitted in boundaries:
             self._advance(1, decode=False)
-            for slot in prefilled(plan):
-                first_token(slot)
+            for slot in scheduler.prefilled(plan):
+                lifecycle.first_token(slot)
             kv.trim(batch.size)  # the boundary's make_room, which has nothing to preempt
             for slot in admitted:
-                book_admission(slot, at)
+                scheduler.book_admission(slot, at)
             samples += (at, len(running), len(waiting), kv.used, batch.size, batch.iteration, batch.decode_iterations,
                         batch.decode_read)
         self.telemetry.restarted(samples, self.version)
