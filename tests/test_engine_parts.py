@@ -2,10 +2,14 @@
 the decode batch's bookkeeping and fast-advance stretch, and the pause protocol of the engine's state."""
 from __future__ import annotations
 
+import heapq
+
 import pytest
 import simpy
+from hypothesis import given
+from hypothesis import strategies as st
 
-from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read
+from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish, push_finish
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import BUSY, IDLE, PAUSED, EngineState
@@ -110,6 +114,29 @@ def test_the_batch_books_iterations_and_ends_turns_in_finish_then_admission_orde
     batch.advance(2, decode=True)
     batch.finish_due()
     assert ended[-1] == (0, 4) and batch.size == 0
+
+
+@given(st.lists(st.one_of(st.integers(0, 40), st.none()), max_size=120))
+def test_the_finish_heap_pops_the_slots_heapq_pops_over_finish_and_order_pairs(operations):
+    """A push (the slot's finish iteration, drawn; finishes repeat and tie-break by admission order) or a pop (None),
+    in any mix: every pop takes the slot heapq would over (finish, order, slot) tuples."""
+    heap: list[Slot] = []
+    reference: list[tuple[int, int, Slot]] = []
+    for order, finish in enumerate(operations):
+        if finish is None:
+            if reference:
+                assert heap[0] is heapq.heappop(reference)[2]
+                pop_finish(heap)
+            continue
+        slot = Slot(rollout(order, 10, 5), order)
+        slot.finish = finish
+        push_finish(heap, slot)
+        heapq.heappush(reference, (finish, order, slot))
+        assert heap[0] is reference[0][2]
+    while reference:
+        assert heap[0] is heapq.heappop(reference)[2]
+        pop_finish(heap)
+    assert not heap
 
 
 def test_decode_read_sums_every_iterations_reads():

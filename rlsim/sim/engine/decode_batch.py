@@ -7,7 +7,6 @@ full KV cache is priced in closed form and slept through in one event.
 """
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -72,7 +71,7 @@ class DecodeBatch:
         self.decode_iterations = 0  # of which decode-only
         self.decode_read = 0  # KV tokens the decode-only iterations read
         self.stretch: Stretch | None = None  # the fast decode under way
-        self._finishes: list[tuple[int, int, Slot]] = []  # heap of (iteration its turn ends, admission order, slot)
+        self._finishes: list[Slot] = []  # the decoding slots by when their turn ends (`push_finish`), stale ones too
 
     def join(self, slot: Slot) -> None:
         """The slot's sequence sampled its first token of the turn and decodes from the next iteration on."""
@@ -82,7 +81,8 @@ class DecodeBatch:
         slot.decoding = True
         self.size += 1
         self.context += rollout.context_tokens - 1
-        heapq.heappush(self._finishes, (self.iteration + rollout.remaining, slot.order, slot))
+        slot.finish = self.iteration + rollout.remaining
+        push_finish(self._finishes, slot)
 
     def leave(self, slot: Slot) -> None:
         """The slot's sequence leaves the batch (its turn ended, or it is preempted or interrupted), its `generated`
@@ -125,10 +125,10 @@ class DecodeBatch:
         iteration and then admission order."""
         heap = self._finishes
         while heap:
-            finish, _, slot = heap[0]
-            if slot.live and finish > self.iteration:
+            slot = heap[0]
+            if slot.live and slot.finish > self.iteration:
                 return
-            heapq.heappop(heap)
+            pop_finish(heap)
             if slot.live:
                 self.leave(slot)
                 self.on_turn_end(slot)
@@ -137,20 +137,20 @@ class DecodeBatch:
         """The iteration at which the batch's first turn ends (`NO_TURN_END` for an empty batch); stale entries at
         the heap's head are dropped on the way."""
         heap = self._finishes
-        while heap and not heap[0][2].live:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else NO_TURN_END
+        while heap and not heap[0].live:
+            pop_finish(heap)
+        return heap[0].finish if heap else NO_TURN_END
 
-    def pending_finishes(self) -> list[tuple[int, int, Slot]]:
+    def pending_finishes(self) -> list[Slot]:
         """A copy of the finish heap, stale entries included, to plan ahead on without touching the batch."""
         return self._finishes.copy()
 
     def begin_stretch(self, start: float, room: int) -> Stretch:
         """A fast decode from `start` until the batch's first turn ends or its growth fills `room` KV tokens."""
         heap = self._finishes
-        while not heap[0][2].live:
-            heapq.heappop(heap)
-        k = min(heap[0][0] - self.iteration, room // self.size)
+        while not heap[0].live:
+            pop_finish(heap)
+        k = min(heap[0].finish - self.iteration, room // self.size)
         return self.planned_stretch(start, k, self.costs.decode_k_iterations_seconds(self.size, self.context, k))
 
     def planned_stretch(self, start: float, k: int, seconds: float) -> Stretch:
@@ -190,6 +190,46 @@ class DecodeBatch:
             stretch.done = min(self.costs.decode_iterations_within(stretch.size, stretch.context, now - stretch.start),
                                stretch.k)
         return stretch.done
+
+
+def push_finish(heap: list[Slot], slot: Slot) -> None:
+    """`heapq.heappush` of `slot` onto a finish heap: slots by (`finish`, `order`), a pair no two slots share (a slot
+    is in the heap once: a turn's entry is popped when the turn ends, before the slot can rejoin). heapq over tuples of
+    the pair and the slot pops the same slots in the same order, but compares tuples by Python's rich comparison at
+    every level; compiled, these compare two native ints read off the slots, and a push builds nothing."""
+    finish, order = slot.finish, slot.order
+    heap.append(slot)
+    index = len(heap) - 1
+    while index:
+        parent_index = (index - 1) >> 1
+        parent = heap[parent_index]
+        if parent.finish < finish or (parent.finish == finish and parent.order < order):
+            break
+        heap[index] = parent
+        index = parent_index
+    heap[index] = slot
+
+
+def pop_finish(heap: list[Slot]) -> None:
+    """`heapq.heappop` off a finish heap (`push_finish`): the slot at its head leaves it."""
+    last = heap.pop()
+    size = len(heap)
+    if not size:
+        return
+    finish, order = last.finish, last.order
+    index, child = 0, 1
+    while child < size:
+        smaller = heap[child]
+        right = child + 1
+        if right < size:
+            other = heap[right]
+            if other.finish < smaller.finish or (other.finish == smaller.finish and other.order < smaller.order):
+                smaller, child = other, right
+        if finish < smaller.finish or (finish == smaller.finish and order < smaller.order):
+            break
+        heap[index] = smaller
+        index, child = child, 2 * child + 1
+    heap[index] = last
 
 
 def decode_read(batch: int, context: int, iterations: int) -> int:

@@ -21,10 +21,9 @@ ends the chain, and the engine's ordinary loop takes it.
 """
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING
 
-from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, decode_read
+from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, decode_read, pop_finish
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.planned import PlannedBoundaries
 from rlsim.sim.engine.slot import Slot
@@ -131,12 +130,12 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
     return PreemptionChain(boundaries, times, end)
 
 
-def _first_finish(finishes: list[tuple[int, int, Slot]], evicted: set[Slot]) -> int:
+def _first_finish(finishes: list[Slot], evicted: set[Slot]) -> int:
     """The earliest turn end among the sequences still decoding (stale entries and victims dropped from this copy
     of the finish heap)."""
-    while not finishes[0][2].live or finishes[0][2] in evicted:
-        heapq.heappop(finishes)
-    return finishes[0][0]
+    while not finishes[0].live or finishes[0] in evicted:
+        pop_finish(finishes)
+    return finishes[0].finish
 
 
 def book_boundaries(boundaries: list[Boundary], iterations: int, batch: DecodeBatch, kv: KVLedger,

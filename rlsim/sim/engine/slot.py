@@ -9,7 +9,7 @@ class Slot:
     derived from the engine's iteration counter, so booking an iteration touches no slot)."""
 
     __slots__ = ("rollout", "order", "own_prompt", "prefill_left", "computed", "start_iteration", "start_generated",
-                 "live", "decoding")
+                 "finish", "live", "decoding")
 
     def __init__(self, rollout: Rollout, order: int):
         self.rollout = rollout
@@ -21,5 +21,6 @@ class Slot:
         # Set when it joins the decode batch:
         self.start_iteration = 0  # engine iteration at which it started decoding
         self.start_generated = 0  # its generated tokens then
+        self.finish = 0  # engine iteration at which its turn ends: its place in the finish heap, with `order`
         self.live = True  # False once it left the engine (its entry in the finish heap is then stale)
         self.decoding = False  # in the decode batch: its `generated` is derived from the iteration counter
