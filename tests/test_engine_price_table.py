@@ -47,7 +47,8 @@ def test_a_block_of_token_counts_prices_each_count_as_the_scalar_path_does(name)
     # max_num_batched_tokens, and one far beyond it.
     for first in (0, TOKEN_BLOCK, 8192 - TOKEN_BLOCK, 40 * TOKEN_BLOCK):
         counts = range(first, first + TOKEN_BLOCK)
-        table = costs._price_layer_block(counts)
+        block = costs._price_layer_block(counts)
+        table = [block[row] for row in range(len(block))]
         scalar = [costs._price_latent_layers((count, 0)) for count in counts]
         different = [(count, a, b) for count, a, b in zip(counts, table, scalar, strict=True) if a != b]
         assert not different, f"{name}: {len(different)} counts differ, first {different[0]}"

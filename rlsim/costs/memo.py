@@ -15,17 +15,26 @@ key the first time it is asked for, `memo[key]`. Why this style and not another:
 
 A function that numpy evaluates over many arguments about as fast as over one (an engine's layer kernels over token
 counts) is a `BlockMemo`: a miss prices the whole block of consecutive integers around the key in one call, so the
-thousands of distinct token counts of a run cost a few vectorised blocks instead of a scalar pricing each.
+thousands of distinct token counts of a run cost a few vectorised blocks instead of a scalar pricing each. It keeps
+each block as its pricing returns it, which may be columns that build a key's value when asked: a tuple per key
+would put thousands of objects on the heap for the cycle collector to walk in the step that prices them.
 
 Values that take no argument (shape tables, per-layer widths) are not memos: each part computes them when it is built.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+V_co = TypeVar("V_co", covariant=True)
+
+
+class Rows(Protocol[V_co]):
+    """A priced block's values by row (a list, or columns that build a row when asked)."""
+
+    def __getitem__(self, row: int, /) -> V_co: ...
 
 
 class Memo(dict[K, V], Generic[K, V]):
@@ -53,24 +62,30 @@ class Memo(dict[K, V], Generic[K, V]):
         self.update(batch)
 
 
-class BlockMemo(dict[int, V], Generic[V]):
-    """`memo[n]` for an integer n >= 0, priced on first use together with the `block` consecutive integers around it
-    by one call of `price_block(keys)`, which returns one value per key (in order); remembered for good, so its keys
-    must be bounded (an engine's token counts are, by its max_num_batched_tokens)."""
+class BlockMemo(Generic[V]):
+    """`memo[n]` for an integer n >= 0: its value in the block of `block` consecutive integers around it, which one
+    call of `price_block(keys)` prices on first use and returns as `Rows` (a value per key, in order);
+    remembered for good, so its keys must be bounded (an engine's token counts are, by its max_num_batched_tokens).
+    `len(memo)`: the keys priced so far."""
 
-    __slots__ = ("_block", "_price_block")
+    __slots__ = ("_blocks", "_block", "_price_block")
 
-    def __init__(self, price_block: Callable[[range], Iterable[V]], block: int):
-        super().__init__()
+    def __init__(self, price_block: Callable[[range], Rows[V]], block: int):
         if block < 1:
             raise ValueError(f"a block holds at least one key, got {block}")
+        self._blocks: dict[int, Rows[V]] = {}
         self._price_block = price_block
         self._block = block
 
-    def __missing__(self, key: int) -> V:
+    def __getitem__(self, key: int) -> V:
         if key < 0:
             raise KeyError(key)
-        first = key - key % self._block
-        keys = range(first, first + self._block)
-        self.update(zip(keys, self._price_block(keys), strict=True))
-        return dict.__getitem__(self, key)
+        index, row = divmod(key, self._block)
+        priced = self._blocks.get(index)
+        if priced is None:
+            first = index * self._block
+            priced = self._blocks[index] = self._price_block(range(first, first + self._block))
+        return priced[row]
+
+    def __len__(self) -> int:
+        return len(self._blocks) * self._block

@@ -404,7 +404,7 @@ class EngineCosts:
             parts.append((share * speculation.drafted, speculation.draft.decode_profile(batch)))
         return combined_profile(parts, batch)
 
-    def _price_layer_block(self, tokens: range) -> list[LayersPriced]:
+    def _price_layer_block(self, tokens: range) -> LayerBlock:
         """`LayersPriced` of every count in `tokens`, by numpy over the counts: the kernels built over an array of them
         and priced element by element with the scalar path's float operations in its order, so each equals
         `_price_latent_layers((count, 0))` to the bit (tests/test_engine_price_table.py checks)."""
@@ -417,8 +417,7 @@ class EngineCosts:
         for kernel in layers:
             seconds += price(kernel)
         parts = [np.broadcast_to(price(kernel), counts.shape).tolist() for kernel in after_head]
-        launches = _launches(layers, after_head)
-        return [(total, tuple(after), launches) for total, *after in zip(seconds.tolist(), *parts, strict=True)]
+        return LayerBlock(seconds.tolist(), parts, _launches(layers, after_head))
 
     def _price_latent_layers(self, key: tuple[int, int]) -> LayersPriced:
         kernels = self._kernels
@@ -463,6 +462,24 @@ class EngineCosts:
         kernels = self._kernels
         logits = kernels.logit_kernels(rows)
         return tuple(kernels.kernel_seconds(kernel, 0.0) for kernel in logits), sum(k.count for k in logits)
+
+
+class LayerBlock:
+    """`LayersPriced` of a block of consecutive token counts kept as columns, `block[i]` the i-th count's, built when
+    asked: the layers' seconds, each kernel's after the head, and the launches (the same for every count)."""
+
+    __slots__ = ("seconds", "after_head", "launches")
+
+    def __init__(self, seconds: list[float], after_head: list[list[float]], launches: int):
+        self.seconds = seconds
+        self.after_head = after_head
+        self.launches = launches
+
+    def __len__(self) -> int:
+        return len(self.seconds)
+
+    def __getitem__(self, row: int) -> LayersPriced:
+        return self.seconds[row], tuple([part[row] for part in self.after_head]), self.launches
 
 
 def _launches(*kernels: Iterable[Kernel]) -> int:
