@@ -64,7 +64,7 @@ def short_warmup_warning(length: RunLength, fill: int, schedule_mode: str) -> st
     if length.warmup_steps >= fill:
         return None
     off_policy = schedule_kind(schedule_mode).off_policy
-    pipeline = f"a {schedule_mode} run" if off_policy else "a synchronous run with partial rollouts"
+    pipeline = f"an off-policy run ({schedule_mode})" if off_policy else "a synchronous run with partial rollouts"
     return (f"run.warmup_steps is {length.warmup_steps}, but {pipeline} is in steady state only from step {fill}: "
             f"the measured steps include the pipeline's fill, so the step time reads too slow; leave run.steps and "
             f"run.warmup_steps unset to measure after the fill, or set run.warmup_steps: {fill} (and run.steps "
