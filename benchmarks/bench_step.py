@@ -5,8 +5,10 @@ Scenario: scenarios/deepcoder-14b-grpo-64xh100.yaml — 512 prompts × 16 = 8,19
 reference that steps every decode iteration, interleaved with fast runs in this process (`--pairs`, best of each by
 CPU time), so the fast/exact ratio compares runs that saw the same machine. Targets (issue 36, on this 2-core machine): ≤ 0.3 s
 CPU per step, ×4 lengths ≤ 1.3× the time, fast ≥ 50× faster than exact. Fast-mode figures are the best of
-three runs after an untimed one (the first run in a process also pays one-off imports), wall and CPU time each. The
-machines are shared: a wall time well above its CPU time means another process took the core.
+three runs after an untimed one (the first run in a process also pays one-off imports), wall and CPU time each: the
+step target reads these (no exact run before them, as in a user's `rlsim run`). A paired fast run reads ~10 % less,
+partly because the exact run before it left its memory mapped (by getrusage, almost no page faults against
+thousands). The machines are shared: a wall time well above its CPU time means another process took the core.
 
     python -m benchmarks.bench_step [--skip-exact] [--pairs N]
 """
