@@ -284,7 +284,7 @@ class EngineCosts:
             speculation = self.speculation
             if speculation is not None:
                 # A mean speculative step per token (rlsim.costs.speculative): verify, drafts, over the tokens gained.
-                verify = self._iteration_seconds(work_of(decode_batch, (), speculation.verified), decode_context)
+                verify = self._verify_seconds(work_of(decode_batch, (), speculation.verified), decode_context)
                 draft = 0.0
                 if speculation.draft is not None:
                     draft = speculation.drafted * speculation.draft.iteration_seconds(decode_batch, decode_context)
@@ -304,8 +304,11 @@ class EngineCosts:
 
     def _single_query_seconds(self, decode_rows: int, decode_context: float, prefill: int, prefill_cached: int,
                               prefill_pairs: float, prefill_logits: int, prefill_sequences: int) -> float:
-        """`_iteration_seconds` of the `Work` of these counts (`Work`'s fields of those names) when each of the
-        `decode_rows` decodes asks one query, to the bit, without building it."""
+        """One forward pass of `decode_rows` decodes asking one query each and prefill chunks of these counts
+        (`Work`'s fields of those names) at `decode_context`, without building the `Work`."""
+        # Only attention depends on the context and the prefill's cached prefix; the rest is a function of the
+        # tokens, the rows sampled and the sequences scheduled, counts that repeat across iterations, so it is priced
+        # once per value (prefill-heavy runs price tens of thousands of iterations).
         latent_rows = decode_rows + prefill + prefill_cached if self._latent else 0  # `EngineKernels.latent_rows`
         before, gaps, busy_until, then = self._context_free_memo[
             decode_rows + prefill, decode_rows + prefill_logits, decode_rows + prefill_sequences, latent_rows]
@@ -313,20 +316,14 @@ class EngineCosts:
                                                                  decode_context)
         return max(before + attention + gaps, busy_until) + then
 
-    def _iteration_seconds(self, work: Work, decode_context: float) -> float:
-        """One forward pass over `work` at decode context `decode_context`."""
-        # Only attention depends on the context and the prefill's cached prefix; the rest is a function of the
-        # tokens, the rows sampled and the sequences scheduled, counts that repeat across iterations, so it is priced
-        # once per value (prefill-heavy runs price tens of thousands of iterations).
+    def _verify_seconds(self, work: Work, decode_context: float) -> float:
+        """A speculative verify step (`work` of more than one query per decode, no prefill) at `decode_context`:
+        `_single_query_seconds`' sum, with attention over every query."""
         kernels = self._kernels
         latent_rows = kernels.latent_rows(work) if self._latent else 0
         before, gaps, busy_until, then = self._context_free_memo[
             work.tokens, work.logit_rows, work.decode + work.prefill_sequences, latent_rows]
-        if work.decode_queries == 1:
-            attention = kernels.single_query_attention.seconds(work.decode_rows, work.prefill, work.prefill_cached,
-                                                               work.prefill_pairs, decode_context)
-        else:  # a speculative verify step
-            attention = kernels.attention_seconds(work, decode_context)
+        attention = kernels.attention_seconds(work, decode_context)
         return max(before + attention + gaps, busy_until) + then
 
     def decode_profile(self, batch: int) -> DecodeProfile:
@@ -433,8 +430,8 @@ class EngineCosts:
     def _price_context_free(self, key: tuple[int, int, int, int]) -> ContextFreePriced:
         """`ContextFreePriced` of an iteration of `tokens` tokens, `logit_rows` rows sampled, `sequences` sequences
         scheduled and (MLA) `latent_rows` latent rows expanded: its parts from their memos, summed in
-        `EngineKernels.context_free_kernels`' order. `_iteration_seconds` adds attention to the sum, then the launch
-        gaps, in that order: the float operations of summing every part in one pass."""
+        `EngineKernels.context_free_kernels`' order. `_single_query_seconds` (and `_verify_seconds`) adds attention
+        to the sum, then the launch gaps, in that order: the float operations of summing every part in one pass."""
         tokens, logit_rows, sequences, latent_rows = key
         kernels = self._kernels
         if self._latent:

@@ -196,7 +196,8 @@ def push_finish(heap: list[Slot], slot: Slot) -> None:
     """`heapq.heappush` of `slot` onto a finish heap: slots by (`finish`, `order`), a pair no two slots share (a slot
     is in the heap once: a turn's entry is popped when the turn ends, before the slot can rejoin). heapq over tuples of
     the pair and the slot pops the same slots in the same order, but compares tuples by Python's rich comparison at
-    every level; compiled, these compare two native ints read off the slots, and a push builds nothing."""
+    every level; compiled, these compare two native ints read off the slots, and a push builds nothing. The comparison
+    is written out at each place rather than called: a helper function costs ~1 % of a step (callgrind)."""
     finish, order = slot.finish, slot.order
     heap.append(slot)
     index = len(heap) - 1
