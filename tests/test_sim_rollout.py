@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlsim.costs.compute import GPURates
-from rlsim.costs.rollout import EngineCosts, PrefillChunk
+from rlsim.costs.rollout import EngineCosts, IterationCosts, PrefillChunk
 from rlsim.events import EngineSample
 from rlsim.hardware import HardwareCatalog
 from rlsim.models import ModelCatalog
@@ -26,7 +26,7 @@ from rlsim.sim.sequence import Rollout
 PAUSE_MODES: tuple[PauseMode, ...] = ("drain", "interrupt", "hold")
 
 
-class FixedCosts:
+class FixedCosts(IterationCosts):
     """Every iteration takes 1 s, plus 10 ms per prefill token: times can be worked out by hand."""
 
     def __init__(self):

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from rlsim.costs.compute import GPURates
 from rlsim.costs.decode_profile import DecodeProfile, combined_profile, decode_profile
@@ -63,7 +64,8 @@ from rlsim.overheads import (
 )
 
 # Names other modules import from here: the rollout cost model's public face.
-__all__ = ["CollectiveSeconds", "DecodeProfile", "EngineCosts", "EngineOverheads", "PrefillChunk", "kv_cache_tokens"]
+__all__ = ["CollectiveSeconds", "DecodeProfile", "EngineCosts", "EngineOverheads", "IterationCosts", "PrefillChunk",
+           "kv_cache_tokens"]
 
 # The kernels that do not depend on the context, priced: the layers' kernel seconds, the seconds of the kernels every
 # token passes after the head, and their launches; the layers' collectives' seconds and launches; and the output
@@ -157,8 +159,43 @@ class PrefillChunk(NamedTuple):
 ChunkFields = tuple[int, int, bool]  # a `PrefillChunk`'s fields by position: (tokens, cached_tokens, logits)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
+class IterationCosts:
+    """What a simulated engine asks its cost model: the time of its iterations. `EngineCosts` answers; a test may
+    subclass this with times of its own (an interpreted subclass's methods are the ones called).
+
+    A base class rather than a Protocol for the compiled engine's sake (`rlsim.compiled_engine`): it calls a compiled
+    class's methods directly, its numbers passed unboxed, where a Protocol's method is a Python call, boxing every
+    argument (a production step asks tens of thousands of iteration times)."""
+
+    __slots__ = ()
+
+    def iteration_seconds(
+        self, decode_batch: int = 0, decode_context: float = 0, prefill: Iterable[ChunkFields] = ()
+    ) -> float:
+        """One iteration of `decode_batch` decodes over `decode_context` cached tokens and these prefill chunks."""
+        raise NotImplementedError
+
+    def chunk_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,
+                                logits: bool) -> float:
+        """`iteration_seconds` with one prefill chunk of these fields."""
+        raise NotImplementedError
+
+    def decode_iteration_seconds(self, batch: int, total_context: float) -> float:
+        """One decode iteration of `batch` sequences over `total_context` cached tokens."""
+        raise NotImplementedError
+
+    def decode_k_iterations_seconds(self, batch: int, total_context: float, k: int) -> float:
+        """`k` decode iterations of a fixed batch from `total_context`, the context growing by `batch` each."""
+        raise NotImplementedError
+
+    def decode_iterations_within(self, batch: int, total_context: float, seconds: float) -> int:
+        """How many whole decode iterations of a fixed batch from `total_context` fit in `seconds`."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class EngineCosts:
+class EngineCosts(IterationCosts):
     """Time of the iterations of one rollout engine: `spec` on `tp` GPUs of `rates`, experts over `ep` groups.
 
     The collective callables time the engine's own TP/EP group (from `rlsim.costs.collectives`): required when the

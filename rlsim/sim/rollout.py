@@ -49,8 +49,9 @@ from typing import ClassVar, Literal
 
 import simpy
 
+from rlsim.costs.rollout import IterationCosts
 from rlsim.sim.engine.controls import EngineControls
-from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, Stretch
+from rlsim.sim.engine.decode_batch import DecodeBatch, Stretch
 from rlsim.sim.engine.kv_fetch import KVFetch, PrefillRouter
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.lifecycle import SequenceLifecycle

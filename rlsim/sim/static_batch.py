@@ -23,9 +23,9 @@ from typing import Literal
 
 import simpy
 
-from rlsim.costs.rollout import PrefillChunk
+from rlsim.costs.rollout import IterationCosts, PrefillChunk
 from rlsim.sim.engine.controls import EngineControls
-from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts
+from rlsim.sim.engine.decode_batch import DecodeBatch
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import BUSY, EngineState, PauseMode

@@ -9,7 +9,7 @@ from typing import Any
 
 import simpy
 
-from rlsim.sim.engine.decode_batch import IterationCosts
+from rlsim.costs.rollout import IterationCosts
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import PAUSED, EngineState

@@ -8,31 +8,13 @@ full KV cache is priced in closed form and slept through in one event.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
-from rlsim.costs.rollout import ChunkFields
+from rlsim.costs.rollout import IterationCosts
 from rlsim.sim.engine.slot import Slot
 
 # Later than any iteration a run reaches: an int, not infinity, so that iteration arithmetic stays in integers (as
 # a compiler of typed Python, mypyc, requires).
 NO_TURN_END = 1 << 62
-
-
-class IterationCosts(Protocol):
-    """What an engine needs from its cost model; `rlsim.costs.rollout.EngineCosts` provides it."""
-
-    def iteration_seconds(
-        self, decode_batch: int = 0, decode_context: float = 0, prefill: Iterable[ChunkFields] = ()
-    ) -> float: ...
-
-    def chunk_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,
-                                logits: bool) -> float: ...
-
-    def decode_iteration_seconds(self, batch: int, total_context: float) -> float: ...
-
-    def decode_k_iterations_seconds(self, batch: int, total_context: float, k: int) -> float: ...
-
-    def decode_iterations_within(self, batch: int, total_context: float, seconds: float) -> int: ...
 
 
 class Stretch:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts, decode_read, pop_finish
+from rlsim.costs.rollout import IterationCosts
+from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.planned import PlannedBoundaries
 from rlsim.sim.engine.slot import Slot

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlsim.costs.rollout import ChunkFields
-from rlsim.sim.engine.decode_batch import DecodeBatch, IterationCosts
+from rlsim.costs.rollout import ChunkFields, IterationCosts
+from rlsim.sim.engine.decode_batch import DecodeBatch
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.planned import PlannedBoundaries
 from rlsim.sim.engine.slot import Slot
