@@ -55,8 +55,8 @@ from rlsim.sim.engine.decode_batch import DecodeBatch, Stretch
 from rlsim.sim.engine.kv_fetch import KVFetch, PrefillRouter
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.lifecycle import SequenceLifecycle
-from rlsim.sim.engine.preemption_chain import Boundary, PreemptionChain, book_boundaries, plan_chain
-from rlsim.sim.engine.prefill_run import PrefillRun, RunBoundary, plan_chunks, plan_prefill_run
+from rlsim.sim.engine.preemption_chain import PreemptionChain, book_boundaries, plan_chain
+from rlsim.sim.engine.prefill_run import PrefillRun, plan_chunks, plan_prefill_run
 from rlsim.sim.engine.scheduler import Scheduler
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import BUSY, DECODING, PREFILLING, EngineState, PauseMode
@@ -77,7 +77,7 @@ class RolloutEngine(EngineControls):
     """
 
     __slots__ = ("max_num_batched_tokens", "kv", "batch", "telemetry", "tools", "scheduler", "state", "lifecycle",
-                 "kv_fetch", "_chain", "_book")
+                 "kv_fetch", "_chain")
     # A prefill completed here joins this engine's decode batch (a prefill engine hands it off instead).
     decodes_its_prefills: ClassVar[bool] = True
 
@@ -97,7 +97,6 @@ class RolloutEngine(EngineControls):
         self.max_num_batched_tokens = max_num_batched_tokens
         # The preemption chain or prefill run the process sleeps through, and how the boundaries due are booked.
         self._chain: PreemptionChain | PrefillRun | None = None
-        self._book: Callable = self._preemption_boundaries
         self.kv_fetch: KVFetch | None = None  # set when its prompts are prefilled elsewhere (`take_prefills_from`)
 
         self.lifecycle = SequenceLifecycle(self)
@@ -263,9 +262,14 @@ class RolloutEngine(EngineControls):
         reads or changes the engine now finds it as the step-by-step path would have left it."""
         chain = self._chain
         if chain is not None:
-            due = chain.due(self.env.now)
-            if due:
-                self._book(due)
+            first = chain.booked
+            stop = chain.due(self.env.now)
+            if stop > first:
+                # Branched on the type rather than a bound method kept for it: compiled, a direct call.
+                if isinstance(chain, PrefillRun):
+                    self._prefill_boundaries(chain, first, stop)
+                else:
+                    self._preemption_boundaries(chain, first, stop)
 
     # ---- the engine process -----------------------------------------------------------------------------------
 
@@ -326,7 +330,7 @@ class RolloutEngine(EngineControls):
             yield self.env.timeout(seconds)
         else:
             yield from self._sleep_through(run)
-            plan = run.last
+            plan = run.last_plan()
         telemetry.end(self.version)
         self._advance(1, decode=False)
         telemetry.changed = True
@@ -354,7 +358,6 @@ class RolloutEngine(EngineControls):
         now = env.now
         stretch = self._begin_stretch(now)
         chain = self._chain = self._plan_chain(now)
-        self._book = self._preemption_boundaries
         state.activity = DECODING
         try:
             yield env.timeout(stretch.seconds if chain is None else _delay_until(now, chain.end))
@@ -424,7 +427,7 @@ class RolloutEngine(EngineControls):
         """Sleep until the run's last iteration ends, or, woken earlier, until the iteration then in flight ends; the
         boundaries passed are booked."""
         state, env = self.state, self.env
-        self._chain, self._book = run, self._prefill_boundaries
+        self._chain = run
         state.activity = PREFILLING
         try:
             yield env.timeout(_delay_until(env.now, run.end))
@@ -435,36 +438,51 @@ class RolloutEngine(EngineControls):
         self.settle()
         self._chain = None
 
-    def _prefill_boundaries(self, boundaries: list[RunBoundary]) -> None:
-        """The prefill run's boundaries due, booked in one pass as the step-by-step path books each at its time, at
-        the end of the iteration that prefilled the plan given: the iteration ends, the prefills it completed sample
-        their token and join the decode batch, the queue's heads planned there are admitted, nothing else changes but
-        the counters, the engine is sampled, and the next chunks start (back to back: one busy span)."""
+    def _prefill_boundaries(self, run: PrefillRun, first: int, stop: int) -> None:
+        """The prefill run's boundaries from `first` to `stop` (excluded), booked in one pass as the step-by-step
+        path books each at its time, at the end of the iteration that prefilled the chunks planned for it: the
+        iteration ends, the prefills it completed sample their token and join the decode batch, the queue's heads
+        planned there are admitted, nothing else changes but the counters, the engine is sampled, and the next chunks
+        start (back to back: one busy span)."""
         # Methods called as attributes, not bound to locals first: compiled, a call through an attribute of a
         # compiled class is a direct C call, one through a local holding the bound method a Python call.
         batch, kv, scheduler, lifecycle = self.batch, self.kv, self.scheduler, self.lifecycle
         running, waiting = self._running, self._waiting
+        times, slots, tokens, plan_ends = run.times, run.slots, run.tokens, run.plan_ends
+        admitted, admitted_ends = run.admitted, run.admitted_ends
+        begin = plan_ends[first - 1] if first else 0
+        taken = admitted_ends[first - 1] if first else 0
         samples: list[float | int] = []
-        for at, plan, admitted in boundaries:
+        for index in range(first, stop):
+            at = times[index]
             self._advance(1, decode=False)
-            for slot in scheduler.prefilled(plan):
-                lifecycle.first_token(slot)
+            end = plan_ends[index]
+            if scheduler.prefilled_chunks(slots, tokens, begin, end):
+                for chunk in range(begin, end):
+                    slot = slots[chunk]
+                    if not slot.prefill_left:  # its prefill completed in this iteration
+                        lifecycle.first_token(slot)
+            begin = end
             kv.trim(batch.size)  # the boundary's make_room, which has nothing to preempt
-            for slot in admitted:
-                scheduler.book_admission(slot, at)
+            until = admitted_ends[index]
+            while taken < until:
+                scheduler.book_admission(admitted[taken], at)
+                taken += 1
             samples += (at, len(running), len(waiting), kv.used, batch.size, batch.iteration, batch.decode_iterations,
                         batch.decode_read)
         self.telemetry.restarted(samples, self.version)
 
-    def _preemption_boundaries(self, boundaries: list[Boundary]) -> None:
-        """Boundaries of the chain, booked in one pass as the step-by-step path books each at its time: the stretch
-        ends, the cache is full, the latest admitted sequences are preempted, nothing is admitted, a sample is
-        recorded, and the smaller batch decodes on for as long as the plan priced. No turn ends at a chain's
-        boundary, so the finish heap is left as it is (its stale entries are dropped when they reach its head)."""
+    def _preemption_boundaries(self, chain: PreemptionChain, first: int, stop: int) -> None:
+        """The chain's boundaries from `first` to `stop` (excluded), booked in one pass as the step-by-step path
+        books each at its time: the stretch ends, the cache is full, the latest admitted sequences are preempted,
+        nothing is admitted, a sample is recorded, and the smaller batch decodes on for as long as the plan priced.
+        No turn ends at a chain's boundary, so the finish heap is left as it is (its stale entries are dropped when
+        they reach its head)."""
         batch = self.batch
-        samples = book_boundaries(boundaries, batch.end_stretch(), batch, self.kv, self.scheduler)
+        boundaries = chain.boundaries
+        samples = book_boundaries(boundaries, first, stop, batch.end_stretch(), batch, self.kv, self.scheduler)
         self.telemetry.restarted(samples, self.version)
-        last = boundaries[-1]
+        last = boundaries[stop - 1]
         batch.planned_stretch(last.at, last.k, last.seconds)
 
     # ---- book-keeping, O(1) or O(log batch) per event --------------------------------------------------------

@@ -47,11 +47,15 @@ class Boundary:
         self.seconds = seconds
 
 
-class PreemptionChain(PlannedBoundaries[Boundary]):
+class PreemptionChain(PlannedBoundaries):
     """Planned preemption `boundaries` at `times` (in time order), of which the first `booked` are booked; the
     chain's last stretch ends at `end`."""
 
-    __slots__ = ()
+    __slots__ = ("boundaries",)
+
+    def __init__(self, boundaries: list[Boundary], times: list[float], end: float):
+        super().__init__(times, end)
+        self.boundaries = boundaries
 
 
 def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollout, Slot], max_num_seqs: int,
@@ -139,22 +143,23 @@ def _first_finish(finishes: list[Slot], evicted: set[Slot]) -> int:
     return finishes[0].finish
 
 
-def book_boundaries(boundaries: list[Boundary], iterations: int, batch: DecodeBatch, kv: KVLedger,
-                    scheduler: Scheduler) -> list[float | int]:
-    """Book planned `boundaries` (in order, the first ending a stretch of `iterations`) as the step-by-step path
-    books each at its time — `RolloutEngine._end_stretch`, then `Scheduler.make_room` preempting the boundary's
-    victims — in one pass: the stretch's iterations are booked and the cache grows (released contexts evicted for the
-    next iteration's tokens), and each victim (a decoding single-turn sequence, latest admitted first) leaves the
-    batch up to date and its KV freed, back to the front of the queue (first come, first served; no probe observes
-    it). The batch's counters and the scheduler's totals run as local sums, written back once. Returns the
-    engine's sample at each boundary (its time and SAMPLE_COUNTERS, a row after another)."""
+def book_boundaries(boundaries: list[Boundary], first: int, stop: int, iterations: int, batch: DecodeBatch,
+                    kv: KVLedger, scheduler: Scheduler) -> list[float | int]:
+    """Book planned `boundaries[first:stop]` (in order, the first ending a stretch of `iterations`) as the
+    step-by-step path books each at its time — `RolloutEngine._end_stretch`, then `Scheduler.make_room` preempting
+    the boundary's victims — in one pass: the stretch's iterations are booked and the cache grows (released
+    contexts evicted for the next iteration's tokens), and each victim (a decoding single-turn sequence, latest
+    admitted first) leaves the batch up to date and its KV freed, back to the front of the queue (first come, first
+    served; no probe observes it). The batch's counters and the scheduler's totals run as local sums, written back
+    once. Returns the engine's sample at each boundary (its time and SAMPLE_COUNTERS, a row after another)."""
     running, queue_front = scheduler.running, scheduler.waiting.appendleft
     waiting = scheduler.waiting
     size, context, iteration = batch.size, batch.context, batch.iteration
     decode_iterations, read = batch.decode_iterations, batch.decode_read
     generated = queued = preempted = 0
     samples: list[float | int] = []
-    for boundary in boundaries:
+    for index in range(first, stop):
+        boundary = boundaries[index]
         iteration += iterations
         decode_iterations += iterations
         read += decode_read(size, context, iterations)

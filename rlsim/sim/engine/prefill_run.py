@@ -40,36 +40,54 @@ from rlsim.sim.engine.slot import Slot
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
 
 Plan = list[tuple[Slot, int]]  # an iteration's prefill chunks: (slot, tokens), as `Scheduler.plan` returns them
-# A boundary of a run: its time, the plan of the iteration ending there, the slots of the queue's heads admitted there.
-RunBoundary = tuple[float, Plan, list[Slot]]
 
 
-class PrefillRun(PlannedBoundaries[RunBoundary]):
-    """Planned boundaries between the iterations of long prefills, in order, each as (its time, the plan of the
-    iteration ending there, the slots of the queue's heads admitted there), of which the first `booked` are booked;
-    the run's last iteration prefills `last` and ends at `end`."""
+class PrefillRun(PlannedBoundaries):
+    """Planned boundaries between the iterations of long prefills, at `times` (in order), of which the first `booked`
+    are booked; the run's last iteration ends at `end`. Iteration i (the engine's own first, then one after each
+    boundary) prefills `tokens[j]` of `slots[j]` for j from `plan_ends[i - 1]` (0 for the first) to `plan_ends[i]`;
+    boundary i admits `admitted[j]` for j from `admitted_ends[i - 1]` (0) to `admitted_ends[i]`, the queue's heads
+    as new slots. Flat columns rather than a plan and a list of admissions a boundary: a ×4-length step plans tens
+    of thousands of boundaries, and each object built for one is allocated, then freed once it is booked."""
 
-    __slots__ = ("last",)
+    __slots__ = ("slots", "tokens", "plan_ends", "admitted", "admitted_ends")
 
-    def __init__(self, plans: list[Plan], times: list[float], admitted: list[list[Slot]], end: float):
-        super().__init__(list(zip(times, plans, admitted, strict=False)), times, end)
-        self.last = plans[-1]
+    def __init__(self, slots: list[Slot], tokens: list[int], plan_ends: list[int], admitted: list[Slot],
+                 admitted_ends: list[int], times: list[float], end: float):
+        super().__init__(times, end)
+        self.slots = slots
+        self.tokens = tokens
+        self.plan_ends = plan_ends
+        self.admitted = admitted
+        self.admitted_ends = admitted_ends
+
+    def last_plan(self) -> Plan:
+        """The plan of the run's last iteration, the one ending at `end`."""
+        plan_ends = self.plan_ends
+        first = plan_ends[-2] if len(plan_ends) > 1 else 0
+        return list(zip(self.slots[first:], self.tokens[first:], strict=True))
 
     def cut(self) -> float:
         """A wake-up cut the run short after the boundaries booked: the iteration in flight is its last; when it
         ends. The admissions planned from its end on are dropped: the engine decides there afresh."""
-        boundaries, times, booked = self.boundaries, self.times, self.booked
+        times, booked = self.times, self.booked
         if booked < len(times):
-            self.end, self.last, _ = boundaries[booked]
-            del boundaries[booked:]
+            self.end = times[booked]
             del times[booked:]
+            plan_ends, admitted_ends = self.plan_ends, self.admitted_ends
+            del plan_ends[booked + 1:]
+            del self.slots[plan_ends[-1]:]
+            del self.tokens[plan_ends[-1]:]
+            del admitted_ends[booked:]
+            del self.admitted[admitted_ends[-1] if admitted_ends else 0:]
         return self.end
 
     def queue_read(self) -> int:
         """How many of the queue's first rollouts the boundaries not yet booked depend on: those they admit and the
         one after, which does not fit or is not there (0 when they admit none: they read the head only to find that
         it does not fit, as `SequenceLifecycle.queued` knows)."""
-        planned = sum(len(admitted) for _, _, admitted in self.boundaries[self.booked:])
+        booked = self.booked
+        planned = len(self.admitted) - (self.admitted_ends[booked - 1] if booked else 0)
         return planned + 1 if planned else 0
 
 
@@ -105,9 +123,15 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
     frontier = 0
     first = prefilling[0]  # the plan's first slot
     left, computed = first.prefill_left, first.computed
-    plans = [plan]
+    # The run's columns (`PrefillRun`), from the plan of the iteration begun now; `begin`: where the chunks of the
+    # iteration ending at `end` begin.
+    slots = [slot for slot, _ in plan]
+    chunk_tokens = [tokens for _, tokens in plan]
+    plan_ends = [len(plan)]
+    admitted: list[Slot] = []
+    admitted_ends: list[int] = []
     times: list[float] = []
-    admissions: list[list[Slot]] = []
+    begin = 0
     queued = 0  # the queue's rollouts admitted in the run: waiting[queued] is the head at the boundary
     groups: dict[int, int] = {}  # the groups whose prompt a rollout admitted in the run holds -> its prompt tokens
     end = now + seconds  # as SimPy schedules the iteration's timeout
@@ -117,16 +141,18 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
         iteration += 1
         context += size
         used += size
-        for slot, tokens in plan:
+        stop = plan_ends[-1]
+        for index in range(begin, stop):
+            tokens = chunk_tokens[index]
             left -= tokens
             computed += tokens
             if left:
                 break  # the plan's last chunk: its slot stays the frontier
             frontier += 1
-            rollout = slot.rollout
+            rollout = slots[index].rollout
             remaining = rollout.remaining - 1
             if remaining <= 0:
-                return _run(plans, times, admissions, end)  # the token sampled ends its turn
+                return _run(slots, chunk_tokens, plan_ends, admitted, admitted_ends, times, end)  # its turn ends
             size += 1
             context += rollout.context_tokens  # its context once the token is sampled, less that token
             if iteration + remaining < first_finish:
@@ -134,46 +160,48 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
             if frontier < count:
                 following = prefilling[frontier]
                 left, computed = following.prefill_left, following.computed
+        begin = stop
         # ... and the boundary after it can be planned when no turn ends there and the next decodes fit without a
         # preemption; the prefills take the budget first, then the queue's heads are admitted in order while a slot,
         # the budget and the cache allow (`Scheduler.plan`, `Scheduler.admissible`). A queue without a head where
         # budget is left ends the run there: a rollout submitted meanwhile could be admitted, and would have to cut
         # the run short.
         if first_finish <= iteration or used + size > capacity or frontier == count:
-            return _run(plans, times, admissions, end)
+            return _run(slots, chunk_tokens, plan_ends, admitted, admitted_ends, times, end)
         budget = max_num_batched_tokens - size
-        if budget <= 0:
-            return _run(plans, times, admissions, end)  # the decodes take the whole budget: the batch decodes alone
-        admitted: list[Slot] = []
+        if budget <= 0:  # the decodes take the whole budget: the batch decodes alone
+            return _run(slots, chunk_tokens, plan_ends, admitted, admitted_ends, times, end)
+        slots.append(prefilling[frontier])
         if left > budget:
             # The common case: the frontier's next chunk takes the whole budget, so nothing is admitted.
-            plan = [(prefilling[frontier], budget)]
+            chunk_tokens.append(budget)
             seconds = costs.chunk_iteration_seconds(size, context, budget, computed, False)
         else:
-            plan = [(prefilling[frontier], left)]
+            chunk_tokens.append(left)
             budget -= left
             index = frontier + 1
             while budget > 0 and index < count:
                 slot = prefilling[index]
                 slot_left = slot.prefill_left
                 tokens = slot_left if slot_left < budget else budget
-                plan.append((slot, tokens))
+                slots.append(slot)
+                chunk_tokens.append(tokens)
                 budget -= tokens
                 index += 1
             while budget > 0:
                 if queued == len(waiting):
-                    return _run(plans, times, admissions, end)
+                    return _run(slots, chunk_tokens, plan_ends, admitted, admitted_ends, times, end)
                 head = waiting[queued]
                 if running >= max_num_seqs:
                     break
                 planned = kv.admission_plan(head, groups)
-                if planned is None:
-                    return _run(plans, times, admissions, end)  # its prompt differs from its group's: admit refuses
+                if planned is None:  # its prompt differs from its group's: admit refuses
+                    return _run(slots, chunk_tokens, plan_ends, admitted, admitted_ends, times, end)
                 reserved, cached = planned
                 if used + size + reserved > capacity:
                     break  # the head does not fit: it blocks the queue (first come, first served)
-                if admission is None or isinstance(head, MultiTurnRollout):
-                    return _run(plans, times, admissions, end)  # an admission the run does not plan
+                if admission is None or isinstance(head, MultiTurnRollout):  # an admission the run does not plan
+                    return _run(slots, chunk_tokens, plan_ends, admitted, admitted_ends, times, end)
                 # `KVLedger.admit` at the boundary sets the same prefill on the slot; until then it is the plan's.
                 slot = Slot(head, admission)
                 slot.computed = cached
@@ -189,19 +217,23 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 prefilling.append(slot)
                 count += 1
                 tokens = slot_left if slot_left < budget else budget
-                plan.append((slot, tokens))
+                slots.append(slot)
+                chunk_tokens.append(tokens)
                 budget -= tokens
-            if len(plan) == 1:
+            if len(slots) - begin == 1:
                 seconds = costs.chunk_iteration_seconds(size, context, left, computed, True)
             else:
                 # The frontier's last chunk, after the tokens the run prefilled; the other slots are as the engine
                 # has them, or as their planned admission set them.
                 chunks: list[ChunkFields] = [(left, computed, True)]
-                chunks += plan_chunks(plan, 1)
+                for index in range(begin + 1, len(slots)):
+                    slot = slots[index]
+                    tokens = chunk_tokens[index]
+                    chunks.append((tokens, slot.computed, tokens == slot.prefill_left))
                 seconds = costs.iteration_seconds(size, context, chunks)
         times.append(end)
-        plans.append(plan)
-        admissions.append(admitted)
+        plan_ends.append(len(slots))
+        admitted_ends.append(len(admitted))
         end = end + seconds
 
 
@@ -211,6 +243,13 @@ def plan_chunks(plan: Plan, first: int = 0) -> list[ChunkFields]:
     return [(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan[first:]]
 
 
-def _run(plans: list[Plan], times: list[float], admissions: list[list[Slot]], end: float) -> PrefillRun | None:
-    """The run whose last iteration ends at `end`, or None when it has no boundary to book."""
-    return PrefillRun(plans, times, admissions, end) if times else None
+def _run(slots: list[Slot], tokens: list[int], plan_ends: list[int], admitted: list[Slot], admitted_ends: list[int],
+         times: list[float], end: float) -> PrefillRun | None:
+    """The run whose last iteration ends at `end`, or None when it has no boundary to book; the chunks and
+    admissions of an iteration the run stopped planning part-way are dropped."""
+    if not times:
+        return None
+    del slots[plan_ends[-1]:]
+    del tokens[plan_ends[-1]:]
+    del admitted[admitted_ends[-1]:]
+    return PrefillRun(slots, tokens, plan_ends, admitted, admitted_ends, times, end)

@@ -178,13 +178,25 @@ class Scheduler:
         """The planned chunks ran: the slots whose prefill is now complete, which sample their next token."""
         done: list[Slot] = []
         for slot, tokens in plan:
-            slot.computed += tokens
-            left = slot.prefill_left = slot.prefill_left - tokens
-            if not left:
+            if _chunk_ran(slot, tokens):
                 done.append(slot)
         if done:
-            self.prefilling = [slot for slot in self.prefilling if slot.prefill_left]
+            self._prefills_completed()
         return done
+
+    def prefilled_chunks(self, slots: list[Slot], tokens: list[int], begin: int, end: int) -> int:
+        """`prefilled` of the chunks `tokens[j]` of `slots[j]` for j in [begin, end) (a prefill run's columns):
+        how many of those slots completed their prefill, which are those now with none left."""
+        done = 0
+        for index in range(begin, end):
+            if _chunk_ran(slots[index], tokens[index]):
+                done += 1
+        if done:
+            self._prefills_completed()
+        return done
+
+    def _prefills_completed(self) -> None:
+        self.prefilling = [slot for slot in self.prefilling if slot.prefill_left]
 
     def admissible(self, rollout: Rollout, growth: int = 0) -> bool:
         """Whether `rollout` is admitted: it `fits_now`, and with `past_future` admission and something running, the
@@ -302,3 +314,10 @@ class Scheduler:
         self.running[rollout] = slot
         self.prefilling.append(slot)
         telemetry.observe("admitted", rollout)
+
+
+def _chunk_ran(slot: Slot, tokens: int) -> bool:
+    """A chunk of `tokens` of the slot's prefill ran; whether that completed its prefill."""
+    slot.computed += tokens
+    left = slot.prefill_left = slot.prefill_left - tokens
+    return not left
