@@ -10,7 +10,14 @@ import pytest
 from rlsim.costs.compute import GPURates
 from rlsim.costs.iteration_work import work_of
 from rlsim.costs.memo import BlockMemo
-from rlsim.costs.rollout import TOKEN_BLOCK, EngineCosts, EngineOverheads, PrefillChunk
+from rlsim.costs.rollout import (
+    CONTEXT_FREE_RADIX,
+    TOKEN_BLOCK,
+    EngineCosts,
+    EngineOverheads,
+    PrefillChunk,
+    context_free_key,
+)
 from rlsim.costs.speculative import Speculation
 from rlsim.pricing.precision import engine_precision
 from tests.test_rollout_costs import A100, H100, HARDWARE, engine
@@ -180,3 +187,18 @@ def test_one_chunk_priced_without_building_it_refuses_what_the_general_path_refu
         costs.chunk_iteration_seconds(4, 100.0, -1, 0, True)
     with pytest.raises(ValueError, match="decode_batch and decode_context must be >= 0"):
         costs.chunk_iteration_seconds(-1, 100.0, 16, 0, True)
+
+
+def test_a_context_free_key_is_one_shape_and_prices_as_its_counts():
+    """The context-free memo's keys (`context_free_key`): an int below the radix, a tuple at or past it or with MLA
+    latent rows; distinct counts never share a key, and an int key prices exactly what its counts' tuple does."""
+    radix = CONTEXT_FREE_RADIX
+    counts = [(tokens, logits, sequences, latent) for tokens in (1, 8192, radix - 1, radix)
+              for logits in (0, 1, radix - 1, radix) for sequences in (1, 129, radix - 1, radix) for latent in (0, 7)]
+    keys = [context_free_key(*shape) for shape in counts]
+    assert len(set(keys)) == len(counts)
+    for shape, key in zip(counts, keys, strict=True):
+        assert isinstance(key, int) == (max(shape[:3]) < radix and not shape[3])
+    dense = ENGINES["dense"]
+    for shape in [(8192, 128, 129, 0), (radix - 1, radix - 1, 1, 0), (1, 0, 1, 0)]:
+        assert dense._price_context_free(context_free_key(*shape)) == dense._price_context_free(shape)

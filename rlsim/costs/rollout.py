@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple, cast
+from typing import Final, NamedTuple, cast
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -47,7 +47,7 @@ from mypy_extensions import mypyc_attr
 from rlsim.costs.compute import GPURates
 from rlsim.costs.decode_profile import DecodeProfile, combined_profile, decode_profile
 from rlsim.costs.engine_kernels import CollectiveSeconds, EngineKernels, Kernel
-from rlsim.costs.iteration_work import Work, prefill_counts, work_of
+from rlsim.costs.iteration_work import SingleQueryAttention, Work, prefill_counts, work_of
 from rlsim.costs.layout import EngineLayout, InferenceEngine
 from rlsim.costs.memo import BlockMemo, Memo
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
@@ -76,6 +76,7 @@ LogitsPriced = tuple[tuple[float, ...], int]
 # An iteration's parts but attention, priced: the GPU seconds to add attention's to, the launch gaps' seconds to add
 # then, and the CPU bounds (`EngineOverheads.cpu_bounds`).
 ContextFreePriced = tuple[float, float, float, float]
+ContextFreeKey = int | tuple[int, int, int, int]  # `context_free_key`'s
 
 # Token counts an engine's layers are priced for at once (`EngineCosts._price_layer_block`): numpy prices a block in
 # about the time the scalar path takes for a few counts, and a run's iterations ask for thousands of distinct counts
@@ -84,6 +85,10 @@ TOKEN_BLOCK = 512
 # Context-free parts an engine remembers (`EngineCosts._price_context_free`), then afresh: a key per (tokens, rows
 # sampled, sequences), a few thousand in a production step, but MLA's latent rows grow with the cached prefixes.
 CONTEXT_FREE_KEYS = 1 << 16
+# A context-free shape's key is one int, (tokens, logit rows, sequences) in this radix, while each is below it and no
+# MLA latent rows are expanded (a tuple of the four otherwise): an int hashes and compares in a few instructions, a
+# tuple of four after boxing each, and a production step looks up tens of thousands of shapes.
+CONTEXT_FREE_RADIX: Final = 1 << 20  # Final: compiled, a constant rather than a global looked up each time
 
 
 @dataclass(frozen=True)
@@ -225,9 +230,10 @@ class EngineCosts(IterationCosts):
     _latent_layers_memo: Memo[tuple[int, int], LayersPriced] = field(init=False, repr=False, compare=False)
     _collectives_memo: Memo[int, CollectivesPriced] = field(init=False, repr=False, compare=False)
     _logits_memo: Memo[int, LogitsPriced] = field(init=False, repr=False, compare=False)
-    # (tokens, logit rows, sequences, MLA latent rows) -> `ContextFreePriced`
-    _context_free_memo: Memo[tuple[int, int, int, int], ContextFreePriced] = field(init=False, repr=False,
-                                                                                   compare=False)
+    # `context_free_key`(tokens, logit rows, sequences, MLA latent rows) -> `ContextFreePriced`
+    _context_free_memo: Memo[ContextFreeKey, ContextFreePriced] = field(init=False, repr=False, compare=False)
+    # The kernels' attention of single-query iterations, kept here: an attribute of a compiled class is read directly.
+    _single_query_attention: SingleQueryAttention = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         arch = self.spec.architecture
@@ -256,7 +262,8 @@ class EngineCosts(IterationCosts):
                  "_latent": arch.mla is not None, "_layers_memo": BlockMemo(self._price_layer_block, TOKEN_BLOCK),
                  "_latent_layers_memo": Memo(self._price_latent_layers),
                  "_collectives_memo": Memo(self._price_collectives), "_logits_memo": Memo(self._price_logits),
-                 "_context_free_memo": Memo(self._price_context_free, CONTEXT_FREE_KEYS)}
+                 "_context_free_memo": Memo(self._price_context_free, CONTEXT_FREE_KEYS),
+                 "_single_query_attention": kernels.single_query_attention}
         for name, part in parts.items():
             object.__setattr__(self, name, part)
 
@@ -347,9 +354,9 @@ class EngineCosts(IterationCosts):
         # tokens, the rows sampled and the sequences scheduled, counts that repeat across iterations, so it is priced
         # once per value (prefill-heavy runs price tens of thousands of iterations).
         latent_rows = decode_rows + prefill + prefill_cached if self._latent else 0  # `EngineKernels.latent_rows`
-        before, gaps, busy_until, then = self._context_free_memo[
-            decode_rows + prefill, decode_rows + prefill_logits, decode_rows + prefill_sequences, latent_rows]
-        attention = self._kernels.single_query_attention.seconds(decode_rows, prefill, prefill_cached, prefill_pairs,
+        before, gaps, busy_until, then = self._context_free_memo[context_free_key(
+            decode_rows + prefill, decode_rows + prefill_logits, decode_rows + prefill_sequences, latent_rows)]
+        attention = self._single_query_attention.seconds(decode_rows, prefill, prefill_cached, prefill_pairs,
                                                                  decode_context)
         return max(before + attention + gaps, busy_until) + then
 
@@ -358,8 +365,8 @@ class EngineCosts(IterationCosts):
         `_single_query_seconds`' sum, with attention over every query."""
         kernels = self._kernels
         latent_rows = kernels.latent_rows(work) if self._latent else 0
-        before, gaps, busy_until, then = self._context_free_memo[
-            work.tokens, work.logit_rows, work.decode + work.prefill_sequences, latent_rows]
+        before, gaps, busy_until, then = self._context_free_memo[context_free_key(
+            work.tokens, work.logit_rows, work.decode + work.prefill_sequences, latent_rows)]
         attention = kernels.attention_seconds(work, decode_context)
         return max(before + attention + gaps, busy_until) + then
 
@@ -464,18 +471,23 @@ class EngineCosts(IterationCosts):
             seconds += price(kernel, 0.0)
         return seconds, tuple(price(kernel, 0.0) for kernel in after_head), _launches(layers, after_head)
 
-    def _price_context_free(self, key: tuple[int, int, int, int]) -> ContextFreePriced:
+    def _price_context_free(self, key: ContextFreeKey) -> ContextFreePriced:
         """`ContextFreePriced` of an iteration of `tokens` tokens, `logit_rows` rows sampled, `sequences` sequences
         scheduled and (MLA) `latent_rows` latent rows expanded: its parts from their memos, summed in
         `EngineKernels.context_free_kernels`' order. `_single_query_seconds` (and `_verify_seconds`) adds attention
         to the sum, then the launch gaps, in that order: the float operations of summing every part in one pass."""
-        tokens, logit_rows, sequences, latent_rows = key
+        if isinstance(key, int):
+            tokens, logit_rows = key // CONTEXT_FREE_RADIX // CONTEXT_FREE_RADIX, key // CONTEXT_FREE_RADIX
+            logit_rows, sequences, latent_rows = logit_rows % CONTEXT_FREE_RADIX, key % CONTEXT_FREE_RADIX, 0
+        else:
+            tokens, logit_rows, sequences, latent_rows = key
         kernels = self._kernels
         if self._latent:
             layers, after_head, layer_launches = self._latent_layers_memo[tokens, latent_rows]
         else:
             layers, after_head, layer_launches = self._layers_memo[tokens]
-        collectives, collective_launches = self._collectives_memo[tokens]
+        # One GPU runs no collective: no memo entry a token count for the sums of none.
+        collectives, collective_launches = self._collectives_memo[tokens] if self.tp > 1 else (0.0, 0)
         head, head_launches = self._logits_memo[logit_rows]
         seconds = layers
         for part in head:
@@ -514,6 +526,15 @@ class LayerBlock:
 
     def __getitem__(self, row: int) -> LayersPriced:
         return self.seconds[row], tuple([part[row] for part in self.after_head]), self.launches
+
+
+def context_free_key(tokens: int, logit_rows: int, sequences: int, latent_rows: int) -> ContextFreeKey:
+    """The context-free memo's key of an iteration of these counts: one int while the three counts are each below
+    CONTEXT_FREE_RADIX and no latent rows are expanded (every engine but an MLA one), the four as a tuple otherwise."""
+    if latent_rows or tokens >= CONTEXT_FREE_RADIX or logit_rows >= CONTEXT_FREE_RADIX \
+            or sequences >= CONTEXT_FREE_RADIX:
+        return tokens, logit_rows, sequences, latent_rows
+    return (tokens * CONTEXT_FREE_RADIX + logit_rows) * CONTEXT_FREE_RADIX + sequences
 
 
 def _launches(*kernels: Iterable[Kernel]) -> int:

@@ -65,7 +65,8 @@ class PrefillRun(PlannedBoundaries):
         """The plan of the run's last iteration, the one ending at `end`."""
         plan_ends = self.plan_ends
         first = plan_ends[-2] if len(plan_ends) > 1 else 0
-        return list(zip(self.slots[first:], self.tokens[first:], strict=True))
+        slots, tokens = self.slots, self.tokens
+        return [(slots[index], tokens[index]) for index in range(first, len(slots))]
 
     def cut(self) -> float:
         """A wake-up cut the run short after the boundaries booked: the iteration in flight is its last; when it
@@ -133,6 +134,8 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
     times: list[float] = []
     begin = 0
     queued = 0  # the queue's rollouts admitted in the run: waiting[queued] is the head at the boundary
+    plans_admissions = admission is not None
+    order = 0 if admission is None else admission  # the next planned admission's, an int (compiled: native adds)
     groups: dict[int, int] = {}  # the groups whose prompt a rollout admitted in the run holds -> its prompt tokens
     end = now + seconds  # as SimPy schedules the iteration's timeout
     while True:
@@ -200,13 +203,13 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 reserved, cached = planned
                 if used + size + reserved > capacity:
                     break  # the head does not fit: it blocks the queue (first come, first served)
-                if admission is None or isinstance(head, MultiTurnRollout):  # an admission the run does not plan
+                if not plans_admissions or isinstance(head, MultiTurnRollout):  # an admission the run does not plan
                     return _run(slots, chunk_tokens, plan_ends, admitted, admitted_ends, times, end)
                 # `KVLedger.admit` at the boundary sets the same prefill on the slot; until then it is the plan's.
-                slot = Slot(head, admission)
+                slot = Slot(head, order)
                 slot.computed = cached
                 slot_left = slot.prefill_left = head.context_tokens - cached
-                admission += 1
+                order += 1
                 queued += 1
                 running += 1
                 used += reserved
