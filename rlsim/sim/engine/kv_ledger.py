@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
 
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.sequence import Rollout
@@ -50,7 +49,7 @@ class KVLedger:
         """Whether released trajectories' contexts are cached (admissions may revive one and evict others)."""
         return bool(self._released)
 
-    def admission_plan(self, rollout: Rollout, planned: Mapping[int, int]) -> tuple[int, int] | None:
+    def admission_plan(self, rollout: Rollout, planned: dict[int, int]) -> tuple[int, int] | None:
         """What `admit` would reserve for `rollout` and find cached, as (KV tokens, context tokens), for a plan ahead
         with no released context cached (`holds_released`): its group's prompt is cached when its running sequences
         hold it here, or when a rollout the plan admits ahead of it does (`planned`: group -> prompt tokens). None
@@ -113,9 +112,10 @@ class KVLedger:
         self.used -= slot.own_prompt + tokens - rollout.prompt_tokens
         self._release_prompt(rollout)
 
-    def prompt_holders(self) -> Mapping[int, Sequence[int]] | None:
-        """With prefix sharing, each group with a sequence running here -> (its running sequences, its prompt tokens),
-        to plan ahead on (read, never changed); None without sharing."""
+    def prompt_holders(self) -> dict[int, list[int]] | None:
+        """With prefix sharing, each group with a sequence running here -> [its running sequences, its prompt tokens],
+        to plan ahead on (read, never changed: the ledger's own dict, typed as one so that compiled code reads it
+        directly); None without sharing."""
         return self._groups if self.sharing else None
 
     def release(self, slot: Slot) -> None:

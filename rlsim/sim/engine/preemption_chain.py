@@ -74,7 +74,10 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
         return None  # the stretch ends in a turn end (the usual case): no copy of the finish heap needed
     finishes = batch.pending_finishes()
     holders = kv.prompt_holders()
-    latest = reversed(running.values())  # the victims, latest admitted first
+    # The victims, latest admitted first: latest[victim], counting down (indexing a list, where next() on an
+    # iterator is a Python call a victim).
+    latest = list(running.values())
+    victim = len(latest) - 1
     departed: dict[int, int] = {}  # group -> its sequences preempted so far (prefix sharing)
     evicted: set[Slot] = set()
     live = len(running)
@@ -93,7 +96,8 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
         head_tokens = head_prompt = 0
         head_shares = False
         while live and used + size > capacity:
-            slot = next(latest)
+            slot = latest[victim]
+            victim -= 1
             rollout = slot.rollout
             if slot.prefill_left or isinstance(rollout, MultiTurnRollout):
                 break  # prefilling, or a trajectory whose preemption depends on its tool calls: not a chain's victim
