@@ -357,7 +357,7 @@ class EngineCosts(IterationCosts):
         before, gaps, busy_until, then = self._context_free_memo[context_free_key(
             decode_rows + prefill, decode_rows + prefill_logits, decode_rows + prefill_sequences, latent_rows)]
         attention = self._single_query_attention.seconds(decode_rows, prefill, prefill_cached, prefill_pairs,
-                                                                 decode_context)
+                                                         decode_context)
         return max(before + attention + gaps, busy_until) + then
 
     def _verify_seconds(self, work: Work, decode_context: float) -> float:
@@ -476,9 +476,11 @@ class EngineCosts(IterationCosts):
         scheduled and (MLA) `latent_rows` latent rows expanded: its parts from their memos, summed in
         `EngineKernels.context_free_kernels`' order. `_single_query_seconds` (and `_verify_seconds`) adds attention
         to the sum, then the launch gaps, in that order: the float operations of summing every part in one pass."""
-        if isinstance(key, int):
-            tokens, logit_rows = key // CONTEXT_FREE_RADIX // CONTEXT_FREE_RADIX, key // CONTEXT_FREE_RADIX
-            logit_rows, sequences, latent_rows = logit_rows % CONTEXT_FREE_RADIX, key % CONTEXT_FREE_RADIX, 0
+        if isinstance(key, int):  # `context_free_key`'s digits
+            tokens = key // (CONTEXT_FREE_RADIX * CONTEXT_FREE_RADIX)
+            logit_rows = key // CONTEXT_FREE_RADIX % CONTEXT_FREE_RADIX
+            sequences = key % CONTEXT_FREE_RADIX
+            latent_rows = 0
         else:
             tokens, logit_rows, sequences, latent_rows = key
         kernels = self._kernels

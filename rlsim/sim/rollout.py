@@ -95,7 +95,7 @@ class RolloutEngine(EngineControls):
         # The queue and running sequences are the scheduler's, read here for the load figures.
         self._set_common(env, index, costs, max_num_seqs, first_gpu, gpu_count, mode, on_finish)
         self.max_num_batched_tokens = max_num_batched_tokens
-        # The preemption chain or prefill run the process sleeps through, and how the boundaries due are booked.
+        # The preemption chain or prefill run the process sleeps through, its boundaries booked as time passes them.
         self._chain: PreemptionChain | PrefillRun | None = None
         self.kv_fetch: KVFetch | None = None  # set when its prompts are prefilled elsewhere (`take_prefills_from`)
 
