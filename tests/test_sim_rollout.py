@@ -41,9 +41,6 @@ class FixedCosts(IterationCosts):
     def chunk_iteration_seconds(self, decode_batch, decode_context, tokens, cached_tokens, logits):
         return self.iteration_seconds(decode_batch, decode_context, (PrefillChunk(tokens, cached_tokens, logits),))
 
-    def decode_iteration_seconds(self, batch, total_context):
-        return 1.0
-
     def decode_k_iterations_seconds(self, batch, total_context, k):
         return float(k)
 

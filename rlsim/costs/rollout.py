@@ -186,10 +186,6 @@ class IterationCosts:
         """`iteration_seconds` with one prefill chunk of these fields."""
         raise NotImplementedError
 
-    def decode_iteration_seconds(self, batch: int, total_context: float) -> float:
-        """One decode iteration of `batch` sequences over `total_context` cached tokens."""
-        raise NotImplementedError
-
     def decode_k_iterations_seconds(self, batch: int, total_context: float, k: int) -> float:
         """`k` decode iterations of a fixed batch from `total_context`, the context growing by `batch` each."""
         raise NotImplementedError
@@ -501,8 +497,6 @@ class EngineCosts(IterationCosts):
         return seconds + collectives, launches * self.overheads.kernel_gap_seconds, busy_until, then
 
     def _price_collectives(self, tokens: int) -> CollectivesPriced:
-        if self.tp == 1:
-            return 0, 0  # what the sums below give for no collective, without asking the kernel model for none
         collectives = self._kernels.layer_collectives(tokens)
         return sum(c.count * c.seconds for c in collectives), sum(c.count for c in collectives)
 
