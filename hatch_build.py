@@ -25,10 +25,10 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 PURE_PYTHON_VARIABLE = "RLSIM_PURE_PYTHON"
-# What the compile needs in the build environment: mypyc comes with mypy (1.17 is the first whose mypycify takes a
-# group_name, which names mypyc's shared library after rlsim), and mypyc drives the C compiler through setuptools'
-# build_ext.
-COMPILE_REQUIREMENTS = ["mypy>=1.17", "setuptools>=61"]
+# What the compile needs in the build environment: mypyc comes with mypy (2.x compiles librt's vec operations to
+# native code, which the engine's sample columns use; 2.4 is the version the wheel is built and tested with), and mypyc
+# drives the C compiler through setuptools' build_ext.
+COMPILE_REQUIREMENTS = ["mypy>=2.4", "setuptools>=61"]
 
 # Run in a process of its own with the build environment's Python: mypyc type-checks the modules with the project's
 # mypy settings (pyproject.toml), writes C into the scratch folder and has build_ext compile it there.

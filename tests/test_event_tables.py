@@ -50,23 +50,23 @@ def test_span_sample_and_sequence_tables_give_back_their_records():
     assert table.dropped_by_a_policy.tolist() == [False, False, True]
 
 
-@pytest.mark.parametrize("rows", [0, 1, 63, 64, 65, 130])
-def test_samples_booked_in_bulk_are_the_samples_booked_one_at_a_time(rows):
-    """An engine books a chain's or prefill run's samples as one flat list, packed a block of rows at a time: any
-    count of rows, across block edges and beside another engine's samples, reads back as the same samples."""
+@pytest.mark.parametrize("rows", [0, 1, 2, 130])
+def test_samples_appended_by_code_read_back_as_appended_and_a_view_stays_as_taken(rows):
+    """An engine appends its samples by the code of its name (`add`), beside other engines' appended by name, with
+    counters past 32 bits: they read back as the samples appended, in order; a view taken earlier still shows what
+    was appended before it, whatever was appended after (the columns grow into new memory)."""
     samples = [EngineSample("engine0", 0.25 * i, i, 2 * i, 3 * i + (1 << 40), 4, 5 + i, 6, 7 * i) for i in range(rows)]
     other = EngineSample("engine1", 0.125, 1, 2, 3, 4, 5, 6, 7)
-    one_at_a_time, bulk = SampleColumns(), SampleColumns()
-    write_one, write_one_other = one_at_a_time.writer("engine0"), one_at_a_time.writer("engine1")
-    write_rows, write_rows_other = bulk.rows_writer("engine0"), bulk.rows_writer("engine1")
-    write_one_other(*other[1:])
-    write_rows_other(list(other[1:]))
+    columns = SampleColumns()
+    columns.append(*other)
+    engines, times, counters = columns.view()
+    code = columns.code("engine0")
     for sample in samples:
-        write_one(*sample[1:])
-    write_rows([value for sample in samples for value in sample[1:]])
-    expected = (other, *samples)
-    assert tuple(one_at_a_time.table()) == expected and tuple(bulk.table()) == expected
-    assert len(bulk) == rows + 1
+        columns.add(code, *sample[1:])
+    assert tuple(columns.table()) == (other, *samples)
+    assert len(columns) == rows + 1
+    assert engines.tolist() == [columns.code("engine1")] and times.tolist() == [0.125]
+    assert counters.tolist() == [list(other[2:])]
 
 
 def idle_by_definition(busy: list[Span], contexts: list[Span], wall_s: float, gpu: int) -> list[tuple]:

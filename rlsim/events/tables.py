@@ -1,19 +1,18 @@
 """The event log's big tables as columns: spans, engine samples and sequence records.
 
 A long run records millions of spans and samples. As Python objects each costs ~150–250 bytes and the collector
-walks them all; as packed rows while the run appends (one `struct` pack a record, into a bytearray) and numpy columns
-over those rows once frozen, a span costs 39 bytes, a sample 68 and a sequence 83, and metrics read them with array
-operations. A row is packed in one call rather than appended field by field to `array.array` columns: an array
-parses each value it is given as a call's argument would be, struct converts a row's values directly, so spans and
-sequence rows are recorded in about half the time (a production step appends ~650,000 fields: 6–7 % of its
-instructions went to that parsing, though only a few per cent of its time). The tables still iterate as `Span`,
+walks them all; as packed rows while the run appends and numpy columns over them once frozen, a span costs 39 bytes,
+a sample 68 and a sequence 83, and metrics read them with array operations. Spans and sequence records are packed a
+row in one `struct` call into a bytearray (appending field by field to `array.array` columns parsed each value as a
+call's argument: 6–7 % of a production step's instructions). Samples, the commonest (one at every boundary where an
+engine's batch changes), go into librt `vec` columns instead (`SampleColumns`), which compiled code appends to as
+machine numbers, with no Python object made for a value at all. The tables still iterate as `Span`,
 `EngineSample` and `SequenceRecord` records, so code that wants records gets them (made on demand, never all kept).
 
 Strings (labels, stages, units, engine names) are stored as small integer codes into a table's own name list.
 """
 from __future__ import annotations
 
-from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
 from operator import attrgetter
@@ -22,6 +21,8 @@ from types import NotImplementedType
 from typing import Any
 
 import numpy as np
+from librt.vecs import append, vec
+from mypy_extensions import i32, i64
 
 from rlsim.events import LABELS, RUN_END, EngineSample, SequenceRecord, Span
 
@@ -244,74 +245,63 @@ class CoveringSpans:
 
 
 SAMPLE_COUNTERS = EngineSample._fields[2:]
-SAMPLE_ROW_WIDTH = 1 + len(SAMPLE_COUNTERS)  # values in a row of samples booked in bulk: the time, then the counters
-# A sample's row: its time, then its counters. The engine's code is kept apart, as one engine books many at once.
-_SAMPLE_ROW_CODES = "d" + "q" * len(SAMPLE_COUNTERS)
-_SAMPLE_ROW = Struct("=" + _SAMPLE_ROW_CODES)
-_SAMPLE_DTYPE = np.dtype([("time", "d"), ("counters", "q", (len(SAMPLE_COUNTERS),))])
-# Samples booked in bulk (a preemption chain's or a prefill run's boundaries) are packed this many rows to a call.
-_SAMPLE_BLOCK = 64
 
 
 class SampleColumns:
-    """Engine samples appended as packed rows (time, SAMPLE_COUNTERS) beside a column of engine codes while the run
-    goes on."""
+    """Engine samples appended while the run goes on, as typed columns: each sample's engine code, its time, and its
+    SAMPLE_COUNTERS one row after another in one column.
+
+    The columns are librt's `vec`s (mypy's runtime library): growable arrays of machine numbers. Compiled, `add`
+    appends each value as the machine number it already is; a bytearray of struct-packed rows made every value a
+    Python object first (a float or a large int allocated, then parsed back by the pack), and an engine records a
+    sample at every boundary where its batch changes: ~50,000 a production step, ~105,000 at ×4 lengths. Interpreted,
+    the same calls run as ordinary functions."""
 
     def __init__(self) -> None:
         self.engines = Names()
-        self.engine = array("i")
-        self.rows = bytearray()
-        # The Structs packing k rows at once (1 <= k <= _SAMPLE_BLOCK), each made when first needed.
-        self._blocks: dict[int, Struct] = {}
+        self.engine: vec[i32] = vec[i32]()
+        self.times: vec[float] = vec[float]()
+        self.counters: vec[i64] = vec[i64]()
 
     def __len__(self) -> int:
         return len(self.engine)
 
-    def append(self, engine: str, time: float, *counters: int) -> None:
-        self.engine.append(self.engines.code(engine))
-        self.rows.extend(_SAMPLE_ROW.pack(time, *counters))
+    def code(self, engine: str) -> int:
+        """The code `add` takes for `engine`: an engine records at every batch change, so it codes its name once."""
+        return self.engines.code(engine)
 
-    def writer(self, engine: str) -> Callable[[float, int, int, int, int, int, int, int], None]:
-        """A function appending one sample of `engine`: (time, *SAMPLE_COUNTERS). An engine records a sample at every
-        batch change, so its name is coded once here rather than at each sample."""
-        # Its code as a one-item array: an array extended by another copies its memory, converting nothing.
-        code, engines, rows, pack = array("i", [self.engines.code(engine)]), self.engine.extend, self.rows.extend, \
-            _SAMPLE_ROW.pack
+    def add(self, engine: int, time: float, running: int, waiting: int, kv_tokens: int, decoding: int, iterations: int,
+            decode_iterations: int, decode_kv_read_tokens: int) -> None:
+        """Append a sample of the engine coded `engine` (see `code`): its time, then SAMPLE_COUNTERS."""
+        self.engine = append(self.engine, engine)
+        self.times = append(self.times, time)
+        counters = self.counters
+        counters = append(counters, running)
+        counters = append(counters, waiting)
+        counters = append(counters, kv_tokens)
+        counters = append(counters, decoding)
+        counters = append(counters, iterations)
+        counters = append(counters, decode_iterations)
+        self.counters = append(counters, decode_kv_read_tokens)
 
-        def write(time: float, running: int, waiting: int, kv_tokens: int, decoding: int, iterations: int,
-                  decode_iterations: int, decode_kv_read_tokens: int) -> None:
-            engines(code)
-            rows(pack(time, running, waiting, kv_tokens, decoding, iterations, decode_iterations,
-                      decode_kv_read_tokens))
-        return write
-
-    def rows_writer(self, engine: str) -> Callable[[list[float | int]], None]:
-        """A function appending samples of `engine` in bulk: their rows, (time, *SAMPLE_COUNTERS) a row after another
-        in one flat list, packed a block of rows to a call."""
-        code, engines, rows, blocks = array("i", [self.engines.code(engine)]), self.engine.extend, self.rows.extend, \
-            self._blocks
-        width = SAMPLE_ROW_WIDTH
-
-        def write_rows(values: list[float | int]) -> None:
-            count = len(values) // width
-            engines(code * count)
-            for first in range(0, count, _SAMPLE_BLOCK):
-                block = min(count - first, _SAMPLE_BLOCK)
-                pack = blocks.get(block)
-                if pack is None:
-                    pack = blocks[block] = Struct("=" + _SAMPLE_ROW_CODES * block)
-                rows(pack.pack(*values[first * width:(first + block) * width]))
-        return write_rows
+    def append(self, engine: str, time: float, running: int, waiting: int, kv_tokens: int, decoding: int,
+               iterations: int, decode_iterations: int, decode_kv_read_tokens: int) -> None:
+        """Append a sample of the engine named `engine`."""
+        self.add(self.engines.code(engine), time, running, waiting, kv_tokens, decoding, iterations, decode_iterations,
+                 decode_kv_read_tokens)
 
     def view(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The samples appended so far as (engine codes, times, counters [n, SAMPLE_COUNTERS]) arrays over the columns'
-        memory (no copy): valid until the next append or `clear`."""
-        rows = _frozen(self.rows, _SAMPLE_DTYPE)
-        return np.frombuffer(self.engine, dtype=self.engine.typecode), rows["time"], rows["counters"]
+        memory (no copy): each keeps what it views alive, and later appends do not change it."""
+        engine = np.frombuffer(memoryview(self.engine), dtype=np.int32)
+        counters = np.frombuffer(memoryview(self.counters), dtype=np.int64).reshape(engine.size, len(SAMPLE_COUNTERS))
+        return engine, np.frombuffer(memoryview(self.times), dtype=np.float64), counters
 
     def clear(self) -> None:
-        """Empty the columns in place: the writers handed out keep appending to the same columns."""
-        del self.engine[:], self.rows[:]
+        """Empty the columns; the engines keep appending to this object."""
+        self.engine = vec[i32]()
+        self.times = vec[float]()
+        self.counters = vec[i64]()
 
     def table(self) -> SampleTable:
         return SampleTable(*self.view(), tuple(self.engines.names))

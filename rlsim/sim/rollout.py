@@ -450,9 +450,10 @@ class RolloutEngine(EngineControls):
         running, waiting = self._running, self._waiting
         times, slots, tokens, plan_ends = run.times, run.slots, run.tokens, run.plan_ends
         admitted, admitted_ends = run.admitted, run.admitted_ends
+        telemetry = self.telemetry
+        samples, code = telemetry.samples, telemetry.code
         begin = plan_ends[first - 1] if first else 0
         taken = admitted_ends[first - 1] if first else 0
-        samples: list[float | int] = []
         for index in range(first, stop):
             at = times[index]
             self._advance(1, decode=False)
@@ -468,9 +469,9 @@ class RolloutEngine(EngineControls):
             while taken < until:
                 scheduler.book_admission(admitted[taken], at)
                 taken += 1
-            samples += (at, len(running), len(waiting), kv.used, batch.size, batch.iteration, batch.decode_iterations,
-                        batch.decode_read)
-        self.telemetry.restarted(samples, self.version)
+            samples.add(code, at, len(running), len(waiting), kv.used, batch.size, batch.iteration,
+                        batch.decode_iterations, batch.decode_read)
+        telemetry.restarted(times, first, stop, self.version)
 
     def _preemption_boundaries(self, chain: PreemptionChain, first: int, stop: int) -> None:
         """The chain's boundaries from `first` to `stop` (excluded), booked in one pass as the step-by-step path
@@ -478,10 +479,11 @@ class RolloutEngine(EngineControls):
         nothing is admitted, a sample is recorded, and the smaller batch decodes on for as long as the plan priced.
         No turn ends at a chain's boundary, so the finish heap is left as it is (its stale entries are dropped when
         they reach its head)."""
-        batch = self.batch
+        batch, telemetry = self.batch, self.telemetry
         boundaries = chain.boundaries
-        samples = book_boundaries(boundaries, first, stop, batch.end_stretch(), batch, self.kv, self.scheduler)
-        self.telemetry.restarted(samples, self.version)
+        book_boundaries(boundaries, first, stop, batch.end_stretch(), batch, self.kv, self.scheduler, telemetry.samples,
+                        telemetry.code)
+        telemetry.restarted(chain.times, first, stop, self.version)
         last = boundaries[stop - 1]
         batch.planned_stretch(last.at, last.k, last.seconds)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlsim.costs.rollout import IterationCosts
+from rlsim.events.tables import SampleColumns
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.planned import PlannedBoundaries
@@ -148,20 +149,19 @@ def _first_finish(finishes: list[Slot], evicted: set[Slot]) -> int:
 
 
 def book_boundaries(boundaries: list[Boundary], first: int, stop: int, iterations: int, batch: DecodeBatch,
-                    kv: KVLedger, scheduler: Scheduler) -> list[float | int]:
+                    kv: KVLedger, scheduler: Scheduler, samples: SampleColumns, engine: int) -> None:
     """Book planned `boundaries[first:stop]` (in order, the first ending a stretch of `iterations`) as the
     step-by-step path books each at its time — `RolloutEngine._end_stretch`, then `Scheduler.make_room` preempting
     the boundary's victims — in one pass: the stretch's iterations are booked and the cache grows (released
     contexts evicted for the next iteration's tokens), and each victim (a decoding single-turn sequence, latest
     admitted first) leaves the batch up to date and its KV freed, back to the front of the queue (first come, first
     served; no probe observes it). The batch's counters and the scheduler's totals run as local sums, written back
-    once. Returns the engine's sample at each boundary (its time and SAMPLE_COUNTERS, a row after another)."""
+    once. The engine (coded `engine`) is sampled at each boundary, into `samples`."""
     running, queue_front = scheduler.running, scheduler.waiting.appendleft
     waiting = scheduler.waiting
     size, context, iteration = batch.size, batch.context, batch.iteration
     decode_iterations, read = batch.decode_iterations, batch.decode_read
     generated = queued = preempted = 0
-    samples: list[float | int] = []
     for index in range(first, stop):
         boundary = boundaries[index]
         iteration += iterations
@@ -186,11 +186,10 @@ def book_boundaries(boundaries: list[Boundary], first: int, stop: int, iteration
             queued += tokens
             rollout.preemptions += 1
         preempted += len(victims)
-        samples += (boundary.at, len(running), len(waiting), kv.used, size, iteration, decode_iterations, read)
+        samples.add(engine, boundary.at, len(running), len(waiting), kv.used, size, iteration, decode_iterations, read)
         iterations = boundary.k
     batch.size, batch.context, batch.iteration = size, context, iteration
     batch.decode_iterations, batch.decode_read = decode_iterations, read
     scheduler.generated_total += generated
     scheduler.queued_tokens += queued
     scheduler.preemptions += preempted
-    return samples

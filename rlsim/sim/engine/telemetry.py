@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import simpy
 
-from rlsim.events.tables import SAMPLE_ROW_WIDTH
+from rlsim.events.tables import SampleColumns
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.slot import Slot
@@ -33,7 +33,7 @@ class EngineTelemetry:
     label, stage) — a judge pool generating verdicts is reward work, not rollout."""
 
     __slots__ = ("env", "recorder", "unit", "first_gpu", "gpu_count", "prefill_label", "decode_label", "stage", "probe",
-                 "changed", "_kv", "_batch", "_running", "_waiting", "_write_sample", "_write_samples", "_in_flight",
+                 "changed", "samples", "code", "_kv", "_batch", "_running", "_waiting", "_in_flight",
                  "_in_flight_start", "_span_label", "_span_start", "_span_step", "_span_end", "_recorded_until")
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, first_gpu: int, gpu_count: int, unit: str,
@@ -51,8 +51,8 @@ class EngineTelemetry:
         self._batch = batch
         self._running = running
         self._waiting = waiting
-        self._write_sample = recorder.engine_samples.writer(unit)
-        self._write_samples = recorder.engine_samples.rows_writer(unit)
+        self.samples: SampleColumns = recorder.engine_samples  # the engine's samples go here, coded `code`
+        self.code = self.samples.code(unit)
         self._in_flight: str | None = None  # the label of the iteration or decode stretch under way
         self._in_flight_start = 0.0
         self._span_label: str | None = None  # the busy span still open, merging consecutive work of one kind
@@ -72,34 +72,32 @@ class EngineTelemetry:
         kv, batch, now = self._kv, self._batch, self.env.now if at is None else at
         stretch = batch.stretch
         if stretch is None:  # at a boundary, or in an iteration whose progress the exact mode books at its end
-            self._write_sample(now, len(self._running), len(self._waiting), kv.used, batch.size, batch.iteration,
-                               batch.decode_iterations, batch.decode_read)
+            self.samples.add(self.code, now, len(self._running), len(self._waiting), kv.used, batch.size,
+                             batch.iteration, batch.decode_iterations, batch.decode_read)
             return
         done = batch.unbooked(now)
         size = stretch.size
-        self._write_sample(now, len(self._running), len(self._waiting), kv.used + size * done, size,
-                           batch.iteration + done, batch.decode_iterations + done,
-                           batch.decode_read + decode_read(size, stretch.context, done))
+        self.samples.add(self.code, now, len(self._running), len(self._waiting), kv.used + size * done, size,
+                         batch.iteration + done, batch.decode_iterations + done,
+                         batch.decode_read + decode_read(size, stretch.context, done))
 
-    def restarted(self, samples: list[float | int], version: int) -> None:
-        """A preemption chain's or prefill run's boundaries, booked after the fact: at each boundary (in time order)
-        the work under way ended and work of its label began again, and the engine was sampled: `samples` holds a row
-        per boundary, its time and SAMPLE_COUNTERS, one after another. What `end`, `sample` and `begin` at each
-        record, in one pass: the work after the first boundary runs back to back, so the busy span it is part of ends
-        at the last."""
+    def restarted(self, times: list[float], first: int, stop: int, version: int) -> None:
+        """A preemption chain's or prefill run's boundaries `times[first:stop]` (in time order), booked after the
+        fact, each sampled by the booking (into `samples`, coded `code`): at each the work under way ended and work
+        of its label began again. What `end` and `begin` at each record, in one pass: the work after the first
+        boundary runs back to back, so the busy span it is part of ends at the last."""
         label = self._in_flight
-        first: float = samples[0]
-        last: float = samples[-SAMPLE_ROW_WIDTH]
-        self.end(version, first)
-        if len(samples) > SAMPLE_ROW_WIDTH:
+        at = times[first]
+        last = times[stop - 1]
+        self.end(version, at)
+        if stop - first > 1:
             # close() recorded busy time up to an instant the engine had settled, so up to no later than the first
             # boundary booked after it.
-            assert first >= self._recorded_until
-            self._in_flight, self._in_flight_start = label, first
-            self.end(version, samples[SAMPLE_ROW_WIDTH])
+            assert at >= self._recorded_until
+            self._in_flight, self._in_flight_start = label, at
+            self.end(version, times[first + 1])
             self._span_end = last
         self._in_flight, self._in_flight_start = label, last
-        self._write_samples(samples)
         self.changed = False
 
     def begin(self, label: str, at: float | None = None) -> None:
