@@ -480,12 +480,12 @@ class RolloutEngine(EngineControls):
         No turn ends at a chain's boundary, so the finish heap is left as it is (its stale entries are dropped when
         they reach its head)."""
         batch, telemetry = self.batch, self.telemetry
-        boundaries = chain.boundaries
-        book_boundaries(boundaries, first, stop, batch.end_stretch(), batch, self.kv, self.scheduler, telemetry.samples,
+        book_boundaries(chain, first, stop, batch.end_stretch(), batch, self.kv, self.scheduler, telemetry.samples,
                         telemetry.code)
-        telemetry.restarted(chain.times, first, stop, self.version)
-        last = boundaries[stop - 1]
-        batch.planned_stretch(last.at, last.k, last.seconds)
+        times = chain.times
+        telemetry.restarted(times, first, stop, self.version)
+        last = stop - 1
+        batch.planned_stretch(times[last], chain.iterations[last], chain.seconds[last])
 
     # ---- book-keeping, O(1) or O(log batch) per event --------------------------------------------------------
 

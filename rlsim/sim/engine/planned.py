@@ -1,7 +1,7 @@
 """Boundaries an engine planned ahead and sleeps through, booked once simulated time has passed them."""
 from __future__ import annotations
 
-from bisect import bisect_left
+from librt.vecs import vec
 
 
 class PlannedBoundaries:
@@ -11,7 +11,7 @@ class PlannedBoundaries:
 
     __slots__ = ("times", "booked", "end")
 
-    def __init__(self, times: list[float], end: float):
+    def __init__(self, times: vec[float], end: float):
         self.times = times
         self.booked = 0
         self.end = end
@@ -20,5 +20,10 @@ class PlannedBoundaries:
         """Count as booked the boundaries that fell strictly before `now` (one at `now` is the step-by-step path's
         next event, which a wake-up or an observer at the same instant precedes); the index past the last of them:
         those from the `booked` before the call up to it are the ones to book now."""
-        self.booked = bisect_left(self.times, now, self.booked)  # the times increase
-        return self.booked
+        times, booked = self.times, self.booked
+        count = len(times)
+        # A forward scan from the last booked: a settle books the few boundaries passed since the one before.
+        while booked < count and times[booked] < now:
+            booked += 1
+        self.booked = booked
+        return booked

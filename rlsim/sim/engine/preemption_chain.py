@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from librt.vecs import append, vec
+from mypy_extensions import i64
+
 from rlsim.costs.rollout import IterationCosts
 from rlsim.events.tables import SampleColumns
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish
@@ -35,28 +38,22 @@ if TYPE_CHECKING:
     from rlsim.sim.engine.scheduler import Scheduler
 
 
-class Boundary:
-    """A planned chain boundary: at time `at`, `victims` are preempted (latest admitted first) and the batch left
-    decodes `k` iterations in `seconds` until the next boundary or the chain's end."""
-
-    __slots__ = ("at", "victims", "k", "seconds")
-
-    def __init__(self, at: float, victims: list[Slot], k: int, seconds: float):
-        self.at = at
-        self.victims = victims
-        self.k = k
-        self.seconds = seconds
-
-
 class PreemptionChain(PlannedBoundaries):
-    """Planned preemption `boundaries` at `times` (in time order), of which the first `booked` are booked; the
-    chain's last stretch ends at `end`."""
+    """Planned preemption boundaries at `times` (in time order), of which the first `booked` are booked; the chain's
+    last stretch ends at `end`. At boundary i, `victims[j]` for j from `victim_ends[i - 1]` (0 for the first) to
+    `victim_ends[i]` are preempted (latest admitted first), and the batch left decodes `iterations[i]` iterations in
+    `seconds[i]` until the next boundary or the chain's end. Columns of machine numbers rather than an object a
+    boundary: a ×4-length step plans tens of thousands."""
 
-    __slots__ = ("boundaries",)
+    __slots__ = ("victims", "victim_ends", "iterations", "seconds")
 
-    def __init__(self, boundaries: list[Boundary], times: list[float], end: float):
+    def __init__(self, times: vec[float], end: float, victims: list[Slot], victim_ends: vec[i64],
+                 iterations: vec[i64], seconds: vec[float]):
         super().__init__(times, end)
-        self.boundaries = boundaries
+        self.victims = victims
+        self.victim_ends = victim_ends
+        self.iterations = iterations
+        self.seconds = seconds
 
 
 def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollout, Slot], max_num_seqs: int,
@@ -82,8 +79,8 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
     departed: dict[int, int] = {}  # group -> its sequences preempted so far (prefix sharing)
     evicted: set[Slot] = set()
     live = len(running)
-    boundaries: list[Boundary] = []
-    times: list[float] = []
+    times, victim_ends, iterations, stretch_seconds = vec[float](), vec[i64](), vec[i64](), vec[float]()
+    victims: list[Slot] = []
     while True:
         end = now + seconds  # as SimPy schedules the stretch's timeout
         iteration += k
@@ -92,7 +89,7 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
         grown = k * size
         context += grown
         used += grown
-        preempted: list[Slot] = []
+        preempted = len(victims)
         # The queue's head after the boundary, the last victim: its context and whether its group's prompt stays.
         head_tokens = head_prompt = 0
         head_shares = False
@@ -117,8 +114,8 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
                 if not head_shares:
                     used -= group_holders[1]  # the group's last sequence here frees its prompt
             evicted.add(slot)
-            preempted.append(slot)
-        if not preempted or not live or used + size > capacity:
+            victims.append(slot)
+        if preempted == len(victims) or not live or used + size > capacity:
             break  # not a pure preemption
         # `Scheduler.admissible(head, growth=size)` at the boundary after the next iteration: the fast mode steps one
         # iteration to admit it there.
@@ -133,11 +130,14 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
         seconds = costs.decode_k_iterations_seconds(size, context, k)
         if now + seconds <= now:
             break  # a stretch too short to move the clock: the step-by-step path takes it (spans need time to pass)
-        boundaries.append(Boundary(end, preempted, k, seconds))
-        times.append(end)
-    if not boundaries:
+        times = append(times, end)
+        victim_ends = append(victim_ends, len(victims))
+        iterations = append(iterations, k)
+        stretch_seconds = append(stretch_seconds, seconds)
+    if not times:
         return None
-    return PreemptionChain(boundaries, times, end)
+    del victims[victim_ends[len(victim_ends) - 1]:]  # those of the boundary that ended the chain
+    return PreemptionChain(times, end, victims, victim_ends, iterations, stretch_seconds)
 
 
 def _first_finish(finishes: list[Slot], evicted: set[Slot]) -> int:
@@ -148,11 +148,11 @@ def _first_finish(finishes: list[Slot], evicted: set[Slot]) -> int:
     return finishes[0].finish
 
 
-def book_boundaries(boundaries: list[Boundary], first: int, stop: int, iterations: int, batch: DecodeBatch,
+def book_boundaries(chain: PreemptionChain, first: int, stop: int, iterations: int, batch: DecodeBatch,
                     kv: KVLedger, scheduler: Scheduler, samples: SampleColumns, engine: int) -> None:
-    """Book planned `boundaries[first:stop]` (in order, the first ending a stretch of `iterations`) as the
-    step-by-step path books each at its time — `RolloutEngine._end_stretch`, then `Scheduler.make_room` preempting
-    the boundary's victims — in one pass: the stretch's iterations are booked and the cache grows (released
+    """Book the chain's planned boundaries `first` to `stop` (excluded; the first ending a stretch of `iterations`)
+    as the step-by-step path books each at its time — `RolloutEngine._end_stretch`, then `Scheduler.make_room`
+    preempting the boundary's victims — in one pass: the stretch's iterations are booked and the cache grows (released
     contexts evicted for the next iteration's tokens), and each victim (a decoding single-turn sequence, latest
     admitted first) leaves the batch up to date and its KV freed, back to the front of the queue (first come, first
     served; no probe observes it). The batch's counters and the scheduler's totals run as local sums, written back
@@ -161,9 +161,11 @@ def book_boundaries(boundaries: list[Boundary], first: int, stop: int, iteration
     waiting = scheduler.waiting
     size, context, iteration = batch.size, batch.context, batch.iteration
     decode_iterations, read = batch.decode_iterations, batch.decode_read
-    generated = queued = preempted = 0
+    generated = queued = 0
+    times, victims, victim_ends, planned_iterations = chain.times, chain.victims, chain.victim_ends, chain.iterations
+    taken = victim_ends[first - 1] if first else 0
+    preempted = -taken
     for index in range(first, stop):
-        boundary = boundaries[index]
         iteration += iterations
         decode_iterations += iterations
         read += decode_read(size, context, iterations)
@@ -172,8 +174,10 @@ def book_boundaries(boundaries: list[Boundary], first: int, stop: int, iteration
         generated += grown
         kv.used += grown
         kv.trim(size)  # `_advance`'s trim(0) evicts a prefix of what the boundary's trim(size) evicts
-        victims = boundary.victims
-        for slot in victims:
+        until = victim_ends[index]
+        while taken < until:
+            slot = victims[taken]
+            taken += 1
             rollout = slot.rollout
             del running[rollout]
             slot.live = slot.decoding = False
@@ -185,11 +189,10 @@ def book_boundaries(boundaries: list[Boundary], first: int, stop: int, iteration
             queue_front(rollout)
             queued += tokens
             rollout.preemptions += 1
-        preempted += len(victims)
-        samples.add(engine, boundary.at, len(running), len(waiting), kv.used, size, iteration, decode_iterations, read)
-        iterations = boundary.k
+        samples.add(engine, times[index], len(running), len(waiting), kv.used, size, iteration, decode_iterations, read)
+        iterations = planned_iterations[index]
     batch.size, batch.context, batch.iteration = size, context, iteration
     batch.decode_iterations, batch.decode_read = decode_iterations, read
     scheduler.generated_total += generated
     scheduler.queued_tokens += queued
-    scheduler.preemptions += preempted
+    scheduler.preemptions += preempted + taken

@@ -32,6 +32,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from librt.vecs import append, vec
+from mypy_extensions import i64
+
 from rlsim.costs.rollout import ChunkFields, IterationCosts
 from rlsim.sim.engine.decode_batch import DecodeBatch
 from rlsim.sim.engine.kv_ledger import KVLedger
@@ -47,13 +50,14 @@ class PrefillRun(PlannedBoundaries):
     are booked; the run's last iteration ends at `end`. Iteration i (the engine's own first, then one after each
     boundary) prefills `tokens[j]` of `slots[j]` for j from `plan_ends[i - 1]` (0 for the first) to `plan_ends[i]`;
     boundary i admits `admitted[j]` for j from `admitted_ends[i - 1]` (0) to `admitted_ends[i]`, the queue's heads
-    as new slots. Flat columns rather than a plan and a list of admissions a boundary: a ×4-length step plans tens
-    of thousands of boundaries, and each object built for one is allocated, then freed once it is booked."""
+    as new slots. Flat columns rather than a plan and a list of admissions a boundary, the numbers in librt `vec`s
+    (machine numbers, no Python object each): a ×4-length step plans tens of thousands of boundaries, and each
+    object built for one is allocated, then freed once it is booked."""
 
     __slots__ = ("slots", "tokens", "plan_ends", "admitted", "admitted_ends")
 
-    def __init__(self, slots: list[Slot], tokens: list[int], plan_ends: list[int], admitted: list[Slot],
-                 admitted_ends: list[int], times: list[float], end: float):
+    def __init__(self, slots: list[Slot], tokens: vec[i64], plan_ends: vec[i64], admitted: list[Slot],
+                 admitted_ends: vec[i64], times: vec[float], end: float):
         super().__init__(times, end)
         self.slots = slots
         self.tokens = tokens
@@ -64,7 +68,8 @@ class PrefillRun(PlannedBoundaries):
     def last_plan(self) -> Plan:
         """The plan of the run's last iteration, the one ending at `end`."""
         plan_ends = self.plan_ends
-        first = plan_ends[-2] if len(plan_ends) > 1 else 0
+        count = len(plan_ends)
+        first = plan_ends[count - 2] if count > 1 else 0
         slots, tokens = self.slots, self.tokens
         return [(slots[index], tokens[index]) for index in range(first, len(slots))]
 
@@ -74,13 +79,13 @@ class PrefillRun(PlannedBoundaries):
         times, booked = self.times, self.booked
         if booked < len(times):
             self.end = times[booked]
-            del times[booked:]
-            plan_ends, admitted_ends = self.plan_ends, self.admitted_ends
-            del plan_ends[booked + 1:]
-            del self.slots[plan_ends[-1]:]
-            del self.tokens[plan_ends[-1]:]
-            del admitted_ends[booked:]
-            del self.admitted[admitted_ends[-1] if admitted_ends else 0:]
+            self.times = times[:booked]
+            self.plan_ends = self.plan_ends[:booked + 1]
+            chunks = self.plan_ends[booked]
+            del self.slots[chunks:]
+            self.tokens = self.tokens[:chunks]
+            self.admitted_ends = self.admitted_ends[:booked]
+            del self.admitted[self.admitted_ends[booked - 1] if booked else 0:]
         return self.end
 
     def queue_read(self) -> int:
@@ -126,12 +131,15 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
     left, computed = first.prefill_left, first.computed
     # The run's columns (`PrefillRun`), from the plan of the iteration begun now; `begin`: where the chunks of the
     # iteration ending at `end` begin.
-    slots = [slot for slot, _ in plan]
-    chunk_tokens = [tokens for _, tokens in plan]
-    plan_ends = [len(plan)]
+    slots: list[Slot] = []
+    chunk_tokens = vec[i64]()
+    for slot, tokens in plan:
+        slots.append(slot)
+        chunk_tokens = append(chunk_tokens, tokens)
+    plan_ends = append(vec[i64](), len(plan))
     admitted: list[Slot] = []
-    admitted_ends: list[int] = []
-    times: list[float] = []
+    admitted_ends = vec[i64]()
+    times = vec[float]()
     begin = 0
     queued = 0  # the queue's rollouts admitted in the run: waiting[queued] is the head at the boundary
     plans_admissions = admission is not None
@@ -144,7 +152,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
         iteration += 1
         context += size
         used += size
-        stop = plan_ends[-1]
+        stop = plan_ends[len(plan_ends) - 1]
         for index in range(begin, stop):
             tokens = chunk_tokens[index]
             left -= tokens
@@ -177,10 +185,10 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
         slots.append(prefilling[frontier])
         if left > budget:
             # The common case: the frontier's next chunk takes the whole budget, so nothing is admitted.
-            chunk_tokens.append(budget)
+            chunk_tokens = append(chunk_tokens, budget)
             seconds = costs.chunk_iteration_seconds(size, context, budget, computed, False)
         else:
-            chunk_tokens.append(left)
+            chunk_tokens = append(chunk_tokens, left)
             budget -= left
             index = frontier + 1
             while budget > 0 and index < count:
@@ -188,7 +196,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 slot_left = slot.prefill_left
                 tokens = slot_left if slot_left < budget else budget
                 slots.append(slot)
-                chunk_tokens.append(tokens)
+                chunk_tokens = append(chunk_tokens, tokens)
                 budget -= tokens
                 index += 1
             while budget > 0:
@@ -221,7 +229,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 count += 1
                 tokens = slot_left if slot_left < budget else budget
                 slots.append(slot)
-                chunk_tokens.append(tokens)
+                chunk_tokens = append(chunk_tokens, tokens)
                 budget -= tokens
             if len(slots) - begin == 1:
                 seconds = costs.chunk_iteration_seconds(size, context, left, computed, True)
@@ -234,9 +242,9 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                     tokens = chunk_tokens[index]
                     chunks.append((tokens, slot.computed, tokens == slot.prefill_left))
                 seconds = costs.iteration_seconds(size, context, chunks)
-        times.append(end)
-        plan_ends.append(len(slots))
-        admitted_ends.append(len(admitted))
+        times = append(times, end)
+        plan_ends = append(plan_ends, len(slots))
+        admitted_ends = append(admitted_ends, len(admitted))
         end = end + seconds
 
 
@@ -246,13 +254,13 @@ def plan_chunks(plan: Plan, first: int = 0) -> list[ChunkFields]:
     return [(tokens, slot.computed, tokens == slot.prefill_left) for slot, tokens in plan[first:]]
 
 
-def _run(slots: list[Slot], tokens: list[int], plan_ends: list[int], admitted: list[Slot], admitted_ends: list[int],
-         times: list[float], end: float) -> PrefillRun | None:
+def _run(slots: list[Slot], tokens: vec[i64], plan_ends: vec[i64], admitted: list[Slot], admitted_ends: vec[i64],
+         times: vec[float], end: float) -> PrefillRun | None:
     """The run whose last iteration ends at `end`, or None when it has no boundary to book; the chunks and
     admissions of an iteration the run stopped planning part-way are dropped."""
     if not times:
         return None
-    del slots[plan_ends[-1]:]
-    del tokens[plan_ends[-1]:]
-    del admitted[admitted_ends[-1]:]
-    return PrefillRun(slots, tokens, plan_ends, admitted, admitted_ends, times, end)
+    chunks = plan_ends[len(plan_ends) - 1]
+    del slots[chunks:]
+    del admitted[admitted_ends[len(admitted_ends) - 1]:]
+    return PrefillRun(slots, tokens[:chunks], plan_ends, admitted, admitted_ends, times, end)

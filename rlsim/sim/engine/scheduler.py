@@ -7,6 +7,8 @@ from math import ceil
 from typing import TYPE_CHECKING
 
 import simpy
+from librt.vecs import vec
+from mypy_extensions import i64
 
 from rlsim.sim.engine.admission import predicted_peak_tokens
 from rlsim.sim.engine.decode_batch import DecodeBatch
@@ -184,7 +186,7 @@ class Scheduler:
             self._prefills_completed()
         return done
 
-    def prefilled_chunks(self, slots: list[Slot], tokens: list[int], begin: int, end: int) -> int:
+    def prefilled_chunks(self, slots: list[Slot], tokens: vec[i64], begin: int, end: int) -> int:
         """`prefilled` of the chunks `tokens[j]` of `slots[j]` for j in [begin, end) (a prefill run's columns):
         how many of those slots completed their prefill, which are those now with none left."""
         done = 0

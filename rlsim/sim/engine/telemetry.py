@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 
 import simpy
+from librt.vecs import vec
 
 from rlsim.events.tables import SampleColumns
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read
@@ -81,7 +82,7 @@ class EngineTelemetry:
                          batch.iteration + done, batch.decode_iterations + done,
                          batch.decode_read + decode_read(size, stretch.context, done))
 
-    def restarted(self, times: list[float], first: int, stop: int, version: int) -> None:
+    def restarted(self, times: vec[float], first: int, stop: int, version: int) -> None:
         """A preemption chain's or prefill run's boundaries `times[first:stop]` (in time order), booked after the
         fact, each sampled by the booking (into `samples`, coded `code`): at each the work under way ended and work
         of its label began again. What `end` and `begin` at each record, in one pass: the work after the first
