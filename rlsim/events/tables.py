@@ -16,13 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
 from operator import attrgetter
-from struct import Struct
 from types import NotImplementedType
 from typing import Any
 
 import numpy as np
 from librt.vecs import append, vec
-from mypy_extensions import i32, i64
+from mypy_extensions import i16, i32, i64, u8
 
 from rlsim.events import LABELS, RUN_END, EngineSample, SequenceRecord, Span
 
@@ -49,17 +48,6 @@ def rebuilt_from_fields(table: Any) -> tuple[Any, tuple[Any, ...]]:
     return type(table), tuple(getattr(table, field.name) for field in fields(table))
 
 
-def _row_layout(columns: tuple[tuple[str, str], ...]) -> tuple[Struct, np.dtype]:
-    """How a row of `columns` ((name, struct type code) each) is packed, and the numpy record type that reads it back:
-    native byte order, standard sizes, no padding (numpy reads unaligned fields as they are)."""
-    return Struct("=" + "".join(code for _, code in columns)), np.dtype([(name, code) for name, code in columns])
-
-
-def _frozen(rows: bytearray, dtype: np.dtype) -> np.ndarray:
-    """Rows packed during the run, as a numpy record array over the same memory (no copy): each field is a column."""
-    return np.frombuffer(rows, dtype=dtype)
-
-
 class Names:
     """Strings ↔ small integer codes, in order of first use."""
 
@@ -79,31 +67,51 @@ class Names:
 
 SPAN_COLUMNS = (("first_gpu", "i"), ("gpu_count", "i"), ("start", "d"), ("end", "d"), ("label", "b"),
                 ("stage", "h"), ("step", "i"), ("version", "i"), ("unit", "i"))
-_SPAN_ROW, _SPAN_DTYPE = _row_layout(SPAN_COLUMNS)
 
 
 class SpanColumns:
-    """Spans appended one at a time as packed rows (what the recorder fills while the run goes on)."""
+    """Spans appended one at a time while the run goes on, a librt `vec` column a field (as `SampleColumns`: compiled,
+    a span's numbers are appended as machine numbers); `label`, `stage` and `unit` coded."""
 
     def __init__(self, stages: Names | None = None, units: Names | None = None):
-        self.rows = bytearray()
         self.stages = stages or Names()
         self.units = units or Names()
-        # Bound once: a span is appended once per busy stretch of the run.
-        self._extend, self._pack = self.rows.extend, _SPAN_ROW.pack
+        self.first_gpu: vec[i32] = vec[i32]()
+        self.gpu_count: vec[i32] = vec[i32]()
+        self.start: vec[float] = vec[float]()
+        self.end: vec[float] = vec[float]()
+        self.label: vec[u8] = vec[u8]()  # LABEL_CODE's, all below 128: read back as SPAN_COLUMNS' signed bytes
+        self.stage: vec[i16] = vec[i16]()
+        self.step: vec[i32] = vec[i32]()
+        self.version: vec[i32] = vec[i32]()
+        self.unit: vec[i32] = vec[i32]()
 
     def __len__(self) -> int:
-        return len(self.rows) // _SPAN_ROW.size
+        return len(self.start)
 
     def append(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str, step: int,
                version: int, unit: str) -> None:
-        self._extend(self._pack(first_gpu, gpu_count, start, end, LABEL_CODE[label], self.stages.code(stage), step,
-                                version, self.units.code(unit)))
+        self.first_gpu = append(self.first_gpu, first_gpu)
+        self.gpu_count = append(self.gpu_count, gpu_count)
+        self.start = append(self.start, start)
+        self.end = append(self.end, end)
+        self.label = append(self.label, LABEL_CODE[label])
+        self.stage = append(self.stage, self.stages.code(stage))
+        self.step = append(self.step, step)
+        self.version = append(self.version, version)
+        self.unit = append(self.unit, self.units.code(unit))
 
     def table(self) -> SpanTable:
-        rows = _frozen(self.rows, _SPAN_DTYPE)
-        return SpanTable(**{name: rows[name] for name, _ in SPAN_COLUMNS}, stage_names=tuple(self.stages.names),
-                         unit_names=tuple(self.units.names))
+        return SpanTable(first_gpu=np.frombuffer(memoryview(self.first_gpu), dtype=np.int32),
+                         gpu_count=np.frombuffer(memoryview(self.gpu_count), dtype=np.int32),
+                         start=np.frombuffer(memoryview(self.start), dtype=np.float64),
+                         end=np.frombuffer(memoryview(self.end), dtype=np.float64),
+                         label=np.frombuffer(memoryview(self.label), dtype=np.int8),
+                         stage=np.frombuffer(memoryview(self.stage), dtype=np.int16),
+                         step=np.frombuffer(memoryview(self.step), dtype=np.int32),
+                         version=np.frombuffer(memoryview(self.version), dtype=np.int32),
+                         unit=np.frombuffer(memoryview(self.unit), dtype=np.int32),
+                         stage_names=tuple(self.stages.names), unit_names=tuple(self.units.names))
 
 
 @dataclass(frozen=True, eq=False)
@@ -366,21 +374,27 @@ SEQUENCE_COLUMNS = (("seq_id", "q"), ("group", "q"), ("engine", "i"), ("prompt_t
                     ("truncated", "b"), ("submitted", "d"), ("finished", "d"), ("version_started", "i"),
                     ("version_trained", "i"), ("step_trained", "i"), ("preemptions", "i"), ("dropped_by", "b"),
                     ("admitted", "d"), ("readmissions", "i"), ("informative", "b"))
-_SEQUENCE_ROW, _SEQUENCE_DTYPE = _row_layout(SEQUENCE_COLUMNS)
+# SEQUENCE_COLUMNS split by kind: the numbers kept as 64-bit integers (flags and the `dropped_by` code among them) and
+# as floats, each kind a row after another in one column while the run goes on.
+_SEQUENCE_INTEGERS = tuple((name, code) for name, code in SEQUENCE_COLUMNS if code != "d")
+_SEQUENCE_FLOATS = tuple(name for name, code in SEQUENCE_COLUMNS if code == "d")
+_SEQUENCE_FLAGS = ("truncated", "informative")
 
 
 class SequenceColumns:
-    """Sequence records appended as packed rows while the run goes on (`dropped_by` coded by name)."""
+    """Sequence records appended while the run goes on (`dropped_by` coded by name): the integer fields a row after
+    another in one librt `vec`, the float fields in another (compiled, appended as machine numbers, as
+    `SampleColumns`), each field its SEQUENCE_COLUMNS type again once frozen."""
 
     def __init__(self) -> None:
-        self.rows = bytearray()
         self.dropped_by = Names([""])
-        # A record's fields read at once, and bound once: a step records every one of its sequences.
+        self.integers: vec[i64] = vec[i64]()
+        self.floats: vec[float] = vec[float]()
+        # A record's fields read at once: `append` takes records apart (the ledger appends fields, `append_row`).
         self._fields = attrgetter(*(name for name, _ in SEQUENCE_COLUMNS))
-        self._extend, self._pack = self.rows.extend, _SEQUENCE_ROW.pack
 
     def __len__(self) -> int:
-        return len(self.rows) // _SEQUENCE_ROW.size
+        return len(self.floats) // len(_SEQUENCE_FLOATS)
 
     def append(self, record: SequenceRecord) -> None:
         self.append_row(*self._fields(record))
@@ -392,16 +406,33 @@ class SequenceColumns:
         """A sequence's fields (`SequenceRecord`'s, in SEQUENCE_COLUMNS' order) appended as they are, without the
         record: a step records every one of its sequences, and a record built only to be taken apart costs more
         than the row."""
-        self._extend(self._pack(seq_id, group, engine, prompt_tokens, response_tokens, truncated, submitted, finished,
-                                version_started, version_trained, step_trained, preemptions,
-                                self.dropped_by.code(dropped_by), admitted, readmissions, informative))
+        integers = self.integers
+        integers = append(integers, seq_id)
+        integers = append(integers, group)
+        integers = append(integers, engine)
+        integers = append(integers, prompt_tokens)
+        integers = append(integers, response_tokens)
+        integers = append(integers, 1 if truncated else 0)
+        integers = append(integers, version_started)
+        integers = append(integers, version_trained)
+        integers = append(integers, step_trained)
+        integers = append(integers, preemptions)
+        integers = append(integers, self.dropped_by.code(dropped_by))
+        integers = append(integers, readmissions)
+        self.integers = append(integers, 1 if informative else 0)
+        floats = self.floats
+        floats = append(floats, submitted)
+        floats = append(floats, finished)
+        self.floats = append(floats, admitted)
 
     def table(self) -> SequenceTable:
-        rows = _frozen(self.rows, _SEQUENCE_DTYPE)
-        arrays = {name: rows[name] for name, _ in SEQUENCE_COLUMNS}
-        for flag in ("truncated", "informative"):
-            arrays[flag] = arrays[flag].astype(bool)
-        return SequenceTable(arrays, tuple(self.dropped_by.names))
+        count = len(self)
+        integers = np.frombuffer(memoryview(self.integers), dtype=np.int64).reshape(count, len(_SEQUENCE_INTEGERS))
+        floats = np.frombuffer(memoryview(self.floats), dtype=np.float64).reshape(count, len(_SEQUENCE_FLOATS))
+        arrays = {name: integers[:, i].astype(bool if name in _SEQUENCE_FLAGS else code)
+                  for i, (name, code) in enumerate(_SEQUENCE_INTEGERS)}
+        arrays.update({name: floats[:, i].copy() for i, name in enumerate(_SEQUENCE_FLOATS)})
+        return SequenceTable({name: arrays[name] for name, _ in SEQUENCE_COLUMNS}, tuple(self.dropped_by.names))
 
 
 @dataclass(frozen=True, eq=False)
