@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple, cast
 
 import numpy as np
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 
 from rlsim.costs.compute import GPURates
 from rlsim.costs.decode_profile import DecodeProfile, combined_profile, decode_profile
@@ -530,7 +530,10 @@ def context_free_key(tokens: int, logit_rows: int, sequences: int, latent_rows: 
     if latent_rows or tokens >= CONTEXT_FREE_RADIX or logit_rows >= CONTEXT_FREE_RADIX \
             or sequences >= CONTEXT_FREE_RADIX:
         return tokens, logit_rows, sequences, latent_rows
-    return (tokens * CONTEXT_FREE_RADIX + logit_rows) * CONTEXT_FREE_RADIX + sequences
+    # In 64-bit machine integers (compiled): the packed key passes 2^31, past which compiled code multiplies tagged
+    # ints as Python ints, allocating (a ×4-length step packs tens of thousands of keys).
+    key: i64 = tokens
+    return (key * CONTEXT_FREE_RADIX + logit_rows) * CONTEXT_FREE_RADIX + sequences
 
 
 def _launches(*kernels: Iterable[Kernel]) -> int:
