@@ -87,7 +87,7 @@ class GroupLedger:
         launched = []
         now = self.env.now
         for group in drawn:
-            members = [self._rollout(group, i, now) for i in range(len(group.response_tokens))]
+            members = self._rollouts_of(group, now)
             self._members[group.group] = members
             self._set_left(group.group, len(members) if quorum is None else quorum[0])
             self._informative[group.group] = group.informative
@@ -119,22 +119,22 @@ class GroupLedger:
             self._generating += 1
             self.dispatcher.dispatch(members)
 
-    def _rollout(self, group: PromptGroup, i: int, now: float) -> Rollout:
-        """Sample i of the group, submitted at `now`."""
-        seq_id = next(self.seq_ids)
-        if group.turns is not None:
-            rollout: Rollout = MultiTurnRollout(seq_id, group.group, group.prompt_tokens,
-                                                group.response_tokens[i], group.truncated[i], submitted=now,
-                                                turns=group.turns[i])
-        elif self.segment_tokens is not None:
-            final = group.response_tokens[i]
-            rollout = SegmentedRollout(seq_id, group.group, group.prompt_tokens,
-                                       min(final, self.segment_tokens), group.truncated[i], submitted=now,
-                                       final_tokens=final)
-        else:
-            rollout = Rollout(seq_id, group.group, group.prompt_tokens, group.response_tokens[i],
-                              group.truncated[i], submitted=now)
-        return rollout
+    def _rollouts_of(self, group: PromptGroup, now: float) -> list[Rollout]:
+        """The group's samples, submitted at `now` (its fields read once: a PromptGroup is an interpreted class)."""
+        seq_ids, gid, prompt = self.seq_ids, group.group, group.prompt_tokens
+        lengths, truncated, turns, segment = group.response_tokens, group.truncated, group.turns, self.segment_tokens
+        members: list[Rollout] = []
+        for i in range(len(lengths)):
+            if turns is not None:
+                members.append(MultiTurnRollout(next(seq_ids), gid, prompt, lengths[i], truncated[i], submitted=now,
+                                                turns=turns[i]))
+            elif segment is not None:
+                final = lengths[i]
+                members.append(SegmentedRollout(next(seq_ids), gid, prompt, min(final, segment), truncated[i],
+                                                submitted=now, final_tokens=final))
+            else:
+                members.append(Rollout(next(seq_ids), gid, prompt, lengths[i], truncated[i], now))
+        return members
 
     def _finished(self, rollout: Rollout) -> None:
         if not isinstance(rollout, SegmentedRollout) or rollout.complete:  # not only its segment ended
