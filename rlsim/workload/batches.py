@@ -178,13 +178,18 @@ class GroupSampler:
         return self._drafts(prompts, lengths, samples, success)
 
     def _drafts(self, prompts, lengths, samples, success) -> list[tuple]:
-        bounds = np.concatenate([[0], np.cumsum(samples)])
+        """Each prompt's draft: its responses cut at its cap, and which were cut. Compared over the whole batch at once
+        (element by element, numpy scalars cost a Python call per comparison: thousands of responses a step)."""
+        bounds = np.concatenate([[0], np.cumsum(samples)]).tolist()
+        prompt_tokens = [int(prompt) for prompt in prompts]
+        caps = np.repeat([self._response_cap(prompt) for prompt in prompt_tokens], samples)
+        responses = [int(length) for length in np.minimum(lengths, caps).tolist()]
+        truncated = (lengths > caps).tolist()
         drafts = []
-        for i in range(len(prompts)):
-            row = lengths[bounds[i]:bounds[i + 1]]
-            cap = self._response_cap(int(prompts[i]))
-            drafts.append((int(prompts[i]), tuple(int(min(r, cap)) for r in row), tuple(bool(r > cap) for r in row),
-                           None, None if success is None else float(success[i])))
+        for i, prompt in enumerate(prompt_tokens):
+            first, last = bounds[i], bounds[i + 1]
+            drafts.append((prompt, tuple(responses[first:last]), tuple(truncated[first:last]), None,
+                           None if success is None else float(success[i])))
         return drafts
 
     def _multi_turn_draft(self, prompt: int, trajectories: list[Trajectory], success, i: int) -> tuple:
