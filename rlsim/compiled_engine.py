@@ -12,8 +12,9 @@ from pathlib import Path
 # The engine, and what it calls at each boundary a step books (docs/simulation.md, "What a step costs the simulator,
 # and where"): the iteration pricing with the scalar part of the kernel model every prefill iteration asks
 # (costs/iteration_work.py), the recorder with its columns, and what each rollout and update passes through on the
-# loop's side (sim/groups.py's ledger, sim/balance.py's dispatch, sim/dp_balance.py's packing). Each was kept for what
-# it saved (benchmarks/bench_native.py, or instructions counted by callgrind where the machine was too noisy to time).
+# loop's side (sim/groups.py's ledger, sim/balance.py's dispatch, sim/dp_balance.py's packing, sim/worker_queue.py's
+# reward workers). Each was kept for what it saved (benchmarks/bench_native.py, or instructions counted by callgrind
+# where the machine was too noisy to time).
 # The rest of the kernel model (costs/engine_kernels.py, costs/compute.py) stays interpreted: it takes a token count or
 # an array of them, which a compiled function refuses at its typed boundary.
 # No package's __init__ is compiled: it would hold nothing worth it, and a compiled package's __path__ is mypyc's guess.
@@ -27,7 +28,7 @@ COMPILED_MODULES = (
     "rlsim/sim/engine/tool_waits.py",
     "rlsim/costs/rollout.py", "rlsim/costs/decode_profile.py", "rlsim/costs/memo.py", "rlsim/costs/iteration_work.py",
     "rlsim/events/tables.py", "rlsim/sim/recorder.py",
-    "rlsim/sim/groups.py", "rlsim/sim/balance.py", "rlsim/sim/dp_balance.py",
+    "rlsim/sim/groups.py", "rlsim/sim/balance.py", "rlsim/sim/dp_balance.py", "rlsim/sim/worker_queue.py",
 )
 
 # mypyc's shared library of the compiled modules: a module at the top of site-packages, beside the package, which is

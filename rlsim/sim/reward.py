@@ -7,7 +7,6 @@ finishes (`score_group`), so the trainer never waits for the reward of samples t
 """
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -23,6 +22,7 @@ from rlsim.sim.role_groups import RoleGroup
 from rlsim.sim.rollout import RolloutEngine
 from rlsim.sim.sequence import Rollout
 from rlsim.sim.trainer import Trainer
+from rlsim.sim.worker_queue import fifo_completions
 from rlsim.workload.judge import judge_max_verdict
 from rlsim.workload.lengths import LengthDistribution, length_schedule
 
@@ -67,12 +67,8 @@ class RewardPool:
 
     def completion_times(self, arrivals: Sequence[float]) -> list[float]:
         """When each sample (arriving at the given times, in order) is scored: the earliest free worker takes it."""
-        done = []
-        for arrival, service in zip(arrivals, self.service_times(len(arrivals)), strict=True):
-            start = arrival if len(self._free_at) < self.slots else max(arrival, heapq.heappop(self._free_at))
-            heapq.heappush(self._free_at, start + float(service))
-            done.append(start + float(service))
-        return done
+        return fifo_completions(self._free_at, self.slots, list(arrivals),
+                                self.service_times(len(arrivals)).tolist())
 
     def score_batch(self, n: int) -> Generator:
         """Score n samples that are all ready now; the process ends when the last is scored."""
