@@ -163,8 +163,7 @@ def book_boundaries(chain: PreemptionChain, first: int, stop: int, iterations: i
     decode_iterations, read = batch.decode_iterations, batch.decode_read
     generated = queued = 0
     times, victims, victim_ends, planned_iterations = chain.times, chain.victims, chain.victim_ends, chain.iterations
-    taken = victim_ends[first - 1] if first else 0
-    preempted = -taken
+    taken = start = victim_ends[first - 1] if first else 0  # victims[taken] is the next to preempt
     for index in range(first, stop):
         iteration += iterations
         decode_iterations += iterations
@@ -195,4 +194,4 @@ def book_boundaries(chain: PreemptionChain, first: int, stop: int, iterations: i
     batch.decode_iterations, batch.decode_read = decode_iterations, read
     scheduler.generated_total += generated
     scheduler.queued_tokens += queued
-    scheduler.preemptions += preempted + taken
+    scheduler.preemptions += taken - start
