@@ -80,8 +80,8 @@ ContextFreeKey = int | tuple[int, int, int, int]  # `context_free_key`'s
 
 # Token counts an engine's layers are priced for at once (`EngineCosts._price_layer_block`): numpy prices a block in
 # about the time the scalar path takes for a few counts, and a run's iterations ask for thousands of distinct counts
-# up to max_num_batched_tokens (8,192 by default: 4 blocks; a block of 2,048 prices the production step's range in 2.8 ms,
-# of 512 in 4.8, of 8,192 in 5.1).
+# up to max_num_batched_tokens and the decode rows beside them (pricing the production step's range, 8,704 counts,
+# takes 2.8 ms in blocks of 2,048, 4.8 ms in blocks of 512 and 5.1 ms in blocks of 8,192).
 TOKEN_BLOCK = 2048
 # Context-free parts an engine remembers (`EngineCosts._price_context_free`), then afresh: a key per (tokens, rows
 # sampled, sequences), a few thousand in a production step, but MLA's latent rows grow with the cached prefixes.
