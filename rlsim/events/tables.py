@@ -1,13 +1,13 @@
 """The event log's big tables as columns: spans, engine samples and sequence records.
 
 A long run records millions of spans and samples. As Python objects each costs ~150–250 bytes and the collector
-walks them all; as packed rows while the run appends and numpy columns over them once frozen, a span costs 39 bytes,
-a sample 68 and a sequence 83, and metrics read them with array operations. Spans and sequence records are packed a
-row in one `struct` call into a bytearray (appending field by field to `array.array` columns parsed each value as a
-call's argument: 6–7 % of a production step's instructions). Samples, the commonest (one at every boundary where an
-engine's batch changes), go into librt `vec` columns instead (`SampleColumns`), which compiled code appends to as
-machine numbers, with no Python object made for a value at all. The tables still iterate as `Span`,
-`EngineSample` and `SequenceRecord` records, so code that wants records gets them (made on demand, never all kept).
+walks them all; as columns of machine numbers while the run appends and numpy arrays over them once frozen, a span
+costs 39 bytes, a sample 68 and a sequence 83, and metrics read them with array operations. The columns are librt
+`vec`s (mypy's runtime library: growable arrays of machine numbers), which compiled code appends to without making a
+Python object of any value; a struct pack a row into a bytearray, before them, parsed each value back out of the
+float or int made for it (a production step records ~50,000 samples, ~17,000 spans and 8,192 sequences). The tables
+still iterate as `Span`, `EngineSample` and `SequenceRecord` records, so code that wants records gets them (made on
+demand, never all kept).
 
 Strings (labels, stages, units, engine names) are stored as small integer codes into a table's own name list.
 """
@@ -374,27 +374,29 @@ SEQUENCE_COLUMNS = (("seq_id", "q"), ("group", "q"), ("engine", "i"), ("prompt_t
                     ("truncated", "b"), ("submitted", "d"), ("finished", "d"), ("version_started", "i"),
                     ("version_trained", "i"), ("step_trained", "i"), ("preemptions", "i"), ("dropped_by", "b"),
                     ("admitted", "d"), ("readmissions", "i"), ("informative", "b"))
-# SEQUENCE_COLUMNS split by kind: the numbers kept as 64-bit integers (flags and the `dropped_by` code among them) and
-# as floats, each kind a row after another in one column while the run goes on.
-_SEQUENCE_INTEGERS = tuple((name, code) for name, code in SEQUENCE_COLUMNS if code != "d")
-_SEQUENCE_FLOATS = tuple(name for name, code in SEQUENCE_COLUMNS if code == "d")
+# SEQUENCE_COLUMNS by the kind of number each holds while the run goes on, a record's fields of a kind one after another
+# in that kind's column ("b": flags and the `dropped_by` code, bytes read back as signed, as their struct code says).
+_SEQUENCE_KINDS = {kind: tuple(name for name, code in SEQUENCE_COLUMNS if code == kind) for kind in "qibd"}
+_SEQUENCE_DTYPES = {"q": np.int64, "i": np.int32, "b": np.int8, "d": np.float64}
 _SEQUENCE_FLAGS = ("truncated", "informative")
 
 
 class SequenceColumns:
-    """Sequence records appended while the run goes on (`dropped_by` coded by name): the integer fields a row after
-    another in one librt `vec`, the float fields in another (compiled, appended as machine numbers, as
-    `SampleColumns`), each field its SEQUENCE_COLUMNS type again once frozen."""
+    """Sequence records appended while the run goes on (`dropped_by` coded by name): a librt `vec` a kind of number
+    (64-bit and 32-bit integers, bytes, floats), each holding its fields of a record one after another (compiled,
+    appended as machine numbers, as `SampleColumns`); each field a column of its SEQUENCE_COLUMNS type once frozen."""
 
     def __init__(self) -> None:
         self.dropped_by = Names([""])
-        self.integers: vec[i64] = vec[i64]()
+        self.longs: vec[i64] = vec[i64]()
+        self.ints: vec[i32] = vec[i32]()
+        self.byte_fields: vec[u8] = vec[u8]()
         self.floats: vec[float] = vec[float]()
         # A record's fields read at once: `append` takes records apart (the ledger appends fields, `append_row`).
         self._fields = attrgetter(*(name for name, _ in SEQUENCE_COLUMNS))
 
     def __len__(self) -> int:
-        return len(self.floats) // len(_SEQUENCE_FLOATS)
+        return len(self.floats) // len(_SEQUENCE_KINDS["d"])
 
     def append(self, record: SequenceRecord) -> None:
         self.append_row(*self._fields(record))
@@ -406,20 +408,22 @@ class SequenceColumns:
         """A sequence's fields (`SequenceRecord`'s, in SEQUENCE_COLUMNS' order) appended as they are, without the
         record: a step records every one of its sequences, and a record built only to be taken apart costs more
         than the row."""
-        integers = self.integers
-        integers = append(integers, seq_id)
-        integers = append(integers, group)
-        integers = append(integers, engine)
-        integers = append(integers, prompt_tokens)
-        integers = append(integers, response_tokens)
-        integers = append(integers, 1 if truncated else 0)
-        integers = append(integers, version_started)
-        integers = append(integers, version_trained)
-        integers = append(integers, step_trained)
-        integers = append(integers, preemptions)
-        integers = append(integers, self.dropped_by.code(dropped_by))
-        integers = append(integers, readmissions)
-        self.integers = append(integers, 1 if informative else 0)
+        longs = self.longs
+        longs = append(longs, seq_id)
+        longs = append(longs, group)
+        longs = append(longs, prompt_tokens)
+        self.longs = append(longs, response_tokens)
+        ints = self.ints
+        ints = append(ints, engine)
+        ints = append(ints, version_started)
+        ints = append(ints, version_trained)
+        ints = append(ints, step_trained)
+        ints = append(ints, preemptions)
+        self.ints = append(ints, readmissions)
+        flags = self.byte_fields
+        flags = append(flags, 1 if truncated else 0)
+        flags = append(flags, self.dropped_by.code(dropped_by))
+        self.byte_fields = append(flags, 1 if informative else 0)
         floats = self.floats
         floats = append(floats, submitted)
         floats = append(floats, finished)
@@ -427,11 +431,12 @@ class SequenceColumns:
 
     def table(self) -> SequenceTable:
         count = len(self)
-        integers = np.frombuffer(memoryview(self.integers), dtype=np.int64).reshape(count, len(_SEQUENCE_INTEGERS))
-        floats = np.frombuffer(memoryview(self.floats), dtype=np.float64).reshape(count, len(_SEQUENCE_FLOATS))
-        arrays = {name: integers[:, i].astype(bool if name in _SEQUENCE_FLAGS else code)
-                  for i, (name, code) in enumerate(_SEQUENCE_INTEGERS)}
-        arrays.update({name: floats[:, i].copy() for i, name in enumerate(_SEQUENCE_FLOATS)})
+        arrays: dict[str, np.ndarray] = {}
+        for kind, column in (("q", self.longs), ("i", self.ints), ("b", self.byte_fields), ("d", self.floats)):
+            names = _SEQUENCE_KINDS[kind]
+            rows = np.frombuffer(memoryview(column), dtype=_SEQUENCE_DTYPES[kind]).reshape(count, len(names))
+            for i, name in enumerate(names):
+                arrays[name] = rows[:, i].astype(bool) if name in _SEQUENCE_FLAGS else rows[:, i].copy()
         return SequenceTable({name: arrays[name] for name, _ in SEQUENCE_COLUMNS}, tuple(self.dropped_by.names))
 
 
