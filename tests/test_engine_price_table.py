@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rlsim.costs.compute import GPURates
-from rlsim.costs.iteration_work import work_of
+from rlsim.costs.iteration_work import prefill_counts, work_of
 from rlsim.costs.memo import BlockMemo
 from rlsim.costs.rollout import (
     CONTEXT_FREE_RADIX,
@@ -165,6 +165,31 @@ def test_an_iteration_and_its_one_chunk_shortcut_are_priced_as_the_sum_of_their_
         if decode_batch:
             assert costs.iteration_seconds(decode_batch, context) == _priced_part_by_part(costs, decode_batch,
                                                                                          context, ())
+
+
+@pytest.mark.parametrize("name", list(PRICED_ENGINES))
+def test_several_chunks_priced_by_their_counts_are_priced_as_the_chunks(name):
+    """A prefill run sums an iteration's chunks as it plans them and prices the sums (`counted_iteration_seconds`):
+    to the bit the chunks' own price, however many chunks, whatever their order."""
+    costs = replace(PRICED_ENGINES[name])
+    rng = np.random.default_rng(3636)
+    for _ in range(200):
+        decode_batch = int(rng.integers(0, 300))
+        context = float(decode_batch * rng.integers(0, 30_000))
+        chunks = [PrefillChunk(int(rng.integers(1, 8192)), int(rng.integers(0, 60_000)), bool(rng.integers(0, 2)))
+                  for _ in range(int(rng.integers(1, 6)))]
+        counts = prefill_counts(chunks)
+        assert costs.counted_iteration_seconds(decode_batch, context, *counts) == costs.iteration_seconds(
+            decode_batch, context, chunks) == costs.iteration_seconds(decode_batch, context, chunks[::-1])
+
+
+def test_chunks_priced_by_their_counts_refuse_no_chunk_and_negative_counts():
+    costs = ENGINES["dense"]
+    for counts in ((0, 0, 0, 0, 0), (0, 0, 0, 0, 1), (16, -1, 136, 1, 1), (16, 0, 136, 1, 0)):
+        with pytest.raises(ValueError, match="counted_iteration_seconds needs"):
+            costs.counted_iteration_seconds(4, 100.0, *counts)
+    with pytest.raises(ValueError, match="counted_iteration_seconds needs"):
+        costs.counted_iteration_seconds(-1, 100.0, 16, 0, 136, 1, 1)
 
 
 def test_a_speculating_engine_prices_one_chunk_without_building_it_as_in_a_list():

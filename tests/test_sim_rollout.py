@@ -41,6 +41,9 @@ class FixedCosts(IterationCosts):
     def chunk_iteration_seconds(self, decode_batch, decode_context, tokens, cached_tokens, logits):
         return self.iteration_seconds(decode_batch, decode_context, (PrefillChunk(tokens, cached_tokens, logits),))
 
+    def counted_iteration_seconds(self, decode_batch, decode_context, tokens, cached_tokens, pairs, logits, sequences):
+        return 1.0 + 0.01 * tokens  # a prefill run's iteration of several chunks, by their counts
+
     def decode_k_iterations_seconds(self, batch, total_context, k):
         return float(k)
 

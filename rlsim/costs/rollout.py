@@ -187,6 +187,12 @@ class IterationCosts:
         """`iteration_seconds` with one prefill chunk of these fields."""
         raise NotImplementedError
 
+    def counted_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,
+                                  pairs: int, logits: int, sequences: int) -> float:
+        """`iteration_seconds` with prefill chunks given by their counts, `prefill_counts`' five (integer sums, the
+        same whatever the chunks' order), at least one chunk of at least one token."""
+        raise NotImplementedError
+
     def decode_k_iterations_seconds(self, batch: int, total_context: float, k: int) -> float:
         """`k` decode iterations of a fixed batch from `total_context`, the context growing by `batch` each."""
         raise NotImplementedError
@@ -342,6 +348,18 @@ class EngineCosts(IterationCosts):
         return self._single_query_seconds(decode_batch, decode_context, tokens, cached_tokens,
                                           float(tokens * cached_tokens + tokens * (tokens + 1) // 2),
                                           1 if logits else 0, 1)
+
+    def counted_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,
+                                  pairs: int, logits: int, sequences: int) -> float:
+        """`iteration_seconds` of prefill chunks with these counts to the bit, without the chunks: a prefill run
+        (`rlsim.sim.engine.prefill_run`) sums them as it plans an iteration's chunks, tens of thousands of iterations
+        of several chunks in a ×4-length step, rather than building a tuple a chunk for `prefill_counts` to read."""
+        if decode_batch < 0 or decode_context < 0 or tokens < 1 or cached_tokens < 0 or sequences < 1:
+            raise ValueError(f"counted_iteration_seconds needs decode_batch, decode_context >= 0 and a chunk, got "
+                             f"{decode_batch}, {decode_context}, {tokens} tokens, {cached_tokens} cached, "
+                             f"{sequences} sequences")
+        return self._single_query_seconds(decode_batch, decode_context, tokens, cached_tokens, float(pairs), logits,
+                                          sequences)
 
     def _single_query_seconds(self, decode_rows: int, decode_context: float, prefill: int, prefill_cached: int,
                               prefill_pairs: float, prefill_logits: int, prefill_sequences: int) -> float:

@@ -235,13 +235,20 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 seconds = costs.chunk_iteration_seconds(size, context, left, computed, True)
             else:
                 # The frontier's last chunk, after the tokens the run prefilled; the other slots are as the engine
-                # has them, or as their planned admission set them.
-                chunks: list[ChunkFields] = [(left, computed, True)]
+                # has them, or as their planned admission set them. Priced by the chunks' counts (`prefill_counts`).
+                new, cached, logits = left, computed, 1
+                pairs = left * computed + left * (left + 1) // 2
                 for index in range(begin + 1, len(slots)):
                     slot = slots[index]
                     tokens = chunk_tokens[index]
-                    chunks.append((tokens, slot.computed, tokens == slot.prefill_left))
-                seconds = costs.iteration_seconds(size, context, chunks)
+                    slot_computed = slot.computed
+                    new += tokens
+                    cached += slot_computed
+                    pairs += tokens * slot_computed + tokens * (tokens + 1) // 2
+                    if tokens == slot.prefill_left:
+                        logits += 1
+                seconds = costs.counted_iteration_seconds(size, context, new, cached, pairs, logits,
+                                                          len(slots) - begin)
         times = append(times, end)
         plan_ends = append(plan_ends, len(slots))
         admitted_ends = append(admitted_ends, len(admitted))
