@@ -236,19 +236,19 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
             else:
                 # The frontier's last chunk, after the tokens the run prefilled; the other slots are as the engine
                 # has them, or as their planned admission set them. Priced by the chunks' counts (`prefill_counts`).
-                new, cached, logits = left, computed, 1
+                new_tokens, cached_tokens, logit_chunks = left, computed, 1
                 pairs = left * computed + left * (left + 1) // 2
                 for index in range(begin + 1, len(slots)):
                     slot = slots[index]
                     tokens = chunk_tokens[index]
                     slot_computed = slot.computed
-                    new += tokens
-                    cached += slot_computed
+                    new_tokens += tokens
+                    cached_tokens += slot_computed
                     pairs += tokens * slot_computed + tokens * (tokens + 1) // 2
                     if tokens == slot.prefill_left:
-                        logits += 1
-                seconds = costs.counted_iteration_seconds(size, context, new, cached, pairs, logits,
-                                                          len(slots) - begin)
+                        logit_chunks += 1
+                seconds = costs.counted_iteration_seconds(size, context, new_tokens, cached_tokens, pairs,
+                                                          logit_chunks, len(slots) - begin)
         times = append(times, end)
         plan_ends = append(plan_ends, len(slots))
         admitted_ends = append(admitted_ends, len(admitted))
