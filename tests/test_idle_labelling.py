@@ -1,11 +1,12 @@
-"""Idle time labelled by one sweep per GPU (rlsim.sim.idle_labels._Labeller) gives the same pieces as the definition:
-each gap cut at every context boundary inside it, each piece the label of the latest-recorded context covering its
-midpoint — checked against that definition written out directly, on random contexts and gaps."""
+"""Idle time labelled by one sweep of a group's contexts (rlsim.sim.idle_labels._ContextSweep) gives the same pieces as
+the definition: each gap cut at every context boundary inside it, each piece the label of the latest-recorded context
+covering its midpoint — checked against that definition written out directly, on random contexts and gaps."""
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlsim.events import Span
-from rlsim.sim.idle_labels import _ContextSweep, _Labeller
+from rlsim.sim.idle_labels import _ContextSweep
 
 TIMES = st.integers(min_value=0, max_value=40).map(lambda t: t / 4)
 
@@ -40,8 +41,10 @@ def contexts_and_gaps(draw):
 def test_the_sweep_labels_every_gap_as_the_definition_does(case):
     contexts, gaps = case
     sweep = _ContextSweep(contexts)
-    labeller = _Labeller(sweep)
-    for start, end in gaps:  # gaps come in time order, as a GPU's do
-        swept = [(a, b, sweep.contexts[order].label if order >= 0 else "unassigned")
-                 for a, b, order in labeller.gap(start, end)]
-        assert swept == by_definition(0, start, end, contexts)
+    # The gaps come in time order, as a GPU's do, and are labelled all at once.
+    starts = np.array([start for start, _ in gaps], dtype=np.float64)
+    ends = np.array([end for _, end in gaps], dtype=np.float64)
+    piece_starts, piece_ends, owners = sweep.pieces(starts, ends)
+    swept = [(a, b, sweep.contexts[order].label if order >= 0 else "unassigned")
+             for a, b, order in zip(piece_starts.tolist(), piece_ends.tolist(), owners.tolist(), strict=True)]
+    assert swept == [piece for start, end in gaps for piece in by_definition(0, start, end, contexts)]

@@ -1,17 +1,18 @@
 """Idle time labelled by cause: each GPU's gaps between busy spans take the label of the latest-recorded context
 covering them (`unassigned` where none does), so for every GPU the labels sum to the wall time by construction.
 
-GPUs between two edges of spans or contexts have identical timelines, so each such group is swept once, a pass of
+GPUs between two edges of spans or contexts have identical timelines, so each such group is labelled once, a pass of
 GROUPS_PER_PASS groups at a time (the pieces held before merging are a slice of the run's, however many GPUs the
 cluster has); neighbouring GPUs with identical pieces are merged into one span, so the log stays O(events), not
-O(GPUs).
+O(GPUs). The contexts covering a group are swept once into the label each instant takes, shared by every group they
+cover, and each group's gaps are cut and labelled from it by numpy lookups: O(contexts log contexts) in Python, then
+O(gaps + pieces) in numpy, however many groups the contexts cover.
 """
 from __future__ import annotations
 
 import heapq
-from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -47,13 +48,9 @@ def _idle_pass(covering: CoveringSpans, wall_s: float, groups: range, contexts: 
     pieces = _Pieces()
     for (first_gpu, gpu_count), sweep, gap_starts, gap_ends in _group_gaps(covering, wall_s, groups, contexts):
         if sweep is None:
-            pieces.unassigned(first_gpu, gpu_count, gap_starts, gap_ends)
-            continue
-        labeller = _Labeller(sweep)
-        add = pieces.adder(first_gpu, gpu_count)
-        for start, end in zip(gap_starts.tolist(), gap_ends.tolist(), strict=True):
-            for a, b, order in labeller.gap(start, end):
-                add(a, b, order)
+            pieces.add(first_gpu, gpu_count, gap_starts, gap_ends, np.full(gap_starts.size, -1, dtype=np.int64))
+        else:
+            pieces.add(first_gpu, gpu_count, *sweep.pieces(gap_starts, gap_ends))
     return pieces.merged(contexts, stages, units)
 
 
@@ -84,88 +81,78 @@ def _group_gaps(covering: CoveringSpans, wall_s: float, groups: range,
 
 
 class _ContextSweep:
-    """Contexts (with their order of recording) as time-ordered boundaries, shared by the GPUs they all cover."""
+    """The contexts covering a group of GPUs (with their order of recording), swept once in time order into the label
+    each instant takes: `times`, the distinct times at which a context starts or ends, ascending, and `owners[j]`, the
+    order of the latest-recorded context active from times[j] until the next (-1: none). Shared by every group the
+    same contexts cover, whose gaps are then cut and labelled by array lookups (`pieces`): sweeping the contexts again
+    for each group made the labelling grow with groups × contexts in Python."""
 
     def __init__(self, contexts: list[tuple[int, Span]]):
         self.contexts = dict(contexts)
-        # (time, order, is_start): a boundary applies at its time; a piece takes the contexts active after it.
-        self.events = sorted([(ctx.start, order, True) for order, ctx in contexts]
-                             + [(ctx.end, order, False) for order, ctx in contexts])
+        events = sorted([(ctx.start, order, True) for order, ctx in contexts]
+                        + [(ctx.end, order, False) for order, ctx in contexts])
+        times: list[float] = []
+        owners: list[int] = []
+        active: set[int] = set()
+        latest: list[int] = []  # max-heap of active orders (negated), stale entries dropped lazily
+        index = 0
+        while index < len(events):
+            time = events[index][0]
+            while index < len(events) and events[index][0] == time:  # every boundary at this time applies at once
+                _, order, starts = events[index]
+                if starts:
+                    active.add(order)
+                    heapq.heappush(latest, -order)
+                else:
+                    active.discard(order)
+                index += 1
+            while latest and -latest[0] not in active:
+                heapq.heappop(latest)
+            times.append(time)
+            owners.append(-latest[0] if latest else -1)
+        self.times = np.array(times, dtype=np.float64)
+        self.owners = np.array(owners, dtype=np.int64)
+        # Read at a boundary's index + 1: a slot before the first (no owner yet) and, for times, one after the last.
+        self._times_padded = np.concatenate([[np.nan], self.times, [np.nan]])
+        self._owners_padded = np.concatenate([[-1], self.owners]).astype(np.int64)
 
-
-class _Labeller:
-    """One GPU's contexts, swept once in time order to label that GPU's gaps (which come in time order): the most
-    recently recorded context covering a piece wins, and every context boundary inside a gap cuts it. Linear in the
-    contexts and gaps (with a heap for the latest active context), where scanning every context for every gap grew
-    with their product — quadratic in the run's length."""
-
-    def __init__(self, sweep: _ContextSweep):
-        self.contexts = sweep.contexts
-        self.events = sweep.events
-        self.next = 0
-        self.active: set[int] = set()
-        self.latest: list[int] = []  # max-heap of active orders (negated), stale entries dropped lazily
-
-    def _apply_through(self, time: float) -> None:
-        events = self.events
-        while self.next < len(events) and events[self.next][0] <= time:
-            _, order, starts = events[self.next]
-            if starts:
-                self.active.add(order)
-                heapq.heappush(self.latest, -order)
-            else:
-                self.active.discard(order)
-            self.next += 1
-
-    def _owner(self) -> int:
-        while self.latest and -self.latest[0] not in self.active:
-            heapq.heappop(self.latest)
-        return -self.latest[0] if self.latest else -1
-
-    def gap(self, start: float, end: float) -> list[tuple[float, float, int]]:
-        """[start, end) split at the context boundaries inside it, each piece with the order of its latest context
-        (-1: none)."""
-        self._apply_through(start)
-        pieces = []
-        cursor = start
-        while True:
-            cut = self.events[self.next][0] if self.next < len(self.events) else end
-            piece_end = cut if cut < end else end
-            pieces.append((cursor, piece_end, self._owner()))
-            if piece_end >= end:
-                return pieces
-            cursor = piece_end
-            self._apply_through(cursor)
+    def pieces(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Gaps [starts[i], ends[i]) (in time order, not overlapping) cut at every context boundary strictly inside
+        them, in order: the pieces' starts, ends and owners (the order of the latest-recorded context covering each,
+        -1 for none). A piece starting at t takes the owner from the last boundary at or before t."""
+        times = self.times
+        first = np.searchsorted(times, starts, side="right")  # boundaries at or before each gap's start
+        cuts = np.searchsorted(times, ends, side="left") - first  # boundaries strictly inside each gap
+        counts = cuts + 1
+        gap = np.repeat(np.arange(starts.size), counts)  # each piece's gap
+        within = np.arange(gap.size) - np.repeat(np.cumsum(counts) - counts, counts)  # its place in its gap
+        # Piece k of a gap whose first inner boundary is times[f] starts at times[f + k - 1] (at the gap's start for
+        # k = 0) and ends at times[f + k] (at the gap's end for its last piece); it takes owners[f + k - 1], none
+        # before the first boundary.
+        after = first[gap] + within  # the index + 1 of the boundary a piece starts from
+        piece_starts = np.where(within == 0, starts[gap], self._times_padded[after])
+        piece_ends = np.where(within == cuts[gap], ends[gap], self._times_padded[after + 1])
+        return piece_starts, piece_ends, self._owners_padded[after]
 
 
 class _Pieces:
-    """Idle pieces of groups of GPUs as they are labelled (compact columns: a long run has millions), then merged into
-    spans over runs of GPUs."""
+    """Idle pieces of groups of GPUs as they are labelled, a group's as arrays, then merged into spans over runs of
+    GPUs."""
 
     def __init__(self) -> None:
-        self.gpu, self.count, self.context = array("q"), array("q"), array("q")  # context: its order, -1 for none
-        self.start, self.end = array("d"), array("d")
+        self.gpu: list[np.ndarray] = []
+        self.count: list[np.ndarray] = []
+        self.start: list[np.ndarray] = []
+        self.end: list[np.ndarray] = []
+        self.context: list[np.ndarray] = []  # each piece's context order, -1 for none
 
-    def unassigned(self, first_gpu: int, gpu_count: int, starts: np.ndarray, ends: np.ndarray) -> None:
-        pieces = starts.size
-        self.gpu.frombytes(np.full(pieces, first_gpu, dtype=np.int64).tobytes())
-        self.count.frombytes(np.full(pieces, gpu_count, dtype=np.int64).tobytes())
-        self.context.frombytes(np.full(pieces, -1, dtype=np.int64).tobytes())
-        self.start.frombytes(starts.astype(np.float64).tobytes())
-        self.end.frombytes(ends.astype(np.float64).tobytes())
-
-    def adder(self, first_gpu: int, gpu_count: int) -> Callable[[float, float, int], None]:
-        """A function adding one piece of these GPUs: (start, end, context order)."""
-        gpu, count, start, end, context = (self.gpu.append, self.count.append, self.start.append, self.end.append,
-                                           self.context.append)
-
-        def add(a: float, b: float, order: int) -> None:
-            gpu(first_gpu)
-            count(gpu_count)
-            start(a)
-            end(b)
-            context(order)
-        return add
+    def add(self, first_gpu: int, gpu_count: int, starts: np.ndarray, ends: np.ndarray, contexts: np.ndarray) -> None:
+        """Pieces of GPUs [first_gpu, first_gpu + gpu_count): their starts, ends and context orders."""
+        self.gpu.append(np.full(starts.size, first_gpu, dtype=np.int64))
+        self.count.append(np.full(starts.size, gpu_count, dtype=np.int64))
+        self.start.append(starts.astype(np.float64, copy=False))
+        self.end.append(ends.astype(np.float64, copy=False))
+        self.context.append(contexts.astype(np.int64, copy=False))
 
     def merged(self, contexts: list[Span], stages: Names, units: Names) -> dict[str, np.ndarray]:
         """Join pieces of neighbouring GPUs with identical content (times, label, stage, step, unit), so the log
@@ -174,11 +161,14 @@ class _Pieces:
         coded = np.array([(LABEL_CODE["unassigned"], stages.code(""), -1, -1, units.code(""))]
                          + [(LABEL_CODE[c.label], stages.code(c.stage), c.step, c.version, units.code(c.unit))
                             for c in contexts], dtype=np.int64)
-        label, stage, step, version, unit = coded[np.frombuffer(self.context, dtype=np.int64) + 1].T
-        gpu, count = np.frombuffer(self.gpu, dtype=np.int64), np.frombuffer(self.count, dtype=np.int64)
-        start, end = np.frombuffer(self.start, dtype=np.float64), np.frombuffer(self.end, dtype=np.float64)
-        return _merged_runs({"first_gpu": gpu, "gpu_count": count, "start": start, "end": end, "label": label,
-                             "stage": stage, "step": step, "version": version, "unit": unit})
+        label, stage, step, version, unit = coded[_joined(self.context, np.int64) + 1].T
+        return _merged_runs({"first_gpu": _joined(self.gpu, np.int64), "gpu_count": _joined(self.count, np.int64),
+                             "start": _joined(self.start, np.float64), "end": _joined(self.end, np.float64),
+                             "label": label, "stage": stage, "step": step, "version": version, "unit": unit})
+
+
+def _joined(chunks: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=dtype)
 
 
 def _merged_runs(pieces: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
