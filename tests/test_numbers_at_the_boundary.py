@@ -38,13 +38,15 @@ def test_a_length_model_refuses_non_finite_parameters(capsys):
 def test_unbounded_staleness_runs_and_runs_ahead_no_further_than_the_run():
     """`max_staleness: .inf` says "unbounded" (AReaL's η = ∞): the scenario keeps it, the producer runs ahead by at most
     twice the run's steps (a bound of 10^6 likewise, where it used to admit a million batches at once), the estimate counts
-    no more batches in flight than the run has."""
+    no more batches in flight than the run has. Three steps with two of warm-up measure inside the pipeline's fill,
+    which the run says."""
     for staleness in (".inf", "1000000"):
         text = scenario_yaml(schedule="async", staleness=staleness, steps=3, prompts=4, samples=2,
                              mode="disaggregated", rollout_gpus=4, training_gpus=4)
         scenario = parse_scenario(text)
         assert scenario.schedule.max_staleness == float(staleness.replace(".inf", "inf"))
-        result = rlsim.simulate(scenario)
+        with pytest.warns(rlsim.MeasuredWindowWarning, match="steady state only from step"):
+            result = rlsim.simulate(scenario)
         assert math.isfinite(result.metrics["step_time_s"]["mean"])
         assert len({s.group for s in result.log.sequences}) <= (3 + max_lead(3) + 1) * 4
         assert math.isfinite(estimate_step(bind(scenario)).step_s)
