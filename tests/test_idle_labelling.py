@@ -45,6 +45,7 @@ def test_the_sweep_labels_every_gap_as_the_definition_does(case):
     starts = np.array([start for start, _ in gaps], dtype=np.float64)
     ends = np.array([end for _, end in gaps], dtype=np.float64)
     piece_starts, piece_ends, owners = sweep.pieces(starts, ends)
-    swept = [(a, b, sweep.contexts[order].label if order >= 0 else "unassigned")
+    labels = {order: context.label for order, context in contexts}
+    swept = [(a, b, labels[order] if order >= 0 else "unassigned")
              for a, b, order in zip(piece_starts.tolist(), piece_ends.tolist(), owners.tolist(), strict=True)]
     assert swept == [piece for start, end in gaps for piece in by_definition(0, start, end, contexts)]

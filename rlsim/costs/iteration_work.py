@@ -29,6 +29,12 @@ class Work(NamedTuple):
     logit_rows: int  # decode_rows + prefill_logits: rows through the output head and the sampler
 
 
+def chunk_pairs(tokens: int, cached_tokens: int) -> int:
+    """(query, key) pairs of a prefill chunk's attention: each of its `tokens` new tokens sees the `cached_tokens`
+    before the chunk and, causally, the chunk's own tokens up to itself."""
+    return tokens * cached_tokens + tokens * (tokens + 1) // 2
+
+
 def prefill_counts(prefill: Iterable[ChunkFields]) -> tuple[int, int, int, int, int]:
     """`Work`'s prefill counts of the chunks (each a `PrefillChunk` or a plain tuple of its fields): new tokens,
     cached tokens, (query, key) pairs, chunks ending their prompt, sequences. Integer sums, so the same values
@@ -40,7 +46,7 @@ def prefill_counts(prefill: Iterable[ChunkFields]) -> tuple[int, int, int, int, 
         if tokens:
             new += tokens
             cached += cached_tokens
-            pairs += tokens * cached_tokens + tokens * (tokens + 1) // 2
+            pairs += chunk_pairs(tokens, cached_tokens)
             logits += chunk_logits
             sequences += 1
     return new, cached, pairs, logits, sequences

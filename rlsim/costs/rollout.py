@@ -47,7 +47,7 @@ from mypy_extensions import i64, mypyc_attr
 from rlsim.costs.compute import GPURates
 from rlsim.costs.decode_profile import DecodeProfile, combined_profile, decode_profile
 from rlsim.costs.engine_kernels import CollectiveSeconds, EngineKernels, Kernel
-from rlsim.costs.iteration_work import SingleQueryAttention, Work, prefill_counts, work_of
+from rlsim.costs.iteration_work import SingleQueryAttention, Work, chunk_pairs, prefill_counts, work_of
 from rlsim.costs.layout import EngineLayout, InferenceEngine
 from rlsim.costs.memo import BlockMemo, Memo
 from rlsim.costs.memory import kv_bytes_per_token_per_gpu, rollout_workspace_bytes
@@ -346,7 +346,7 @@ class EngineCosts(IterationCosts):
         if decode_batch < 0 or decode_context < 0 or tokens < 1 or cached_tokens < 0:
             return self.iteration_seconds(decode_batch, decode_context, (PrefillChunk(tokens, cached_tokens, logits),))
         return self._single_query_seconds(decode_batch, decode_context, tokens, cached_tokens,
-                                          float(tokens * cached_tokens + tokens * (tokens + 1) // 2),
+                                          float(chunk_pairs(tokens, cached_tokens)),
                                           1 if logits else 0, 1)
 
     def counted_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,

@@ -82,13 +82,12 @@ def _group_gaps(covering: CoveringSpans, wall_s: float, groups: range,
 
 class _ContextSweep:
     """The contexts covering a group of GPUs (with their order of recording), swept once in time order into the label
-    each instant takes: `times`, the distinct times at which a context starts or ends, ascending, and `owners[j]`, the
-    order of the latest-recorded context active from times[j] until the next (-1: none). Shared by every group the
+    each instant takes: `times`, the distinct times at which a context starts or ends, ascending, and for each the
+    order of the latest-recorded context active from it until the next (-1: none). Shared by every group the
     same contexts cover, whose gaps are then cut and labelled by array lookups (`pieces`): sweeping the contexts again
     for each group made the labelling grow with groups × contexts in Python."""
 
     def __init__(self, contexts: list[tuple[int, Span]]):
-        self.contexts = dict(contexts)
         events = sorted([(ctx.start, order, True) for order, ctx in contexts]
                         + [(ctx.end, order, False) for order, ctx in contexts])
         times: list[float] = []
@@ -111,10 +110,9 @@ class _ContextSweep:
             times.append(time)
             owners.append(-latest[0] if latest else -1)
         self.times = np.array(times, dtype=np.float64)
-        self.owners = np.array(owners, dtype=np.int64)
         # Read at a boundary's index + 1: a slot before the first (no owner yet) and, for times, one after the last.
         self._times_padded = np.concatenate([[np.nan], self.times, [np.nan]])
-        self._owners_padded = np.concatenate([[-1], self.owners]).astype(np.int64)
+        self._owners_padded = np.array([-1, *owners], dtype=np.int64)
 
     def pieces(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Gaps [starts[i], ends[i]) (in time order, not overlapping) cut at every context boundary strictly inside

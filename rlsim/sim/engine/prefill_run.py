@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
+from rlsim.costs.iteration_work import chunk_pairs
 from rlsim.costs.rollout import ChunkFields, IterationCosts
 from rlsim.sim.engine.decode_batch import DecodeBatch
 from rlsim.sim.engine.kv_ledger import KVLedger
@@ -237,14 +238,14 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 # The frontier's last chunk, after the tokens the run prefilled; the other slots are as the engine
                 # has them, or as their planned admission set them. Priced by the chunks' counts (`prefill_counts`).
                 new_tokens, cached_tokens, logit_chunks = left, computed, 1
-                pairs = left * computed + left * (left + 1) // 2
+                pairs = chunk_pairs(left, computed)
                 for index in range(begin + 1, len(slots)):
                     slot = slots[index]
                     tokens = chunk_tokens[index]
                     slot_computed = slot.computed
                     new_tokens += tokens
                     cached_tokens += slot_computed
-                    pairs += tokens * slot_computed + tokens * (tokens + 1) // 2
+                    pairs += chunk_pairs(tokens, slot_computed)
                     if tokens == slot.prefill_left:
                         logit_chunks += 1
                 seconds = costs.counted_iteration_seconds(size, context, new_tokens, cached_tokens, pairs,
