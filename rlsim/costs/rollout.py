@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple, cast
 
 import numpy as np
+from librt.vecs import vec
 from mypy_extensions import i64, mypyc_attr
 
 from rlsim.costs.compute import GPURates
@@ -90,6 +91,9 @@ CONTEXT_FREE_KEYS = 1 << 16
 # MLA latent rows are expanded (a tuple of the four otherwise): an int hashes and compares in a few instructions, a
 # tuple of four after boxing each, and a production step looks up tens of thousands of shapes.
 CONTEXT_FREE_RADIX: Final = 1 << 20  # Final: compiled, a constant rather than a global looked up each time
+# Slots of an engine's cache of context-free parts in front of the memo (`ContextFreeCache`): the shapes a
+# production step asks in turn fit, at 160 KB an engine's cost model.
+CONTEXT_FREE_CACHE_SLOTS: Final = 1 << 12
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,7 @@ class EngineCosts(IterationCosts):
     _context_free_memo: Memo[ContextFreeKey, ContextFreePriced] = field(init=False, repr=False, compare=False)
     # The kernels' attention of single-query iterations, kept here: an attribute of a compiled class is read directly.
     _single_query_attention: SingleQueryAttention = field(init=False, repr=False, compare=False)
+    _context_free_cache: ContextFreeCache = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         arch = self.spec.architecture
@@ -266,7 +271,8 @@ class EngineCosts(IterationCosts):
                  "_latent_layers_memo": Memo(self._price_latent_layers),
                  "_collectives_memo": Memo(self._price_collectives), "_logits_memo": Memo(self._price_logits),
                  "_context_free_memo": Memo(self._price_context_free, CONTEXT_FREE_KEYS),
-                 "_single_query_attention": kernels.single_query_attention}
+                 "_single_query_attention": kernels.single_query_attention,
+                 "_context_free_cache": ContextFreeCache()}
         for name, part in parts.items():
             object.__setattr__(self, name, part)
 
@@ -368,9 +374,21 @@ class EngineCosts(IterationCosts):
         # Only attention depends on the context and the prefill's cached prefix; the rest is a function of the
         # tokens, the rows sampled and the sequences scheduled, counts that repeat across iterations, so it is priced
         # once per value (prefill-heavy runs price tens of thousands of iterations).
-        latent_rows = decode_rows + prefill + prefill_cached if self._latent else 0  # `EngineKernels.latent_rows`
-        before, gaps, busy_until, then = self._context_free_memo[context_free_key(
-            decode_rows + prefill, decode_rows + prefill_logits, decode_rows + prefill_sequences, latent_rows)]
+        tokens, logit_rows, sequences = decode_rows + prefill, decode_rows + prefill_logits, decode_rows + prefill_sequences
+        if self._latent or not packs_context_free_key(tokens, logit_rows, sequences):
+            latent_rows = tokens + prefill_cached if self._latent else 0  # `EngineKernels.latent_rows`
+            before, gaps, busy_until, then = self._context_free_memo[context_free_key(tokens, logit_rows, sequences,
+                                                                                       latent_rows)]
+        else:
+            key = packed_context_free_key(tokens, logit_rows, sequences)
+            cache = self._context_free_cache
+            index = context_free_cache_index(tokens, logit_rows, sequences)
+            if cache.keys[index] == key:
+                before, gaps, busy_until, then = (cache.before[index], cache.gaps[index], cache.busy_until[index],
+                                                  cache.then[index])
+            else:
+                before, gaps, busy_until, then = self._context_free_memo[key]
+                cache.store(index, key, before, gaps, busy_until, then)
         attention = self._single_query_attention.seconds(decode_rows, prefill, prefill_cached, prefill_pairs,
                                                          decode_context)
         return max(before + attention + gaps, busy_until) + then
@@ -546,13 +564,54 @@ class LayerBlock:
 def context_free_key(tokens: int, logit_rows: int, sequences: int, latent_rows: int) -> ContextFreeKey:
     """The context-free memo's key of an iteration of these counts: one int while the three counts are each below
     CONTEXT_FREE_RADIX and no latent rows are expanded (every engine but an MLA one), the four as a tuple otherwise."""
-    if latent_rows or tokens >= CONTEXT_FREE_RADIX or logit_rows >= CONTEXT_FREE_RADIX \
-            or sequences >= CONTEXT_FREE_RADIX:
+    if latent_rows or not packs_context_free_key(tokens, logit_rows, sequences):
         return tokens, logit_rows, sequences, latent_rows
+    return packed_context_free_key(tokens, logit_rows, sequences)
+
+
+def packs_context_free_key(tokens: int, logit_rows: int, sequences: int) -> bool:
+    """Whether the counts are each below CONTEXT_FREE_RADIX, so that one int keys them."""
+    return tokens < CONTEXT_FREE_RADIX and logit_rows < CONTEXT_FREE_RADIX and sequences < CONTEXT_FREE_RADIX
+
+
+def packed_context_free_key(tokens: int, logit_rows: int, sequences: int) -> i64:
+    """The one-int key of counts that `packs_context_free_key`: their digits in CONTEXT_FREE_RADIX."""
     # In 64-bit machine integers (compiled): the packed key passes 2^31, past which compiled code multiplies tagged
     # ints as Python ints, allocating (a ×4-length step packs tens of thousands of keys).
     key: i64 = tokens
     return (key * CONTEXT_FREE_RADIX + logit_rows) * CONTEXT_FREE_RADIX + sequences
+
+
+def context_free_cache_index(tokens: int, logit_rows: int, sequences: int) -> i64:
+    """Where `ContextFreeCache` keeps the counts' part: a mix of the three under which the shapes a prefill run asks
+    in turn (the budget's tokens, the decode batch's rows sampled and scheduled, each one or a few more) land apart."""
+    mixed: i64 = sequences * 40503 + logit_rows * 25716 + tokens * 15487  # < 2^37 for counts below the radix
+    return mixed & (CONTEXT_FREE_CACHE_SLOTS - 1)
+
+
+class ContextFreeCache:
+    """Context-free parts an engine's cost model priced recently, by packed key (`packed_context_free_key`), in
+    front of its memo: direct-mapped columns of machine numbers, each key in one slot (`context_free_cache_index`),
+    a newer key taking the slot over. A hit compares an int and reads four floats where the memo's lookup boxes the
+    key, hashes it and unpacks a tuple: a ×4-length step prices ~46,000 iterations, ~38,000 of them shapes already
+    seen, most of them the few a prefill run asks in turn. Every value is the memo's, copied: which keys the cache
+    holds changes how a value is found, never the value."""
+
+    __slots__ = ("keys", "before", "gaps", "busy_until", "then")
+
+    def __init__(self) -> None:
+        self.keys = vec[i64]([-1] * CONTEXT_FREE_CACHE_SLOTS)  # no packed key is negative: an empty slot
+        self.before = vec[float]([0.0] * CONTEXT_FREE_CACHE_SLOTS)
+        self.gaps = vec[float]([0.0] * CONTEXT_FREE_CACHE_SLOTS)
+        self.busy_until = vec[float]([0.0] * CONTEXT_FREE_CACHE_SLOTS)
+        self.then = vec[float]([0.0] * CONTEXT_FREE_CACHE_SLOTS)
+
+    def store(self, index: i64, key: i64, before: float, gaps: float, busy_until: float, then: float) -> None:
+        self.keys[index] = key
+        self.before[index] = before
+        self.gaps[index] = gaps
+        self.busy_until[index] = busy_until
+        self.then[index] = then
 
 
 def _launches(*kernels: Iterable[Kernel]) -> int:
