@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish, push_finish
-from rlsim.sim.engine.kv_ledger import KVLedger
+from rlsim.sim.engine.kv_ledger import IDLE_PROMPTS_KEPT, KVLedger
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import BUSY, IDLE, PAUSED, EngineState
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
@@ -60,6 +60,27 @@ def test_the_shared_prompt_is_freed_with_the_groups_last_sequence():
     assert ledger.used == 42 - 1  # b's first-token reservation and the prompt stay
     ledger.drop(slots[1], b.context_tokens + 1)
     assert ledger.used == 0
+
+
+def test_a_groups_prompt_is_cached_again_at_its_next_admission_and_the_ledger_forgets_groups_gone():
+    """The ledger keeps a group's entry once its last sequence left, for its next admission (a preempted sequence
+    readmitted), and forgets such entries once they outnumber the held ones by IDLE_PROMPTS_KEPT: the accounting is
+    that of a fresh entry each time, and a long run's index of prompts stays bounded."""
+    ledger = KVLedger(capacity=10**9, sharing=True)
+    kept = admitted(ledger, rollout(0, 40, 10, group=0))
+    for group in range(1, 3 * IDLE_PROMPTS_KEPT):
+        first = admitted(ledger, rollout(group, 30, 10, group=group), group)
+        assert ledger.holds_prompt(group) and ledger.used == 41 + 31
+        ledger.drop(first, first.rollout.context_tokens + 1)
+        assert not ledger.holds_prompt(group) and ledger.used == 41
+        # Readmitted with another prompt, as nothing holds the old one: a fresh prefill of it.
+        again = admitted(ledger, rollout(group, 20, 10, group=group), group)
+        assert (again.prefill_left, again.computed) == (20, 0) and ledger.used == 41 + 21
+        ledger.drop(again, again.rollout.context_tokens + 1)
+        assert len(ledger._prompts) <= 2 * IDLE_PROMPTS_KEPT + 2  # noqa: SLF001 - the index's size is the point
+    assert ledger.holds_prompt(0) and ledger.fits(rollout(1, 40, 10, group=0), room=0)
+    ledger.drop(kept, kept.rollout.context_tokens + 1)
+    assert ledger.used == 0 and not ledger.holds_prompt(0)
 
 
 def test_a_group_shares_one_prompt():

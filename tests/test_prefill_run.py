@@ -183,7 +183,7 @@ class AdmissionSpy:
             book(scheduler, slot, at)
 
         def admission_plan(kv: KVLedger, rollout: Rollout, planned: dict[int, int]):
-            if kv.sharing and rollout.group in planned and rollout.group not in kv.prompt_holders():
+            if kv.sharing and rollout.group in planned and not kv.holds_prompt(rollout.group):
                 self.shared_in_run += 1
             return plan_admission(kv, rollout, planned)
 

@@ -3,8 +3,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from rlsim.sim.engine.slot import Slot
+from mypy_extensions import i64
+
+from rlsim.sim.engine.slot import SharedPrompt, Slot
 from rlsim.sim.sequence import Rollout
+
+# Groups whose prompt no running sequence holds, kept in a ledger's index of prompts before it is rebuilt without them
+# (while they are also at least half of it): a preempted sequence is readmitted into its group's entry, where dropping
+# the entry as its last holder left and making a new one at its readmission cost two dictionary writes each time
+# (a ×4-length step preempts ~40,000 times, most often a group's only sequence on its engine).
+IDLE_PROMPTS_KEPT = 1024
 
 
 class KVLedger:
@@ -17,18 +25,24 @@ class KVLedger:
     tool calls leave their context behind as evictable entries, reclaimed least recently released first whenever
     room is needed; the cache holds only those (and their group's prompt when they held it last).
 
+    Each group whose prompt is held here has a `SharedPrompt`, which its sequences' slots point to; the ledger finds
+    it by group on admission, and keeps it once no sequence holds it (up to IDLE_PROMPTS_KEPT such), for the group's
+    next admission.
+
     `used` is booked as of the engine's last batch-changing event: a fast decode stretch under way adds its growth
     when it ends.
     """
 
-    __slots__ = ("capacity", "sharing", "used", "cached_prefill_tokens", "_groups", "_released", "_released_tokens")
+    __slots__ = ("capacity", "sharing", "used", "cached_prefill_tokens", "_prompts", "_idle_prompts", "_released",
+                 "_released_tokens")
 
     def __init__(self, capacity: int, sharing: bool):
         self.capacity = capacity
         self.sharing = sharing
         self.used = 0  # held or reserved by running sequences
         self.cached_prefill_tokens = 0  # context tokens admissions found cached instead of prefilling
-        self._groups: dict[int, list[int]] = {}  # group -> [its running sequences, prompt tokens] (sharing)
+        self._prompts: dict[int, SharedPrompt] = {}  # group -> its prompt here, held or idle (sharing)
+        self._idle_prompts = 0  # of which no running sequence holds
         # Released trajectories' contexts, least recently released first: rollout -> (tokens, holds the prompt).
         self._released: OrderedDict[Rollout, tuple[int, bool]] = OrderedDict()
         self._released_tokens = 0
@@ -41,30 +55,36 @@ class KVLedger:
     def admission_tokens(self, rollout: Rollout) -> int:
         """The KV tokens admitting `rollout` reserves: its context and first token, less its group's prompt when
         that is cached."""
-        shared = self.sharing and rollout.group in self._groups
+        shared = self.sharing and self.holds_prompt(rollout.group)
         return rollout.context_tokens - rollout.prompt_tokens + 1 + (0 if shared else rollout.prompt_tokens)
+
+    def holds_prompt(self, group: int) -> bool:
+        """Whether a sequence of `group` running here holds its prompt (with prefix sharing)."""
+        shared = self._prompts.get(group)
+        return shared is not None and shared.holders > 0
 
     @property
     def holds_released(self) -> bool:
         """Whether released trajectories' contexts are cached (admissions may revive one and evict others)."""
         return bool(self._released)
 
-    def admission_plan(self, rollout: Rollout, planned: dict[int, int]) -> tuple[int, int] | None:
-        """What `admit` would reserve for `rollout` and find cached, as (KV tokens, context tokens), for a plan ahead
-        with no released context cached (`holds_released`): its group's prompt is cached when its running sequences
-        hold it here, or when a rollout the plan admits ahead of it does (`planned`: group -> prompt tokens). None
-        when its prompt differs from its group's, which `admit` refuses. Read, never changed."""
+    def admission_plan(self, rollout: Rollout, planned: dict[int, int]) -> i64:
+        """The KV tokens `admit` would reserve for `rollout`, for a plan ahead with no released context cached
+        (`holds_released`): its group's prompt is cached when its running sequences hold it here, or when a rollout
+        the plan admits ahead of it does (`planned`: group -> prompt tokens). -1 when its prompt differs from its
+        group's, which `admit` refuses. What the reservation leaves out of its context and first token is the cached
+        prompt (`planned_cached_tokens`). Read, never changed. One native int rather than a tuple with the cached
+        tokens: a ×4-length step plans tens of thousands of admissions."""
         context, prompt = rollout.context_tokens, rollout.prompt_tokens
         if not self.sharing:
-            return context + 1, 0
-        holders = self._groups.get(rollout.group)
-        held = holders[1] if holders is not None else planned.get(rollout.group)
+            return context + 1
+        shared = self._prompts.get(rollout.group)
+        held = shared.tokens if shared is not None and shared.holders else planned.get(rollout.group)
         if held is None:
-            return context + 1, 0
+            return context + 1
         if held != prompt:
-            return None
-        # vLLM recomputes at least the last token of a cached prefix, as in `admit`.
-        return context - prompt + 1, min(prompt, context - 1)
+            return -1
+        return context - prompt + 1
 
     def admit(self, slot: Slot, room: int, context: int) -> None:
         """Reserve the KV of the slot's rollout, whose context is `context` tokens, and set what it prefills: the
@@ -73,7 +93,8 @@ class KVLedger:
         `room` more tokens fit."""
         rollout = slot.rollout
         sharing, prompt = self.sharing, rollout.prompt_tokens
-        holders = self._groups.get(rollout.group) if sharing else None  # its group's, when its prompt is here
+        shared = self._prompts.get(rollout.group) if sharing else None
+        held = shared is not None and shared.holders > 0  # its group's prompt is here
         released = self._released
         tokens, with_prompt = 0, False
         if released:  # only trajectories back from tool calls leave entries: most admissions find none
@@ -83,7 +104,7 @@ class KVLedger:
                 self._released_tokens -= tokens
         if not sharing:
             prefix = tokens
-        elif holders is not None or with_prompt:
+        elif held or with_prompt:
             prefix = prompt + tokens - (prompt if with_prompt else 0)
         else:
             prefix = 0
@@ -91,32 +112,46 @@ class KVLedger:
         cached = prefix if prefix < context - 1 else context - 1  # min() by comparison: every admission asks
         self.cached_prefill_tokens += cached
         own_prompt = 0 if sharing else prompt
-        if holders is not None:
-            if holders[1] != prompt:
-                raise ValueError(f"rollouts of group {rollout.group} have prompts of {holders[1]} and "
+        if held:
+            assert shared is not None
+            if shared.tokens != prompt:
+                raise ValueError(f"rollouts of group {rollout.group} have prompts of {shared.tokens} and "
                                  f"{prompt} tokens: a group shares one prompt")
-            holders[0] += 1
+            shared.holders += 1
+            slot.prompt = shared
         elif sharing:
-            self._groups[rollout.group] = [1, prompt]
-            self.used += prompt
+            slot.prompt = self._hold(rollout.group, prompt, shared)
         self.used += own_prompt + context - prompt + 1
         slot.own_prompt = own_prompt
         slot.prefill_left = context - cached
         slot.computed = cached
         self.trim(room)
 
+    def admit_planned(self, slot: Slot, context: int) -> None:
+        """`admit` of a plan ahead's admission (`admission_plan`), whose slot the plan has set to prefill after the
+        cached prompt: with no released context cached, what `admit` finds there is the plan's."""
+        rollout = slot.rollout
+        prompt = rollout.prompt_tokens
+        self.cached_prefill_tokens += slot.computed
+        if self.sharing:
+            shared = self._prompts.get(rollout.group)
+            if shared is not None and shared.holders:
+                shared.holders += 1
+                slot.prompt = shared
+            else:
+                slot.prompt = self._hold(rollout.group, prompt, shared)
+            slot.own_prompt = 0
+            self.used += context - prompt + 1
+        else:
+            slot.own_prompt = prompt
+            self.used += context + 1
+
     def drop(self, slot: Slot, tokens: int) -> None:
         """The slot's sequence leaves holding a context of `tokens` (its reservation while it prefills): free its
         KV, and its group's prompt when it was the group's last here."""
         rollout = slot.rollout
         self.used -= slot.own_prompt + tokens - rollout.prompt_tokens
-        self._release_prompt(rollout)
-
-    def prompt_holders(self) -> dict[int, list[int]] | None:
-        """With prefix sharing, each group with a sequence running here -> [its running sequences, its prompt tokens],
-        to plan ahead on (read, never changed: the ledger's own dict, typed as one so that compiled code reads it
-        directly); None without sharing."""
-        return self._groups if self.sharing else None
+        self._release_prompt(slot)
 
     def release(self, slot: Slot) -> None:
         """The slot's trajectory leaves for its tool calls: its KV becomes an evictable entry, but for the turn's last
@@ -124,7 +159,7 @@ class KVLedger:
         rollout = slot.rollout
         own = slot.own_prompt + rollout.context_tokens - rollout.prompt_tokens
         self.used -= own
-        last = self._release_prompt(rollout)
+        last = self._release_prompt(slot)
         entry = own - 1 + (rollout.prompt_tokens if last else 0)
         self._released[rollout] = (entry, last or not self.sharing)
         self._released_tokens += entry
@@ -136,14 +171,37 @@ class KVLedger:
             _, (tokens, _) = released.popitem(last=False)
             self._released_tokens -= tokens
 
-    def _release_prompt(self, rollout: Rollout) -> bool:
-        """One fewer running sequence of its group; frees the shared prompt when it was the last. Whether it was."""
-        if not self.sharing:
+    def _hold(self, group: int, prompt: int, idle: SharedPrompt | None) -> SharedPrompt:
+        """The first running sequence of `group` holds its prompt of `prompt` tokens: in its `idle` entry, or a new
+        one."""
+        if idle is None:
+            idle = self._prompts[group] = SharedPrompt(prompt)
+        else:
+            idle.tokens = prompt
+            self._idle_prompts -= 1
+        idle.holders = 1
+        self.used += prompt
+        return idle
+
+    def _release_prompt(self, slot: Slot) -> bool:
+        """One fewer running sequence of the slot's group; frees the shared prompt when it was the last. Whether it
+        was."""
+        shared = slot.prompt
+        if shared is None:  # no prefix sharing
             return False
-        holders = self._groups[rollout.group]
-        holders[0] -= 1
-        if holders[0]:
+        shared.holders -= 1
+        if shared.holders:
             return False
-        del self._groups[rollout.group]
-        self.used -= holders[1]
+        self.used -= shared.tokens
+        self._idle_prompts += 1
+        if self._idle_prompts > IDLE_PROMPTS_KEPT and 2 * self._idle_prompts > len(self._prompts):
+            self._prompts = {group: kept for group, kept in self._prompts.items() if kept.holders}
+            self._idle_prompts = 0
         return True
+
+def planned_cached_tokens(context: int, reserved: int) -> int:
+    """The tokens an admission of a `context`-token rollout planned to reserve `reserved` KV tokens
+    (`KVLedger.admission_plan`) finds cached: its group's prompt, which the reservation leaves out of its context and
+    first token, but the last context token, which vLLM recomputes to sample from its logits (as `KVLedger.admit`)."""
+    cached = context + 1 - reserved
+    return cached if cached < context - 1 else context - 1

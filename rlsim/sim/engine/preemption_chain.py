@@ -31,7 +31,7 @@ from rlsim.events.tables import SampleColumns
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.planned import PlannedBoundaries
-from rlsim.sim.engine.slot import Slot
+from rlsim.sim.engine.slot import SharedPrompt, Slot
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
 
 if TYPE_CHECKING:
@@ -71,12 +71,12 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
     if first <= iteration + k:
         return None  # the stretch ends in a turn end (the usual case): no copy of the finish heap needed
     finishes = batch.pending_finishes()
-    holders = kv.prompt_holders()
+    sharing = kv.sharing
     # The victims, latest admitted first: latest[victim], counting down (indexing a list, where next() on an
     # iterator is a Python call a victim).
     latest = list(running.values())
     victim = len(latest) - 1
-    departed: dict[int, int] = {}  # group -> its sequences preempted so far (prefix sharing)
+    departed: dict[SharedPrompt, int] = {}  # a group's prompt -> its sequences preempted so far (prefix sharing)
     evicted: set[Slot] = set()
     live = len(running)
     times, victim_ends, iterations, stretch_seconds = vec[float](), vec[i64](), vec[i64](), vec[float]()
@@ -106,13 +106,13 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
             context -= head_tokens - 1
             used -= slot.own_prompt + head_tokens - head_prompt  # `KVLedger.drop`'s, plus the prompt below
             head_shares = False
-            if holders is not None:
-                group = rollout.group
-                gone = departed[group] = departed.get(group, 0) + 1
-                group_holders = holders[group]
-                head_shares = group_holders[0] > gone
+            if sharing:
+                shared = slot.prompt
+                assert shared is not None
+                gone = departed[shared] = departed.get(shared, 0) + 1
+                head_shares = shared.holders > gone
                 if not head_shares:
-                    used -= group_holders[1]  # the group's last sequence here frees its prompt
+                    used -= shared.tokens  # the group's last sequence here frees its prompt
             evicted.add(slot)
             victims.append(slot)
         if preempted == len(victims) or not live or used + size > capacity:

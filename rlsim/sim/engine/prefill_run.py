@@ -38,7 +38,7 @@ from mypy_extensions import i64
 from rlsim.costs.iteration_work import chunk_pairs
 from rlsim.costs.rollout import ChunkFields, IterationCosts
 from rlsim.sim.engine.decode_batch import DecodeBatch
-from rlsim.sim.engine.kv_ledger import KVLedger
+from rlsim.sim.engine.kv_ledger import KVLedger, planned_cached_tokens
 from rlsim.sim.engine.planned import PlannedBoundaries
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
@@ -206,18 +206,19 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 head = waiting[queued]
                 if running >= max_num_seqs:
                     break
-                planned = kv.admission_plan(head, groups)
-                if planned is None:  # its prompt differs from its group's: admit refuses
+                reserved = kv.admission_plan(head, groups)
+                if reserved < 0:  # its prompt differs from its group's: admit refuses
                     return _run(slots, chunk_tokens, plan_ends, admitted, admitted_ends, times, end)
-                reserved, cached = planned
                 if used + size + reserved > capacity:
                     break  # the head does not fit: it blocks the queue (first come, first served)
                 if not plans_admissions or isinstance(head, MultiTurnRollout):  # an admission the run does not plan
                     return _run(slots, chunk_tokens, plan_ends, admitted, admitted_ends, times, end)
-                # `KVLedger.admit` at the boundary sets the same prefill on the slot; until then it is the plan's.
+                # The slot's prefill, which `KVLedger.admit_planned` books at the boundary; until then the plan's.
+                head_context = head.context_tokens
+                cached = planned_cached_tokens(head_context, reserved)
                 slot = Slot(head, order)
                 slot.computed = cached
-                slot_left = slot.prefill_left = head.context_tokens - cached
+                slot_left = slot.prefill_left = head_context - cached
                 order += 1
                 queued += 1
                 running += 1

@@ -292,21 +292,23 @@ class Scheduler:
         engine is left as `plan` would have left it then."""
         rollout = self.waiting.popleft()
         assert rollout is slot.rollout and slot.order == self._admissions, "a planned admission out of order"
-        left, computed = slot.prefill_left, slot.computed
-        self._admitted(slot, at)
-        assert slot.prefill_left == left and slot.computed == computed, "a planned admission prefills otherwise"
+        self._admitted(slot, at, True)
 
     def _admit(self, rollout: Rollout) -> Slot:
         slot = Slot(rollout, self._admissions)
-        self._admitted(slot, self.env.now)
+        self._admitted(slot, self.env.now, False)
         return slot
 
-    def _admitted(self, slot: Slot, at: float) -> None:
-        """The slot's rollout, just taken off the queue, is admitted at `at`: its KV reserved, it prefills next."""
+    def _admitted(self, slot: Slot, at: float, planned: bool) -> None:
+        """The slot's rollout, just taken off the queue, is admitted at `at`: its KV reserved, it prefills next
+        (`planned`: as a plan ahead set the slot to, `KVLedger.admit_planned`)."""
         rollout = slot.rollout
         context = rollout.context_tokens
         self.queued_tokens -= context
-        self.kv.admit(slot, self.batch.size, context)
+        if planned:
+            self.kv.admit_planned(slot, context)
+        else:
+            self.kv.admit(slot, self.batch.size, context)
         self._admissions += 1
         if rollout.admitted < 0:
             rollout.admitted = at

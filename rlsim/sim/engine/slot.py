@@ -1,4 +1,4 @@
-"""A running sequence's place in its engine."""
+"""A running sequence's place in its engine, and its group's shared prompt there."""
 from __future__ import annotations
 
 from rlsim.sim.sequence import Rollout
@@ -8,14 +8,15 @@ class Slot:
     """Where a running sequence stands: its prefill still to run, and where its decoding started (its progress is
     derived from the engine's iteration counter, so booking an iteration touches no slot)."""
 
-    __slots__ = ("rollout", "order", "own_prompt", "prefill_left", "computed", "start_iteration", "start_generated",
-                 "finish", "live", "decoding")
+    __slots__ = ("rollout", "order", "own_prompt", "prompt", "prefill_left", "computed", "start_iteration",
+                 "start_generated", "finish", "live", "decoding")
 
     def __init__(self, rollout: Rollout, order: int):
         self.rollout = rollout
         self.order = order  # admission order: the preemption victim is the latest, finishes tie-break by it
         # Set by the KV ledger on admission:
         self.own_prompt = 0  # prompt tokens in its own KV (0 when its group's prompt is shared)
+        self.prompt: SharedPrompt | None = None  # with prefix sharing, its group's prompt in the cache
         self.prefill_left = 0  # tokens still to prefill; 0 once it decodes
         self.computed = 0  # tokens in its KV cache before its next prefill chunk
         # Set when it joins the decode batch:
@@ -24,3 +25,15 @@ class Slot:
         self.finish = 0  # engine iteration at which its turn ends: its place in the finish heap, with `order`
         self.live = True  # False once it left the engine (its entry in the finish heap is then stale)
         self.decoding = False  # in the decode batch: its `generated` is derived from the iteration counter
+
+
+class SharedPrompt:
+    """A GRPO group's prompt in an engine's KV cache, with prefix sharing: its tokens, and how many of the group's
+    sequences running there hold it (0: not cached). Each holder's slot points to it, so a sequence leaving releases
+    it without looking its group up (`rlsim.sim.engine.kv_ledger.KVLedger`)."""
+
+    __slots__ = ("tokens", "holders")
+
+    def __init__(self, tokens: int):
+        self.tokens = tokens
+        self.holders = 0
