@@ -9,10 +9,11 @@ from rlsim.sim.engine.slot import SharedPrompt, Slot
 from rlsim.sim.sequence import Rollout
 
 # Groups whose prompt no running sequence holds, kept in a ledger's index of prompts before it is rebuilt without them
-# (while they are also at least half of it): a preempted sequence is readmitted into its group's entry, where dropping
-# the entry as its last holder left and making a new one at its readmission cost two dictionary writes each time
-# (a ×4-length step preempts ~40,000 times, most often a group's only sequence on its engine).
-IDLE_PROMPTS_KEPT = 1024
+# (while they are also at least half of it, so the index stays within twice the groups held, plus this): a preempted
+# sequence is readmitted into its group's entry, where dropping the entry as its last holder left and making a new
+# one at its readmission cost two dictionary writes each time (a ×4-length step preempts ~40,000 times, most often a
+# group's only sequence on its engine).
+IDLE_PROMPTS_KEPT = 64
 
 
 class KVLedger:
