@@ -64,8 +64,8 @@ def test_the_shared_prompt_is_freed_with_the_groups_last_sequence():
 
 def test_a_groups_prompt_is_cached_again_at_its_next_admission_and_the_ledger_forgets_groups_gone():
     """The ledger keeps a group's entry once its last sequence left, for its next admission (a preempted sequence
-    readmitted), and forgets such entries once they outnumber the held ones by IDLE_PROMPTS_KEPT: the accounting is
-    that of a fresh entry each time, and a long run's index of prompts stays bounded."""
+    readmitted), and forgets such entries once they are more than IDLE_PROMPTS_KEPT and more than the held ones: the
+    accounting is that of a fresh entry each time, and a long run's index of prompts stays bounded."""
     ledger = KVLedger(capacity=10**9, sharing=True)
     kept = admitted(ledger, rollout(0, 40, 10, group=0))
     for group in range(1, 3 * IDLE_PROMPTS_KEPT):

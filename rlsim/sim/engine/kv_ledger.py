@@ -27,8 +27,8 @@ class KVLedger:
     room is needed; the cache holds only those (and their group's prompt when they held it last).
 
     Each group whose prompt is held here has a `SharedPrompt`, which its sequences' slots point to; the ledger finds
-    it by group on admission, and keeps it once no sequence holds it (up to IDLE_PROMPTS_KEPT such), for the group's
-    next admission.
+    it by group on admission, and keeps it once no sequence holds it, for the group's next admission (until such
+    entries number more than IDLE_PROMPTS_KEPT and more than the held ones, when it forgets them all).
 
     `used` is booked as of the engine's last batch-changing event: a fast decode stretch under way adds its growth
     when it ends.
@@ -137,13 +137,18 @@ class KVLedger:
         if self.sharing:
             shared = self._prompts.get(rollout.group)
             if shared is not None and shared.holders:
+                # The plan found its group's prompt cached, as here (nothing leaves while a run's admissions book).
+                assert shared.tokens == prompt and slot.computed == min(prompt, context - 1), \
+                    "a planned admission prefills otherwise"
                 shared.holders += 1
                 slot.prompt = shared
             else:
+                assert not slot.computed, "a planned admission prefills otherwise"
                 slot.prompt = self._hold(rollout.group, prompt, shared)
             slot.own_prompt = 0
             self.used += context - prompt + 1
         else:
+            assert not slot.computed, "a planned admission prefills otherwise"
             slot.own_prompt = prompt
             self.used += context + 1
 
@@ -199,6 +204,7 @@ class KVLedger:
             self._prompts = {group: kept for group, kept in self._prompts.items() if kept.holders}
             self._idle_prompts = 0
         return True
+
 
 def planned_cached_tokens(context: int, reserved: int) -> int:
     """The tokens an admission of a `context`-token rollout planned to reserve `reserved` KV tokens
