@@ -2,6 +2,8 @@
 must get, to the bit, what the scalar path gives it, on every kind of engine the kernels are built for."""
 from __future__ import annotations
 
+import copy
+import pickle
 from dataclasses import replace
 
 import numpy as np
@@ -16,10 +18,12 @@ from rlsim.costs.rollout import (
     EngineCosts,
     EngineOverheads,
     PrefillChunk,
+    context_free_cache_index,
     context_free_key,
 )
 from rlsim.costs.speculative import Speculation
 from rlsim.pricing.precision import engine_precision
+from tests.interpreted_engine import needs_interpreted_engine
 from tests.test_rollout_costs import A100, H100, HARDWARE, engine
 
 MI300X = HARDWARE.gpu("mi300x")
@@ -227,3 +231,51 @@ def test_a_context_free_key_is_one_shape_and_prices_as_its_counts():
     dense = ENGINES["dense"]
     for shape in [(8192, 128, 129, 0), (radix - 1, radix - 1, 1, 0), (1, 0, 1, 0)]:
         assert dense._price_context_free(context_free_key(*shape)) == dense._price_context_free(shape)
+
+
+def _cache_shapes(seed: int) -> list[tuple[int, int, int, bool]]:
+    """Random chunk iterations (decode batch, chunk tokens, cached tokens, logits), then pairs of shapes that share a
+    slot of `ContextFreeCache` (a chunk beside a decode batch), each priced in turn, twice."""
+    rng = np.random.default_rng(seed)
+    shapes = [(int(rng.integers(0, 300)), int(rng.integers(1, 8192)), int(rng.integers(0, 60_000)),
+               bool(rng.integers(0, 2))) for _ in range(1500)]
+    slots: dict[int, tuple[int, int]] = {}
+    for batch in range(300):
+        for tokens in range(1, 8192, 61):
+            index = context_free_cache_index(batch + tokens, batch, batch + 1)
+            if index in slots and len(shapes) < 1580:
+                shapes += [(*slots[index], 5000, False), (batch, tokens, 5000, False)] * 2
+            slots.setdefault(index, (batch, tokens))
+    assert len(shapes) == 1580
+    return shapes
+
+
+def _prices(costs: EngineCosts, shapes: list[tuple[int, int, int, bool]]) -> dict:
+    return {shape: costs.chunk_iteration_seconds(shape[0], float(shape[0] * 900), *shape[1:]) for shape in shapes}
+
+
+@pytest.mark.parametrize("name", ["dense", "MoE, tp 4, ep 2, imbalanced"])
+def test_the_cache_before_the_memo_changes_no_price_and_copies_empty(name):
+    """`ContextFreeCache`: iterations priced again in another order, by a cost model that has priced them and by one
+    that has not, get the same prices to the bit; shapes that share a cache slot take it over in turn without mixing
+    their values. The cache pickles and copies empty (librt's columns do not pickle; what it holds is the memo's)."""
+    costs = replace(ENGINES[name])
+    shapes = _cache_shapes(1127)
+    first = _prices(costs, shapes)
+    assert _prices(costs, shapes[::-1]) == first
+    assert _prices(replace(ENGINES[name]), shapes[::-1]) == first
+    cache = costs._context_free_cache  # noqa: SLF001 - the cache's own copies are the point
+    assert max(cache.keys) >= 0
+    for copied in (pickle.loads(pickle.dumps(cache)), copy.deepcopy(cache), copy.copy(cache)):
+        assert type(copied) is type(cache) and set(copied.keys) == {-1}
+
+
+@needs_interpreted_engine
+def test_a_cost_model_pickles_and_copies_as_before_its_cache():
+    """An interpreted cost model pickles and deep-copies (mypyc's frozen dataclasses never did: they unpickle by
+    setting fields), its cache starting empty, and the copies price as it does."""
+    costs = replace(ENGINES["dense"])
+    shapes = _cache_shapes(2711)
+    first = _prices(costs, shapes)
+    for copied in (pickle.loads(pickle.dumps(costs)), copy.deepcopy(costs)):
+        assert _prices(copied, shapes) == first

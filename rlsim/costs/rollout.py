@@ -606,6 +606,11 @@ class ContextFreeCache:
         self.busy_until = vec[float]([0.0] * CONTEXT_FREE_CACHE_SLOTS)
         self.then = vec[float]([0.0] * CONTEXT_FREE_CACHE_SLOTS)
 
+    def __reduce__(self) -> tuple[type[ContextFreeCache], tuple[()]]:
+        """Pickled and copied empty (librt's columns do not pickle): what it holds is the memo's, found again on
+        first use, so a cost model pickles and deep-copies as it did before the cache."""
+        return ContextFreeCache, ()
+
     def store(self, index: i64, key: i64, before: float, gaps: float, busy_until: float, then: float) -> None:
         self.keys[index] = key
         self.before[index] = before
