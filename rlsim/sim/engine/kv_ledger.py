@@ -113,14 +113,7 @@ class KVLedger:
         cached = prefix if prefix < context - 1 else context - 1  # min() by comparison: every admission asks
         self.cached_prefill_tokens += cached
         own_prompt = 0 if sharing else prompt
-        if held:
-            assert shared is not None
-            if shared.tokens != prompt:
-                raise ValueError(f"rollouts of group {rollout.group} have prompts of {shared.tokens} and "
-                                 f"{prompt} tokens: a group shares one prompt")
-            shared.holders += 1
-            slot.prompt = shared
-        elif sharing:
+        if sharing:
             slot.prompt = self._hold(rollout.group, prompt, shared)
         self.used += own_prompt + context - prompt + 1
         slot.own_prompt = own_prompt
@@ -136,15 +129,10 @@ class KVLedger:
         self.cached_prefill_tokens += slot.computed
         if self.sharing:
             shared = self._prompts.get(rollout.group)
-            if shared is not None and shared.holders:
-                # The plan found its group's prompt cached, as here (nothing leaves while a run's admissions book).
-                assert shared.tokens == prompt and slot.computed == min(prompt, context - 1), \
-                    "a planned admission prefills otherwise"
-                shared.holders += 1
-                slot.prompt = shared
-            else:
-                assert not slot.computed, "a planned admission prefills otherwise"
-                slot.prompt = self._hold(rollout.group, prompt, shared)
+            # The plan found its group's prompt cached or not, as here (nothing leaves while a run's admissions book).
+            held = shared is not None and shared.holders > 0
+            assert slot.computed == (min(prompt, context - 1) if held else 0), "a planned admission prefills otherwise"
+            slot.prompt = self._hold(rollout.group, prompt, shared)
             slot.own_prompt = 0
             self.used += context - prompt + 1
         else:
@@ -177,17 +165,23 @@ class KVLedger:
             _, (tokens, _) = released.popitem(last=False)
             self._released_tokens -= tokens
 
-    def _hold(self, group: int, prompt: int, idle: SharedPrompt | None) -> SharedPrompt:
-        """The first running sequence of `group` holds its prompt of `prompt` tokens: in its `idle` entry, or a new
-        one."""
-        if idle is None:
-            idle = self._prompts[group] = SharedPrompt(prompt)
+    def _hold(self, group: int, prompt: int, entry: SharedPrompt | None) -> SharedPrompt:
+        """One more running sequence of `group` holds its prompt of `prompt` tokens, in the group's `entry` here
+        (held, or idle: its prompt cached again) or a new one; the entry. A held prompt of another length is refused."""
+        if entry is None:
+            entry = self._prompts[group] = SharedPrompt(prompt)
+        elif entry.holders:
+            if entry.tokens != prompt:
+                raise ValueError(f"rollouts of group {group} have prompts of {entry.tokens} and {prompt} tokens: a "
+                                 f"group shares one prompt")
+            entry.holders += 1
+            return entry
         else:
-            idle.tokens = prompt
+            entry.tokens = prompt
             self._idle_prompts -= 1
-        idle.holders = 1
+        entry.holders = 1
         self.used += prompt
-        return idle
+        return entry
 
     def _release_prompt(self, slot: Slot) -> bool:
         """One fewer running sequence of the slot's group; frees the shared prompt when it was the last. Whether it
