@@ -83,6 +83,33 @@ def test_a_groups_prompt_is_cached_again_at_its_next_admission_and_the_ledger_fo
     assert ledger.used == 0 and not ledger.holds_prompt(0)
 
 
+def test_a_rollout_reads_its_groups_prompt_entry_only_where_the_ledger_still_indexes_it():
+    """A rollout remembers its group's prompt entry where it waited or ran: another engine's ledger does not read it
+    (the rollout moved, by a steal), and once its ledger forgot the entry the rollout finds its group's new one, so a
+    group's sequences still share one prompt."""
+    here, there = KVLedger(capacity=10**9, sharing=True), KVLedger(capacity=10**9, sharing=True)
+    moved, sibling = rollout(0, 40, 10, group=5), rollout(1, 40, 10, group=5)
+    kept = admitted(here, sibling)
+    assert here.fits(moved, room=0) and here.admission_tokens(moved) == 1  # the prompt is cached here ...
+    assert there.admission_tokens(moved) == 41  # ... not there, though the rollout knows here's entry
+    slot = admitted(there, moved)
+    assert (slot.prefill_left, slot.computed) == (40, 0) and there.used == 41 and there.holds_prompt(5)
+    assert here.used == 41 and here.admission_tokens(moved) == 1  # here's entry is as it was
+    # Here forgets its idle entries: a rollout that knew one finds its group's next entry, shared with a sibling.
+    waiting, (first, second) = rollout(2, 30, 10, group=9), (rollout(3, 30, 10, group=9), rollout(4, 30, 10, group=9))
+    assert here.admission_tokens(waiting) == 31  # its group's entry, idle, is now the rollout's
+    for group in range(10, 12 + 2 * IDLE_PROMPTS_KEPT):
+        other = admitted(here, rollout(group, 20, 10, group=group), group)
+        here.drop(other, other.rollout.context_tokens + 1)
+    assert not here.holds_prompt(9) and len(here._prompts) < IDLE_PROMPTS_KEPT  # noqa: SLF001 - it forgot them
+    admitted(here, first, 1)
+    assert here.admission_tokens(waiting) == 1 and here.admission_tokens(second) == 1
+    third = admitted(here, waiting, 2)
+    assert (third.prefill_left, third.computed) == (1, 29) and third.prompt is first.shared_prompt
+    here.drop(kept, sibling.context_tokens + 1)
+    assert here.holds_prompt(9) and not here.holds_prompt(5)
+
+
 def test_a_group_shares_one_prompt():
     ledger = KVLedger(capacity=100, sharing=True)
     admitted(ledger, rollout(0, 40, 10, group=7))

@@ -182,10 +182,12 @@ class AdmissionSpy:
             self.booked += 1
             book(scheduler, slot, at)
 
-        def admission_plan(kv: KVLedger, rollout: Rollout, planned: dict[int, int]):
-            if kv.sharing and rollout.group in planned and not kv.holds_prompt(rollout.group):
+        def admission_plan(kv: KVLedger, rollout: Rollout, plan: int):
+            reserved = plan_admission(kv, rollout, plan)
+            entry = rollout.shared_prompt  # its group's, which the ledger found
+            if kv.sharing and entry is not None and entry.planned_by == plan and not kv.holds_prompt(rollout.group):
                 self.shared_in_run += 1
-            return plan_admission(kv, rollout, planned)
+            return reserved
 
         def cut_short(run: PrefillRun) -> float:
             self.cut_with_admissions += run.queue_read() > 0

@@ -1,10 +1,14 @@
 """A rollout in flight: the mutable state a rollout engine advances. Its immutable record is written when it ends."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
 from rlsim.workload.multiturn import Turn
+
+if TYPE_CHECKING:  # the engine's module imports this one
+    from rlsim.sim.engine.slot import SharedPrompt
 
 
 @dataclass(eq=False)
@@ -24,6 +28,9 @@ class Rollout:
     finished: float = -1.0
     admitted: float = -1.0  # first admission by an engine (-1: not yet)
     admissions: int = 0  # so far: the first, then one after each preemption, interruption or released tool call
+    # Its group's prompt entry in the KV cache of the engine it last waited or ran at (prefix sharing), which that
+    # engine's ledger checks is its own and still indexed before it reads it (`KVLedger`).
+    shared_prompt: SharedPrompt | None = field(default=None, repr=False)
 
     @property
     def context_tokens(self) -> int:

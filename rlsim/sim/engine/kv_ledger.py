@@ -26,16 +26,18 @@ class KVLedger:
     tool calls leave their context behind as evictable entries, reclaimed least recently released first whenever
     room is needed; the cache holds only those (and their group's prompt when they held it last).
 
-    Each group whose prompt is held here has a `SharedPrompt`, which its sequences' slots point to; the ledger finds
-    it by group on admission, and keeps it once no sequence holds it, for the group's next admission (until such
-    entries number more than IDLE_PROMPTS_KEPT and more than the held ones, when it forgets them all).
+    Each group whose prompt is held here, or whose rollouts wait here, has a `SharedPrompt` in the ledger's index,
+    which its sequences' slots point to; the ledger finds it by group the first time it meets each rollout and
+    remembers it on the rollout (`Rollout.shared_prompt`), and keeps it once no sequence holds it, for the group's
+    next admission (until such entries number more than IDLE_PROMPTS_KEPT and more than the held ones, when it
+    forgets them all: a rollout then finds its group's entry afresh).
 
     `used` is booked as of the engine's last batch-changing event: a fast decode stretch under way adds its growth
     when it ends.
     """
 
-    __slots__ = ("capacity", "sharing", "used", "cached_prefill_tokens", "_prompts", "_idle_prompts", "_released",
-                 "_released_tokens")
+    __slots__ = ("capacity", "sharing", "used", "cached_prefill_tokens", "_prompts", "_idle_prompts", "_plans",
+                 "_released", "_released_tokens")
 
     def __init__(self, capacity: int, sharing: bool):
         self.capacity = capacity
@@ -44,6 +46,7 @@ class KVLedger:
         self.cached_prefill_tokens = 0  # context tokens admissions found cached instead of prefilling
         self._prompts: dict[int, SharedPrompt] = {}  # group -> its prompt here, held or idle (sharing)
         self._idle_prompts = 0  # of which no running sequence holds
+        self._plans = 0  # plans ahead begun (`plan_ahead`)
         # Released trajectories' contexts, least recently released first: rollout -> (tokens, holds the prompt).
         self._released: OrderedDict[Rollout, tuple[int, bool]] = OrderedDict()
         self._released_tokens = 0
@@ -56,7 +59,7 @@ class KVLedger:
     def admission_tokens(self, rollout: Rollout) -> int:
         """The KV tokens admitting `rollout` reserves: its context and first token, less its group's prompt when
         that is cached."""
-        shared = self.sharing and self.holds_prompt(rollout.group)
+        shared = self.sharing and self._entry(rollout).holders > 0
         return rollout.context_tokens - rollout.prompt_tokens + 1 + (0 if shared else rollout.prompt_tokens)
 
     def holds_prompt(self, group: int) -> bool:
@@ -69,23 +72,40 @@ class KVLedger:
         """Whether released trajectories' contexts are cached (admissions may revive one and evict others)."""
         return bool(self._released)
 
-    def admission_plan(self, rollout: Rollout, planned: dict[int, int]) -> i64:
-        """The KV tokens `admit` would reserve for `rollout`, for a plan ahead with no released context cached
-        (`holds_released`): its group's prompt is cached when its running sequences hold it here, or when a rollout
-        the plan admits ahead of it does (`planned`: group -> prompt tokens). -1 when its prompt differs from its
+    def plan_ahead(self) -> int:
+        """A new plan ahead's number, which `admission_plan` and `plan_holds` take."""
+        self._plans += 1
+        return self._plans
+
+    def admission_plan(self, rollout: Rollout, plan: int) -> i64:
+        """The KV tokens `admit` would reserve for `rollout`, for the plan ahead numbered `plan` (`plan_ahead`) with no
+        released context cached (`holds_released`): its group's prompt is cached when its running sequences hold it
+        here, or when a rollout the plan admits ahead of it does (`plan_holds`). -1 when its prompt differs from its
         group's, which `admit` refuses. What the reservation leaves out of its context and first token is the cached
-        prompt (`planned_cached_tokens`). Read, never changed. One native int rather than a tuple with the cached
-        tokens: a ×4-length step plans tens of thousands of admissions."""
+        prompt (`planned_cached_tokens`). Changes nothing the engine does. One native int rather than a tuple with
+        the cached tokens: a ×4-length step plans tens of thousands of admissions."""
         context, prompt = rollout.context_tokens, rollout.prompt_tokens
         if not self.sharing:
             return context + 1
-        shared = self._prompts.get(rollout.group)
-        held = shared.tokens if shared is not None and shared.holders else planned.get(rollout.group)
-        if held is None:
+        entry = self._entry(rollout)
+        if entry.holders:
+            held = entry.tokens
+        elif entry.planned_by == plan:
+            held = entry.planned_tokens
+        else:
             return context + 1
         if held != prompt:
             return -1
         return context - prompt + 1
+
+    def plan_holds(self, rollout: Rollout, plan: int) -> None:
+        """The plan ahead numbered `plan` admits `rollout` (after `admission_plan`): its group's prompt is cached for
+        the plan's later admissions, as the first of the group's it admits has it."""
+        if self.sharing:
+            entry = self._entry(rollout)
+            if entry.planned_by != plan:
+                entry.planned_by = plan
+                entry.planned_tokens = rollout.prompt_tokens
 
     def admit(self, slot: Slot, room: int, context: int) -> None:
         """Reserve the KV of the slot's rollout, whose context is `context` tokens, and set what it prefills: the
@@ -94,7 +114,7 @@ class KVLedger:
         `room` more tokens fit."""
         rollout = slot.rollout
         sharing, prompt = self.sharing, rollout.prompt_tokens
-        shared = self._prompts.get(rollout.group) if sharing else None
+        shared = self._entry(rollout) if sharing else None
         held = shared is not None and shared.holders > 0  # its group's prompt is here
         released = self._released
         tokens, with_prompt = 0, False
@@ -113,7 +133,7 @@ class KVLedger:
         cached = prefix if prefix < context - 1 else context - 1  # min() by comparison: every admission asks
         self.cached_prefill_tokens += cached
         own_prompt = 0 if sharing else prompt
-        if sharing:
+        if shared is not None:
             slot.prompt = self._hold(rollout.group, prompt, shared)
         self.used += own_prompt + context - prompt + 1
         slot.own_prompt = own_prompt
@@ -128,9 +148,9 @@ class KVLedger:
         prompt = rollout.prompt_tokens
         self.cached_prefill_tokens += slot.computed
         if self.sharing:
-            shared = self._prompts.get(rollout.group)
+            shared = self._entry(rollout)
             # The plan found its group's prompt cached or not, as here (nothing leaves while a run's admissions book).
-            held = shared is not None and shared.holders > 0
+            held = shared.holders > 0
             assert slot.computed == (min(prompt, context - 1) if held else 0), "a planned admission prefills otherwise"
             slot.prompt = self._hold(rollout.group, prompt, shared)
             slot.own_prompt = 0
@@ -165,20 +185,32 @@ class KVLedger:
             _, (tokens, _) = released.popitem(last=False)
             self._released_tokens -= tokens
 
-    def _hold(self, group: int, prompt: int, entry: SharedPrompt | None) -> SharedPrompt:
-        """One more running sequence of `group` holds its prompt of `prompt` tokens, in the group's `entry` here
-        (held, or idle: its prompt cached again) or a new one; the entry. A held prompt of another length is refused."""
+    def _entry(self, rollout: Rollout) -> SharedPrompt:
+        """The entry of the rollout's group in this ledger's index of prompts (idle when none of its sequences holds
+        it here, a new one when the index has none), remembered on the rollout: most admissions are a preempted
+        sequence's readmission where it ran, which then finds it without a lookup."""
+        entry = rollout.shared_prompt
+        if entry is not None and entry.ledger is self and entry.indexed:
+            return entry
+        group = rollout.group
+        entry = self._prompts.get(group)
         if entry is None:
-            entry = self._prompts[group] = SharedPrompt(prompt)
-        elif entry.holders:
+            entry = self._prompts[group] = SharedPrompt(rollout.prompt_tokens, self)
+            self._idle_prompts += 1
+        rollout.shared_prompt = entry
+        return entry
+
+    def _hold(self, group: int, prompt: int, entry: SharedPrompt) -> SharedPrompt:
+        """One more running sequence of `group` holds its prompt of `prompt` tokens, in the group's `entry` here
+        (held, or idle: its prompt cached again); the entry. A held prompt of another length is refused."""
+        if entry.holders:
             if entry.tokens != prompt:
                 raise ValueError(f"rollouts of group {group} have prompts of {entry.tokens} and {prompt} tokens: a "
                                  f"group shares one prompt")
             entry.holders += 1
             return entry
-        else:
-            entry.tokens = prompt
-            self._idle_prompts -= 1
+        entry.tokens = prompt
+        self._idle_prompts -= 1
         entry.holders = 1
         self.used += prompt
         return entry
@@ -195,7 +227,13 @@ class KVLedger:
         self.used -= shared.tokens
         self._idle_prompts += 1
         if self._idle_prompts > IDLE_PROMPTS_KEPT and 2 * self._idle_prompts > len(self._prompts):
-            self._prompts = {group: kept for group, kept in self._prompts.items() if kept.holders}
+            kept: dict[int, SharedPrompt] = {}
+            for group, entry in self._prompts.items():
+                if entry.holders:
+                    kept[group] = entry
+                else:
+                    entry.indexed = False  # the rollouts that point to it find their group's entry afresh
+            self._prompts = kept
             self._idle_prompts = 0
         return True
 

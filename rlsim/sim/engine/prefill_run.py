@@ -107,7 +107,8 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
     sequences against `max_num_seqs` (no sequence leaves within a run), and the budget and cache left;
     `admission`: the admission order the next admitted sequence gets, when the run may plan admissions
     (`Scheduler.plannable_admission`), or None to end the run where the queue's head would be admitted. The
-    engine's state is read, never changed: a planned admission's `Slot` is new, and the engine's only once booked."""
+    engine's state is read, never changed: a planned admission's `Slot` is new, and the engine's only once booked
+    (the run marks the prompt entries of the groups it admits, `KVLedger.plan_holds`, which only a plan reads)."""
     count = len(prefilling)
     size, used = batch.size, kv.used
     if len(plan) == count:
@@ -145,7 +146,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
     queued = 0  # the queue's rollouts admitted in the run: waiting[queued] is the head at the boundary
     plans_admissions = admission is not None
     order = 0 if admission is None else admission  # the next planned admission's, an int (compiled: native adds)
-    groups: dict[int, int] = {}  # the groups whose prompt a rollout admitted in the run holds -> its prompt tokens
+    plan_number = kv.plan_ahead() if plans_admissions else 0  # marks the prompts the run's admissions hold
     end = now + seconds  # as SimPy schedules the iteration's timeout
     while True:
         # The iteration ending at `end` books its tokens; its completed prefills sample a token and join the batch
@@ -206,7 +207,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 head = waiting[queued]
                 if running >= max_num_seqs:
                     break
-                reserved = kv.admission_plan(head, groups)
+                reserved = kv.admission_plan(head, plan_number)
                 if reserved < 0:  # its prompt differs from its group's: admit refuses
                     return _run(slots, chunk_tokens, plan_ends, admitted, admitted_ends, times, end)
                 if used + size + reserved > capacity:
@@ -223,7 +224,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 queued += 1
                 running += 1
                 used += reserved
-                groups.setdefault(head.group, head.prompt_tokens)
+                kv.plan_holds(head, plan_number)
                 if queued == 1:
                     prefilling = list(prefilling)  # the plan's own from its first admission, the engine's as it is
                 admitted.append(slot)

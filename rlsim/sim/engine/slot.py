@@ -30,10 +30,17 @@ class Slot:
 class SharedPrompt:
     """A GRPO group's prompt in an engine's KV cache, with prefix sharing: its tokens, and how many of the group's
     sequences running there hold it (0: not cached). Each holder's slot points to it, so a sequence leaving releases
-    it without looking its group up (`rlsim.sim.engine.kv_ledger.KVLedger`)."""
+    it without looking its group up, and so does each of the group's rollouts that waited or ran there
+    (`Rollout.shared_prompt`), so its next admission finds it without a lookup (`rlsim.sim.engine.kv_ledger.KVLedger`,
+    the `ledger` whose index of prompts holds it while `indexed`). `planned_by`: the last plan ahead
+    (`KVLedger.plan_ahead`) that admits a sequence of the group, whose prompt is `planned_tokens`."""
 
-    __slots__ = ("tokens", "holders")
+    __slots__ = ("tokens", "holders", "ledger", "indexed", "planned_by", "planned_tokens")
 
-    def __init__(self, tokens: int):
+    def __init__(self, tokens: int, ledger: object):
         self.tokens = tokens
         self.holders = 0
+        self.ledger = ledger
+        self.indexed = True
+        self.planned_by = -1
+        self.planned_tokens = 0
