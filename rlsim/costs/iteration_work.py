@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
+from librt.vecs import append, vec
+
 if TYPE_CHECKING:
     from rlsim.costs.rollout import ChunkFields
 
@@ -76,6 +78,12 @@ class SingleQueryAttention:
         self.activation_bytes, self.fill_seconds = activation_bytes, fill_seconds
         self.rate, self.fixed_bytes, self.bytes_per_s = roofline
         self.layers = layers
+        # The counts as machine floats (each exact), which `seconds` multiplies without unboxing an int each: every
+        # prefill iteration priced asks.
+        counts = vec[float]()
+        for count in layers:
+            counts = append(counts, float(count))
+        self._layer_counts = counts
 
     def seconds(self, decode_rows: int, prefill: int, prefill_cached: int, prefill_pairs: float,
                 decode_context: float) -> float:
@@ -92,6 +100,6 @@ class SingleQueryAttention:
         memory = (nbytes + passes * kv_per_layer * decode_context + self.fixed_bytes) / self.bytes_per_s
         seconds = memory if memory > compute else compute  # max(compute, memory), by comparison: no call
         total = 0.0
-        for layers in self.layers:
+        for layers in self._layer_counts:
             total += layers * seconds
         return total
