@@ -13,6 +13,7 @@ from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish, 
 from rlsim.sim.engine.kv_ledger import IDLE_PROMPTS_KEPT, KVLedger
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import BUSY, IDLE, PAUSED, EngineState
+from rlsim.sim.engine.waiting import ADMITTED_KEPT, WaitingQueue
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
 from rlsim.workload.multiturn import Turn
 from tests.test_sim_rollout import FixedCosts, rollout
@@ -22,6 +23,48 @@ def admitted(ledger: KVLedger, r: Rollout, order: int = 0) -> Slot:
     slot = Slot(r, order)
     ledger.admit(slot, 0, r.context_tokens)
     return slot
+
+
+# ---- waiting queue --------------------------------------------------------------------------------------------------
+
+@given(st.lists(st.sampled_from(["append", "appendleft", "popleft", "pop", "ranked", "clear"]), max_size=400),
+       st.integers(0, 2**31))
+def test_the_waiting_queue_keeps_a_deques_order_through_admissions_returns_and_steals(operations, seed):
+    """Against a deque (a ranked insertion against a list's insort): the same rollouts in the same order after every
+    operation, whatever the mix; the admitted heads it keeps stay bounded."""
+    import bisect
+    import random
+    from collections import deque
+
+    chosen = random.Random(seed)
+    queue, reference, made = WaitingQueue(), deque(), 0
+    for operation in operations:
+        if operation in ("append", "appendleft", "ranked"):
+            item = rollout(made, 10 + chosen.randrange(50), 5)
+            made += 1
+            if operation == "ranked":
+                rank_of = lambda r: float(r.prompt_tokens)  # noqa: E731 - the rank the queue orders by
+                queue.insert_ranked(item, rank_of)
+                ordered = list(reference)
+                bisect.insort_right(ordered, item, key=rank_of)
+                reference = deque(ordered)
+            else:
+                getattr(queue, operation)(item)
+                getattr(reference, operation)(item)
+        elif operation == "clear":
+            queue.clear()
+            reference.clear()
+        elif reference:
+            assert getattr(queue, operation)() is getattr(reference, operation)()
+        else:
+            with pytest.raises(IndexError):
+                getattr(queue, operation)()
+        assert list(queue) == list(reference) and len(queue) == len(reference) and bool(queue) == bool(reference)
+        assert all(queue[i] is reference[i] for i in range(-len(reference), len(reference)))
+        assert queue._head < ADMITTED_KEPT or 2 * queue._head < len(queue._items)  # noqa: SLF001 - bounded
+    for index in (len(reference), -len(reference) - 1):
+        with pytest.raises(IndexError):
+            queue[index]
 
 
 # ---- KV ledger ------------------------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 resumption with new weights, its KV capacity and its probe."""
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import PAUSED, EngineState
 from rlsim.sim.engine.telemetry import EngineTelemetry, Probe
+from rlsim.sim.engine.waiting import WaitingQueue
 from rlsim.sim.environments import ToolLatency
 from rlsim.sim.sequence import Rollout
 
@@ -39,7 +39,7 @@ class EngineControls:
     state: EngineState
     telemetry: EngineTelemetry
     kv: KVLedger
-    _waiting: deque[Rollout]
+    _waiting: WaitingQueue
     _running: dict[Rollout, Slot]
 
     def _set_common(self, env: simpy.Environment, index: int, costs: IterationCosts, max_num_seqs: int,
@@ -53,7 +53,7 @@ class EngineControls:
         self.on_queue_empty = None  # set by work stealing
         self.environment = ToolLatency(env)  # the run's environment pool, when it is built, replaces it
         self.version = 0
-        self._waiting = deque()
+        self._waiting = WaitingQueue()
         self._running = {}  # in admission order
 
     @property

@@ -157,7 +157,7 @@ def book_boundaries(chain: PreemptionChain, first: int, stop: int, iterations: i
     admitted first) leaves the batch up to date and its KV freed, back to the front of the queue (first come, first
     served; no probe observes it). The batch's counters and the scheduler's totals run as local sums, written back
     once. The engine (coded `engine`) is sampled at each boundary, into `samples`."""
-    running, queue_front = scheduler.running, scheduler.waiting.appendleft
+    running = scheduler.running
     waiting = scheduler.waiting
     size, context, iteration = batch.size, batch.context, batch.iteration
     decode_iterations, read = batch.decode_iterations, batch.decode_read
@@ -185,7 +185,7 @@ def book_boundaries(chain: PreemptionChain, first: int, stop: int, iterations: i
             size -= 1
             context -= tokens - 1
             kv.drop(slot, tokens)
-            queue_front(rollout)
+            waiting.appendleft(rollout)
             queued += tokens
             rollout.preemptions += 1
         samples.add(engine, times[index], len(running), len(waiting), kv.used, size, iteration, decode_iterations, read)

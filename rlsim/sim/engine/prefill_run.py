@@ -30,8 +30,6 @@ rollout then do not grow with its context: ×4 longer responses re-prefill in ×
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
@@ -41,7 +39,8 @@ from rlsim.sim.engine.decode_batch import DecodeBatch
 from rlsim.sim.engine.kv_ledger import KVLedger, planned_cached_tokens
 from rlsim.sim.engine.planned import PlannedBoundaries
 from rlsim.sim.engine.slot import Slot
-from rlsim.sim.sequence import MultiTurnRollout, Rollout
+from rlsim.sim.engine.waiting import WaitingQueue
+from rlsim.sim.sequence import MultiTurnRollout
 
 Plan = list[tuple[Slot, int]]  # an iteration's prefill chunks: (slot, tokens), as `Scheduler.plan` returns them
 
@@ -99,7 +98,7 @@ class PrefillRun(PlannedBoundaries):
 
 
 def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Slot], batch: DecodeBatch,
-                     kv: KVLedger, max_num_batched_tokens: int, waiting: Sequence[Rollout], running: int,
+                     kv: KVLedger, max_num_batched_tokens: int, waiting: WaitingQueue, running: int,
                      max_num_seqs: int, admission: int | None, costs: IterationCosts) -> PrefillRun | None:
     """The run that the iteration begun at `now` (priced `seconds`, prefilling `plan`) opens, or None when its
     boundary is not one it can plan. `prefilling`: the scheduler's prefilling slots, in admission order, of which the

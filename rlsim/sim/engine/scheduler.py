@@ -1,8 +1,6 @@
 """Which sequences an engine runs: vLLM V1's scheduler, at the boundary between two iterations."""
 from __future__ import annotations
 
-from bisect import insort_right
-from collections import deque
 from math import ceil
 from typing import TYPE_CHECKING
 
@@ -17,6 +15,7 @@ from rlsim.sim.engine.queue_order import QUEUE_ORDERS, repredicted_remaining
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.telemetry import EngineTelemetry
 from rlsim.sim.engine.tool_waits import ToolWaits
+from rlsim.sim.engine.waiting import WaitingQueue
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ class Scheduler:
                  "generated_total", "fetch", "past_future", "rank", "_predicted", "_admissions")
 
     def __init__(self, env: simpy.Environment, max_num_seqs: int, max_num_batched_tokens: int, kv: KVLedger,
-                 batch: DecodeBatch, tools: ToolWaits, telemetry: EngineTelemetry, waiting: deque[Rollout],
+                 batch: DecodeBatch, tools: ToolWaits, telemetry: EngineTelemetry, waiting: WaitingQueue,
                  running: dict[Rollout, Slot], admission: str = "current_kv", order: str = "fcfs"):
         self.env = env
         self.max_num_seqs = max_num_seqs
@@ -90,7 +89,7 @@ class Scheduler:
         rank holds while it waits, as it generates nothing."""
         rank, predicted = self.rank, self._predicted
         assert rank is not None
-        insort_right(self.waiting, rollout, key=lambda waiting: rank(repredicted_remaining(waiting, predicted[waiting])))
+        self.waiting.insert_ranked(rollout, lambda waiting: rank(repredicted_remaining(waiting, predicted[waiting])))
 
     def finish(self, slot: Slot) -> None:
         """The slot's rollout reached its target: it leaves, its KV freed."""
