@@ -73,7 +73,8 @@ class KVLedger:
         return bool(self._released)
 
     def plan_ahead(self) -> int:
-        """A new plan ahead's number, which `admission_plan` and `plan_holds` take."""
+        """A new plan ahead's number: a prefill run's (`admission_plan`, `plan_holds`) or a preemption chain's, with
+        which it marks the prompt entries and slots it counts on (`SharedPrompt`, `Slot`); only plans read marks."""
         self._plans += 1
         return self._plans
 

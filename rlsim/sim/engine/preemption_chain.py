@@ -31,7 +31,7 @@ from rlsim.events.tables import SampleColumns
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.planned import PlannedBoundaries
-from rlsim.sim.engine.slot import SharedPrompt, Slot
+from rlsim.sim.engine.slot import Slot
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
 
 if TYPE_CHECKING:
@@ -62,7 +62,9 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
     boundary is not a pure preemption. The engine's state is read, never changed.
 
     One pass over the boundaries, each victim visited once: what a victim frees, and whether the queue's head (the last
-    victim) still finds its group's prompt cached, come from the running count of its group's departures."""
+    victim) still finds its group's prompt cached, come from the running count of its group's departures. The plan
+    counts those on the groups' prompt entries and marks its victims' slots, each by its number (`KVLedger.plan_ahead`:
+    marks only plans read), where sets and dicts of them cost lookups by hash at each victim."""
     stretch = batch.stretch
     assert stretch is not None
     size, context, iteration, used, capacity = batch.size, batch.context, batch.iteration, kv.used, kv.capacity
@@ -76,8 +78,7 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
     # iterator is a Python call a victim).
     latest = list(running.values())
     victim = len(latest) - 1
-    departed: dict[SharedPrompt, int] = {}  # a group's prompt -> its sequences preempted so far (prefix sharing)
-    evicted: set[Slot] = set()
+    chain = kv.plan_ahead()
     live = len(running)
     times, victim_ends, iterations, stretch_seconds = vec[float](), vec[i64](), vec[i64](), vec[float]()
     victims: list[Slot] = []
@@ -109,11 +110,14 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
             if sharing:
                 shared = slot.prompt
                 assert shared is not None
-                gone = departed[shared] = departed.get(shared, 0) + 1
-                head_shares = shared.holders > gone
+                if shared.departed_by != chain:  # its group's first victim in the chain
+                    shared.departed_by = chain
+                    shared.departed = 0
+                shared.departed += 1
+                head_shares = shared.holders > shared.departed
                 if not head_shares:
                     used -= shared.tokens  # the group's last sequence here frees its prompt
-            evicted.add(slot)
+            slot.preempted_by = chain
             victims.append(slot)
         if preempted == len(victims) or not live or used + size > capacity:
             break  # not a pure preemption
@@ -123,7 +127,7 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
         if live < max_num_seqs and size < max_num_batched_tokens and used + 2 * size + need <= capacity:
             break
         now = end
-        first = _first_finish(finishes, evicted)
+        first = _first_finish(finishes, chain)
         k, room = first - iteration, (capacity - used) // size
         if room < k:  # min() by comparison: a builtin call costs more than the rest of the line
             k = room
@@ -140,10 +144,10 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
     return PreemptionChain(times, end, victims, victim_ends, iterations, stretch_seconds)
 
 
-def _first_finish(finishes: list[Slot], evicted: set[Slot]) -> int:
-    """The earliest turn end among the sequences still decoding (stale entries and victims dropped from this copy
-    of the finish heap)."""
-    while not finishes[0].live or finishes[0] in evicted:
+def _first_finish(finishes: list[Slot], chain: int) -> int:
+    """The earliest turn end among the sequences still decoding (stale entries and the victims of the chain numbered
+    `chain` dropped from this copy of the finish heap)."""
+    while not finishes[0].live or finishes[0].preempted_by == chain:
         pop_finish(finishes)
     return finishes[0].finish
 

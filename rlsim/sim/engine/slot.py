@@ -9,7 +9,7 @@ class Slot:
     derived from the engine's iteration counter, so booking an iteration touches no slot)."""
 
     __slots__ = ("rollout", "order", "own_prompt", "prompt", "prefill_left", "computed", "start_iteration",
-                 "start_generated", "finish", "live", "decoding")
+                 "start_generated", "finish", "live", "decoding", "preempted_by")
 
     def __init__(self, rollout: Rollout, order: int):
         self.rollout = rollout
@@ -25,6 +25,7 @@ class Slot:
         self.finish = 0  # engine iteration at which its turn ends: its place in the finish heap, with `order`
         self.live = True  # False once it left the engine (its entry in the finish heap is then stale)
         self.decoding = False  # in the decode batch: its `generated` is derived from the iteration counter
+        self.preempted_by = -1  # the last preemption chain planned that preempts it (`KVLedger.plan_ahead`'s number)
 
 
 class SharedPrompt:
@@ -32,10 +33,11 @@ class SharedPrompt:
     sequences running there hold it (0: not cached). Each holder's slot points to it, so a sequence leaving releases
     it without looking its group up, and so does each of the group's rollouts that waited or ran there
     (`Rollout.shared_prompt`), so its next admission finds it without a lookup (`rlsim.sim.engine.kv_ledger.KVLedger`,
-    the `ledger` whose index of prompts holds it while `indexed`). `planned_by`: the last plan ahead
-    (`KVLedger.plan_ahead`) that admits a sequence of the group, whose prompt is `planned_tokens`."""
+    the `ledger` whose index of prompts holds it while `indexed`). What plans ahead mark on it, each by its number
+    (`KVLedger.plan_ahead`): `planned_by`, the last prefill run that admits a sequence of the group, whose prompt is
+    `planned_tokens`; `departed_by`, the last preemption chain that preempts its holders, `departed` of them."""
 
-    __slots__ = ("tokens", "holders", "ledger", "indexed", "planned_by", "planned_tokens")
+    __slots__ = ("tokens", "holders", "ledger", "indexed", "planned_by", "planned_tokens", "departed_by", "departed")
 
     def __init__(self, tokens: int, ledger: object):
         self.tokens = tokens
@@ -44,3 +46,5 @@ class SharedPrompt:
         self.indexed = True
         self.planned_by = -1
         self.planned_tokens = 0
+        self.departed_by = -1
+        self.departed = 0
