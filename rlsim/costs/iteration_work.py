@@ -85,6 +85,12 @@ class SingleQueryAttention:
             counts = append(counts, float(count))
         self._layer_counts = counts
 
+    def __reduce__(self) -> tuple[type[SingleQueryAttention], tuple[object, ...]]:
+        """Rebuilt from its arguments (a librt `vec` does not pickle): a cost model pickles and copies with it."""
+        return SingleQueryAttention, (self.expanded, self.absorbed, self.query_width, self.passes, self.kv_per_layer,
+                                      self.activation_bytes, self.fill_seconds,
+                                      (self.rate, self.fixed_bytes, self.bytes_per_s), self.layers)
+
     def seconds(self, decode_rows: int, prefill: int, prefill_cached: int, prefill_pairs: float,
                 decode_context: float) -> float:
         """The attention time of an iteration of `decode_rows` decoding sequences and prefill chunks of `prefill`

@@ -83,8 +83,9 @@ class KVLedger:
         released context cached (`holds_released`): its group's prompt is cached when its running sequences hold it
         here, or when a rollout the plan admits ahead of it does (`plan_holds`). -1 when its prompt differs from its
         group's, which `admit` refuses. What the reservation leaves out of its context and first token is the cached
-        prompt (`planned_cached_tokens`). Changes nothing the engine does. One native int rather than a tuple with
-        the cached tokens: a ×4-length step plans tens of thousands of admissions."""
+        prompt (`planned_cached_tokens`). Changes nothing a result depends on (it may index the group's entry, idle).
+        One native int rather than a tuple with the cached tokens: a ×4-length step plans tens of thousands of
+        admissions."""
         context, prompt = rollout.context_tokens, rollout.prompt_tokens
         if not self.sharing:
             return context + 1

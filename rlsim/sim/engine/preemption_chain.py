@@ -59,7 +59,7 @@ class PreemptionChain(PlannedBoundaries):
 def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollout, Slot], max_num_seqs: int,
                max_num_batched_tokens: int, costs: IterationCosts) -> PreemptionChain | None:
     """The chain that the stretch just begun at `now` opens, or None when that stretch ends in a turn end or its
-    boundary is not a pure preemption. The engine's state is read, never changed.
+    boundary is not a pure preemption. The engine's state is read, never changed (but for the plan's marks below).
 
     One pass over the boundaries, each victim visited once: what a victim frees, and whether the queue's head (the last
     victim) still finds its group's prompt cached, come from the running count of its group's departures. The plan
