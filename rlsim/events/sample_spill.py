@@ -90,7 +90,7 @@ class SampleSpill:
         for a in range(0, order.size, CHUNK):
             block = order[a:a + CHUNK]
             rows = np.empty(block.size, dtype=ROW)
-            rows["time"], rows["counters"], rows["position"] = times[block], counters[block], block
+            rows["time"], rows["counters"], rows["position"] = times[block], np.take(counters, block, axis=0), block
             self.file.write(rows.tobytes())
         self.chunks.append(_Chunk(self.file, start, offsets.astype(np.int64), float(times.min())))
         del engines, times, counters
@@ -133,7 +133,7 @@ class SpilledSamples:
             engines, times, counters = (np.concatenate([old, new]) for old, new in
                                         zip(pending, chunk.in_recording_order(), strict=True))
             order = np.argsort(times, kind="stable")
-            engines, times, counters = engines[order], times[order], counters[order]
+            engines, times, counters = engines[order], times[order], np.take(counters, order, axis=0)
             ready = int(np.searchsorted(times, bound, side="right"))
             if ready:
                 yield engines[:ready], times[:ready], counters[:ready]

@@ -349,7 +349,7 @@ class SampleTable:
         bounds = np.searchsorted(self.engine[order], np.arange(len(self.engine_names) + 1))
         for codes in groups:
             index = np.concatenate([order[bounds[c]:bounds[c + 1]] for c in codes] or [np.zeros(0, dtype=np.intp)])
-            yield self.time[index], self.counters[index]
+            yield self.time[index], np.take(self.counters, index, axis=0)  # rows, as in `in_time_order`
 
     def in_time_order(self) -> SampleTable:
         """The samples sorted by time, each engine's (and simultaneous ones') in recording order: an engine books a
