@@ -2,7 +2,10 @@
 the decode batch's bookkeeping and fast-advance stretch, and the pause protocol of the engine's state."""
 from __future__ import annotations
 
+import bisect
 import heapq
+import random
+from collections import deque
 
 import pytest
 import simpy
@@ -32,10 +35,6 @@ def admitted(ledger: KVLedger, r: Rollout, order: int = 0) -> Slot:
 def test_the_waiting_queue_keeps_a_deques_order_through_admissions_returns_and_steals(operations, seed):
     """Against a deque (a ranked insertion against a list's insort): the same rollouts in the same order after every
     operation, whatever the mix; the admitted heads it keeps stay bounded."""
-    import bisect
-    import random
-    from collections import deque
-
     chosen = random.Random(seed)
     queue, reference, made = WaitingQueue(), deque(), 0
     for operation in operations:
@@ -43,10 +42,9 @@ def test_the_waiting_queue_keeps_a_deques_order_through_admissions_returns_and_s
             item = rollout(made, 10 + chosen.randrange(50), 5)
             made += 1
             if operation == "ranked":
-                rank_of = lambda r: float(r.prompt_tokens)  # noqa: E731 - the rank the queue orders by
-                queue.insert_ranked(item, rank_of)
+                queue.insert_ranked(item, _prompt_rank)
                 ordered = list(reference)
-                bisect.insort_right(ordered, item, key=rank_of)
+                bisect.insort_right(ordered, item, key=_prompt_rank)
                 reference = deque(ordered)
             else:
                 getattr(queue, operation)(item)
@@ -65,6 +63,11 @@ def test_the_waiting_queue_keeps_a_deques_order_through_admissions_returns_and_s
     for index in (len(reference), -len(reference) - 1):
         with pytest.raises(IndexError):
             queue[index]
+
+
+def _prompt_rank(rollout: Rollout) -> float:
+    """A rank to order a queue by in the test above: the rollout's prompt length."""
+    return float(rollout.prompt_tokens)
 
 
 # ---- KV ledger ------------------------------------------------------------------------------------------------------

@@ -136,7 +136,8 @@ class KVLedger:
         self.cached_prefill_tokens += cached
         own_prompt = 0 if sharing else prompt
         if shared is not None:
-            slot.prompt = self._hold(rollout.group, prompt, shared)
+            self._hold(rollout.group, prompt, shared)
+            slot.prompt = shared
         self.used += own_prompt + context - prompt + 1
         slot.own_prompt = own_prompt
         slot.prefill_left = context - cached
@@ -154,7 +155,8 @@ class KVLedger:
             # The plan found its group's prompt cached or not, as here (nothing leaves while a run's admissions book).
             held = shared.holders > 0
             assert slot.computed == (min(prompt, context - 1) if held else 0), "a planned admission prefills otherwise"
-            slot.prompt = self._hold(rollout.group, prompt, shared)
+            self._hold(rollout.group, prompt, shared)
+            slot.prompt = shared
             slot.own_prompt = 0
             self.used += context - prompt + 1
         else:
@@ -202,20 +204,19 @@ class KVLedger:
         rollout.shared_prompt = entry
         return entry
 
-    def _hold(self, group: int, prompt: int, entry: SharedPrompt) -> SharedPrompt:
+    def _hold(self, group: int, prompt: int, entry: SharedPrompt) -> None:
         """One more running sequence of `group` holds its prompt of `prompt` tokens, in the group's `entry` here
-        (held, or idle: its prompt cached again); the entry. A held prompt of another length is refused."""
+        (held, or idle: its prompt cached again). A held prompt of another length is refused."""
         if entry.holders:
             if entry.tokens != prompt:
                 raise ValueError(f"rollouts of group {group} have prompts of {entry.tokens} and {prompt} tokens: a "
                                  f"group shares one prompt")
             entry.holders += 1
-            return entry
+            return
         entry.tokens = prompt
         self._idle_prompts -= 1
         entry.holders = 1
         self.used += prompt
-        return entry
 
     def _release_prompt(self, slot: Slot) -> bool:
         """One fewer running sequence of the slot's group; frees the shared prompt when it was the last. Whether it
