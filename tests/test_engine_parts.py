@@ -3,7 +3,9 @@ the decode batch's bookkeeping and fast-advance stretch, and the pause protocol 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
+import inspect
 import random
 from collections import deque
 
@@ -17,7 +19,7 @@ from rlsim.sim.engine.kv_ledger import IDLE_PROMPTS_KEPT, KVLedger
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import BUSY, IDLE, PAUSED, EngineState
 from rlsim.sim.engine.waiting import ADMITTED_KEPT, WaitingQueue
-from rlsim.sim.sequence import MultiTurnRollout, Rollout
+from rlsim.sim.sequence import MultiTurnRollout, Rollout, SegmentedRollout
 from rlsim.workload.multiturn import Turn
 from tests.test_sim_rollout import FixedCosts, rollout
 
@@ -306,3 +308,21 @@ def test_a_pause_that_stops_sooner_overrides_one_under_way_and_resume_wakes_the_
     env.process(controller())
     env.run()
     assert trace == [("woken", 1.0, "interrupt"), ("paused", 1.0), ("resumed", 3.0)]
+
+
+@pytest.mark.parametrize("kind", [Rollout, MultiTurnRollout, SegmentedRollout])
+def test_a_rollouts_written_constructor_takes_its_fields_in_order_with_their_defaults(kind):
+    """The rollouts' __init__ is written out (a dataclass's generated one is interpreted code when compiled): its
+    parameters must stay the fields, in order, with the fields' defaults, and it must set each one."""
+    fields = dataclasses.fields(kind)
+    parameters = list(inspect.signature(kind.__init__).parameters.values())[1:]
+    assert [p.name for p in parameters] == [f.name for f in fields]
+    for parameter, field in zip(parameters, fields, strict=True):
+        expected = inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
+        assert parameter.default == expected, field.name
+    values = {f.name: index + 3 for index, f in enumerate(fields)}  # a distinct value a field
+    values["truncated"] = True
+    if kind is MultiTurnRollout:
+        values["turns"] = (Turn(values["target_tokens"]),)
+    made = kind(**values)
+    assert {f.name: getattr(made, f.name) for f in fields} == values
