@@ -130,7 +130,14 @@ def decode_profile(engine: EngineKernels, batch: int, queries: int = 1) -> Decod
         probe = (start + starts[i + 1]) / 2 if i + 1 < len(starts) else start + 1.0
         a_sum, b_sum = constant, 0.0
         for pieces in terms:
-            a, b = max(pieces, key=lambda p: p[0] + p[1] * probe)
+            # max(pieces, key=value at probe), the first of equal ones, by comparison: a key function is a call a
+            # piece, and a run prices a profile for every batch size its engines reach.
+            a, b = pieces[0]
+            top = a + b * probe
+            for a_next, b_next in pieces[1:]:
+                value = a_next + b_next * probe
+                if value > top:
+                    a, b, top = a_next, b_next, value
             a_sum += a
             b_sum += b
         intercepts.append(a_sum)
