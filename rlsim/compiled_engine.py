@@ -25,7 +25,7 @@ COMPILED_MODULES = (
     "rlsim/sim/engine/lifecycle.py", "rlsim/sim/engine/planned.py", "rlsim/sim/engine/preemption_chain.py",
     "rlsim/sim/engine/prefill_run.py", "rlsim/sim/engine/queue_order.py", "rlsim/sim/engine/scheduler.py",
     "rlsim/sim/engine/slot.py", "rlsim/sim/engine/state.py", "rlsim/sim/engine/telemetry.py",
-    "rlsim/sim/engine/tool_waits.py", "rlsim/sim/engine/waiting.py",
+    "rlsim/sim/engine/running.py", "rlsim/sim/engine/tool_waits.py", "rlsim/sim/engine/waiting.py",
     "rlsim/costs/rollout.py", "rlsim/costs/decode_profile.py", "rlsim/costs/memo.py", "rlsim/costs/iteration_work.py",
     "rlsim/events/tables.py", "rlsim/sim/recorder.py",
     "rlsim/sim/groups.py", "rlsim/sim/balance.py", "rlsim/sim/dp_balance.py", "rlsim/sim/worker_queue.py",

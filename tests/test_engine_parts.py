@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish, push_finish
 from rlsim.sim.engine.kv_ledger import IDLE_PROMPTS_KEPT, KVLedger
+from rlsim.sim.engine.running import EMPTIED_KEPT, RunningSlots
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import BUSY, IDLE, PAUSED, EngineState
 from rlsim.sim.engine.waiting import ADMITTED_KEPT, WaitingQueue
@@ -70,6 +71,40 @@ def test_the_waiting_queue_keeps_a_deques_order_through_admissions_returns_and_s
 def _prompt_rank(rollout: Rollout) -> float:
     """A rank to order a queue by in the test above: the rollout's prompt length."""
     return float(rollout.prompt_tokens)
+
+
+# ---- running sequences ----------------------------------------------------------------------------------------------
+
+@given(st.lists(st.tuples(st.sampled_from(["admit", "leave", "leave_latest", "again"]), st.integers(0, 2**31)),
+                max_size=400))
+def test_the_running_slots_keep_a_dicts_admission_order_through_leaves_and_readmissions(operations):
+    """Against a dict keyed by rollout (what the engine kept): the same slots in the same order after every
+    admission, leave from anywhere (a finish), leave of the latest (a preemption) and return of a slot that left (a KV
+    fetch's); the latest is the dict's last, the places emptied stay bounded and every slot knows its place."""
+    running, reference, left, made = RunningSlots(), {}, [], 0
+    for operation, pick in operations:
+        if operation == "admit" or (operation == "again" and not left) or (operation != "admit" and not reference):
+            slot = Slot(rollout(made, 10, 5), made)
+            made += 1
+            running.add(slot)
+            reference[slot.rollout] = slot
+        elif operation == "again":
+            slot = left.pop(pick % len(left))
+            running.add(slot)
+            reference[slot.rollout] = slot
+        else:
+            slots = list(reference.values())
+            slot = slots[-1] if operation == "leave_latest" else slots[pick % len(slots)]
+            running.remove(slot)
+            del reference[slot.rollout]
+            left.append(slot)
+        assert running.in_admission_order() == list(reference.values())
+        assert len(running) == len(reference) and bool(running) == bool(reference)
+        if reference:
+            assert running.latest() is list(reference.values())[-1]
+        assert all(slot is None or running.slots[slot.running_at] is slot for slot in running.slots)
+        assert all(slot.running_at == -1 for slot in left)
+        assert len(running.slots) - len(running) <= len(running) + EMPTIED_KEPT
 
 
 # ---- KV ledger ------------------------------------------------------------------------------------------------------

@@ -137,7 +137,7 @@ class StaticBatchEngine(EngineControls):
     def close(self) -> None:
         """The run stops now: record the busy span still open, and bring the rows' `generated` up to date."""
         steps = self.batch.iteration + self.batch.unbooked(self.env.now)
-        for slot in self._running.values():
+        for slot in self._running.in_admission_order():
             rollout = slot.rollout
             if not slot.prefill_left:
                 rollout.generated = min(slot.start_generated + steps - slot.start_iteration,
@@ -188,7 +188,7 @@ class StaticBatchEngine(EngineControls):
                 rollout.admitted = self.env.now
             rollout.admissions += 1
             self._queued_tokens -= rollout.context_tokens
-            self._running[rollout] = slot
+            self._running.add(slot)
             self.telemetry.observe("admitted", rollout)
             rows.append(slot)
         for slot in rows:
@@ -257,7 +257,7 @@ class StaticBatchEngine(EngineControls):
         self.telemetry.changed = True
         for slot in rows:
             rollout = slot.rollout
-            del self._running[rollout]
+            self._running.remove(slot)
             slot.live = False
             rollout.generated += rollout.remaining
             if rollout.done:

@@ -10,7 +10,7 @@ import simpy
 
 from rlsim.costs.rollout import IterationCosts
 from rlsim.sim.engine.kv_ledger import KVLedger
-from rlsim.sim.engine.slot import Slot
+from rlsim.sim.engine.running import RunningSlots
 from rlsim.sim.engine.state import PAUSED, EngineState
 from rlsim.sim.engine.telemetry import EngineTelemetry, Probe
 from rlsim.sim.engine.waiting import WaitingQueue
@@ -40,7 +40,7 @@ class EngineControls:
     telemetry: EngineTelemetry
     kv: KVLedger
     _waiting: WaitingQueue
-    _running: dict[Rollout, Slot]
+    _running: RunningSlots
 
     def _set_common(self, env: simpy.Environment, index: int, costs: IterationCosts, max_num_seqs: int,
                     first_gpu: int, gpu_count: int, mode: str, on_finish: Callable[[Rollout], None]) -> None:
@@ -54,7 +54,7 @@ class EngineControls:
         self.environment = ToolLatency(env)  # the run's environment pool, when it is built, replaces it
         self.version = 0
         self._waiting = WaitingQueue()
-        self._running = {}  # in admission order
+        self._running = RunningSlots()
 
     @property
     def outstanding(self) -> int:

@@ -101,7 +101,7 @@ class KVFetch:
         engine = self.engine
         scheduler = engine.scheduler
         scheduler.prefilling.pop()  # the admission's, the latest
-        del scheduler.running[rollout]
+        scheduler.running.remove(slot)
         # The admission reserved the context plus the token its prefill would sample; that token was sampled by the
         # prefill engine, and its KV is written by the first decode step here, as after a local prefill.
         engine.kv.used -= 1
@@ -121,7 +121,7 @@ class KVFetch:
         engine.telemetry.changed = True
         for slot in self.arrived:
             rollout = slot.rollout
-            running[rollout] = slot
+            running.add(slot)
             if rollout.remaining <= 0:
                 lifecycle.turn_end(slot)
             else:

@@ -31,8 +31,9 @@ from rlsim.events.tables import SampleColumns
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.planned import PlannedBoundaries
+from rlsim.sim.engine.running import RunningSlots
 from rlsim.sim.engine.slot import Slot
-from rlsim.sim.sequence import MultiTurnRollout, Rollout
+from rlsim.sim.sequence import MultiTurnRollout
 
 if TYPE_CHECKING:
     from rlsim.sim.engine.scheduler import Scheduler
@@ -56,7 +57,7 @@ class PreemptionChain(PlannedBoundaries):
         self.seconds = seconds
 
 
-def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollout, Slot], max_num_seqs: int,
+def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: RunningSlots, max_num_seqs: int,
                max_num_batched_tokens: int, costs: IterationCosts) -> PreemptionChain | None:
     """The chain that the stretch just begun at `now` opens, or None when that stretch ends in a turn end or its
     boundary is not a pure preemption. The engine's state is read, never changed (but for the plan's marks below).
@@ -74,9 +75,9 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
         return None  # the stretch ends in a turn end (the usual case): no copy of the finish heap needed
     finishes = batch.pending_finishes()
     sharing = kv.sharing
-    # The victims, latest admitted first: latest[victim], counting down (indexing a list, where next() on an
-    # iterator is a Python call a victim).
-    latest = list(running.values())
+    # The victims, latest admitted first: the running slots' list from its end, counting down past the places
+    # emptied (read in place: copying the batch's slots cost more than the few victims a chain takes).
+    latest = running.slots
     victim = len(latest) - 1
     chain = kv.plan_ahead()
     live = len(running)
@@ -97,6 +98,9 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: dict[Rollo
         while live and used + size > capacity:
             slot = latest[victim]
             victim -= 1
+            while slot is None:
+                slot = latest[victim]
+                victim -= 1
             rollout = slot.rollout
             if slot.prefill_left or isinstance(rollout, MultiTurnRollout):
                 break  # prefilling, or a trajectory whose preemption depends on its tool calls: not a chain's victim
@@ -182,7 +186,7 @@ def book_boundaries(chain: PreemptionChain, first: int, stop: int, iterations: i
             slot = victims[taken]
             taken += 1
             rollout = slot.rollout
-            del running[rollout]
+            running.remove(slot)
             slot.live = slot.decoding = False
             rollout.generated = slot.start_generated + iteration - slot.start_iteration
             tokens = rollout.context_tokens

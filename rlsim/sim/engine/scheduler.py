@@ -12,6 +12,7 @@ from rlsim.sim.engine.admission import predicted_peak_tokens
 from rlsim.sim.engine.decode_batch import DecodeBatch
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.queue_order import QUEUE_ORDERS, repredicted_remaining
+from rlsim.sim.engine.running import RunningSlots
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.telemetry import EngineTelemetry
 from rlsim.sim.engine.tool_waits import ToolWaits
@@ -43,7 +44,7 @@ class Scheduler:
 
     def __init__(self, env: simpy.Environment, max_num_seqs: int, max_num_batched_tokens: int, kv: KVLedger,
                  batch: DecodeBatch, tools: ToolWaits, telemetry: EngineTelemetry, waiting: WaitingQueue,
-                 running: dict[Rollout, Slot], admission: str = "current_kv", order: str = "fcfs"):
+                 running: RunningSlots, admission: str = "current_kv", order: str = "fcfs"):
         self.env = env
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -95,7 +96,7 @@ class Scheduler:
         """The slot's rollout reached its target: it leaves, its KV freed."""
         rollout = slot.rollout
         target = rollout.target_tokens
-        del self.running[rollout]
+        self.running.remove(slot)
         slot.live = False
         rollout.generated = target
         self.kv.drop(slot, rollout.context_tokens)
@@ -108,7 +109,7 @@ class Scheduler:
         """A prefill engine's slot sampled its first token and leaves for a decode engine; its KV stays cached here
         until the decode engine has fetched it."""
         rollout = slot.rollout
-        del self.running[rollout]
+        self.running.remove(slot)
         slot.live = False
         self.telemetry.changed = True
         self.generated_total -= rollout.generated
@@ -117,7 +118,7 @@ class Scheduler:
 
     def release(self, slot: Slot) -> None:
         """The slot's trajectory leaves for its tool calls without holding its slot, its context left cached."""
-        del self.running[slot.rollout]
+        self.running.remove(slot)
         slot.live = False
         self.kv.release(slot)
         self.left = True
@@ -131,7 +132,7 @@ class Scheduler:
             self.fetch.join_arrived()
         running = self.running
         if interrupt and running:
-            for slot in reversed(list(running.values())):
+            for slot in reversed(running.in_admission_order()):
                 self.evict(slot)
                 self.interruptions += 1
                 self.telemetry.observe("interrupted", slot.rollout)
@@ -143,7 +144,7 @@ class Scheduler:
         # A held trajectory back from its tools reserves room for its new tokens unchecked, so even with nothing
         # decoding the cache can be over-full.
         while running and kv.used + batch.size > kv.capacity:
-            self.preempt(next(reversed(running.values())))
+            self.preempt(running.latest())
             preempted = True
         return preempted
 
@@ -221,7 +222,8 @@ class Scheduler:
         it has outgrown it."""
         iteration, predicted, kv = self.batch.iteration, self._predicted, self.kv
         sequences: list[tuple[int, int]] = []
-        for running, slot in self.running.items():
+        for slot in self.running.in_admission_order():
+            running = slot.rollout
             # A decoding slot's `generated` is booked lazily; its progress is the iteration counter's.
             generated = (slot.start_generated + iteration - slot.start_iteration if slot.decoding
                          else running.generated)
@@ -259,7 +261,7 @@ class Scheduler:
     def evict(self, slot: Slot) -> None:
         """Drop a running sequence's KV cache and put it back at the front of the queue, keeping its tokens."""
         rollout = slot.rollout
-        del self.running[rollout]
+        self.running.remove(slot)
         slot.live = False
         self.telemetry.changed = True
         if slot.prefill_left:
@@ -314,7 +316,7 @@ class Scheduler:
         rollout.admissions += 1
         telemetry = self.telemetry
         telemetry.changed = True
-        self.running[rollout] = slot
+        self.running.add(slot)
         self.prefilling.append(slot)
         telemetry.observe("admitted", rollout)
 

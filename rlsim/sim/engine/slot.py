@@ -9,7 +9,7 @@ class Slot:
     derived from the engine's iteration counter, so booking an iteration touches no slot)."""
 
     __slots__ = ("rollout", "order", "own_prompt", "prompt", "prefill_left", "computed", "start_iteration",
-                 "start_generated", "finish", "live", "decoding", "preempted_by")
+                 "start_generated", "finish", "live", "decoding", "preempted_by", "running_at")
 
     def __init__(self, rollout: Rollout, order: int):
         self.rollout = rollout
@@ -26,6 +26,7 @@ class Slot:
         self.live = True  # False once it left the engine (its entry in the finish heap is then stale)
         self.decoding = False  # in the decode batch: its `generated` is derived from the iteration counter
         self.preempted_by = -1  # the last preemption chain planned that preempts it (`KVLedger.plan_ahead`'s number)
+        self.running_at = -1  # its place among the engine's running sequences (`RunningSlots`), -1 when not there
 
 
 class SharedPrompt:

@@ -17,7 +17,7 @@ from librt.vecs import vec
 from rlsim.events.tables import SampleColumns
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read
 from rlsim.sim.engine.kv_ledger import KVLedger
-from rlsim.sim.engine.slot import Slot
+from rlsim.sim.engine.running import RunningSlots
 from rlsim.sim.engine.waiting import WaitingQueue
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.sequence import Rollout
@@ -39,7 +39,7 @@ class EngineTelemetry:
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, first_gpu: int, gpu_count: int, unit: str,
                  busy_labels: tuple[str, str, str], probe: Probe | None, kv: KVLedger, batch: DecodeBatch,
-                 running: dict[Rollout, Slot], waiting: WaitingQueue):
+                 running: RunningSlots, waiting: WaitingQueue):
         self.env = env
         self.recorder = recorder
         self.unit = unit
