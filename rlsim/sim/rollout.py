@@ -252,7 +252,8 @@ class RolloutEngine(EngineControls):
         running rollouts' `generated` up to date."""
         self.settle()
         held = self.tools.held
-        decoding = (slot for slot in self._running.in_admission_order() if not slot.prefill_left and slot.rollout not in held)
+        decoding = (slot for slot in self._running.in_admission_order()
+                    if not slot.prefill_left and slot.rollout not in held)
         self.batch.catch_up(decoding, self.env.now)
         self.telemetry.close(self.version)
         self.telemetry.sample()
