@@ -5,7 +5,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import heapq
-import inspect
 import random
 from collections import deque
 
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish, push_finish
 from rlsim.sim.engine.kv_ledger import IDLE_PROMPTS_KEPT, KVLedger
 from rlsim.sim.engine.running import EMPTIED_KEPT, RunningSlots
-from rlsim.sim.engine.slot import Slot
+from rlsim.sim.engine.slot import SharedPrompt, Slot
 from rlsim.sim.engine.state import BUSY, IDLE, PAUSED, EngineState
 from rlsim.sim.engine.waiting import ADMITTED_KEPT, WaitingQueue
 from rlsim.sim.sequence import MultiTurnRollout, Rollout, SegmentedRollout
@@ -347,17 +346,26 @@ def test_a_pause_that_stops_sooner_overrides_one_under_way_and_resume_wakes_the_
 
 @pytest.mark.parametrize("kind", [Rollout, MultiTurnRollout, SegmentedRollout])
 def test_a_rollouts_written_constructor_takes_its_fields_in_order_with_their_defaults(kind):
-    """The rollouts' __init__ is written out (a dataclass's generated one is interpreted code when compiled): its
-    parameters must stay the fields, in order, with the fields' defaults, and it must set each one."""
+    """The rollouts' __init__ is written out (a dataclass's generated one is interpreted code when compiled): it must
+    take every field by name and in the fields' order, and leave each field it is not given at the field's default.
+    Checked by calling it (a compiled __init__ has no signature to inspect)."""
     fields = dataclasses.fields(kind)
-    parameters = list(inspect.signature(kind.__init__).parameters.values())[1:]
-    assert [p.name for p in parameters] == [f.name for f in fields]
-    for parameter, field in zip(parameters, fields, strict=True):
-        expected = inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
-        assert parameter.default == expected, field.name
-    values = {f.name: index + 3 for index, f in enumerate(fields)}  # a distinct value a field
-    values["truncated"] = True
+    values: dict[str, object] = {}  # a distinct value a field, of its type (compiled, each parameter is checked)
+    for index, f in enumerate(fields):
+        kind_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")  # compiled: the class
+        values[f.name] = {"int": index + 3, "float": index + 3.5, "bool": True}.get(kind_name)
+    values["shared_prompt"] = SharedPrompt(7, None)
     if kind is MultiTurnRollout:
         values["turns"] = (Turn(values["target_tokens"]),)
-    made = kind(**values)
-    assert {f.name: getattr(made, f.name) for f in fields} == values
+    assert None not in values.values(), "a field of a type this test does not fill"
+    by_name = kind(**values)
+    in_order = kind(*values.values())
+    for made in (by_name, in_order):
+        assert {f.name: getattr(made, f.name) for f in fields} == values
+    required = {f.name: values[f.name] for f in fields if f.default is dataclasses.MISSING}
+    if kind is MultiTurnRollout:  # a trajectory needs its turns, whose tokens make its target
+        required["turns"] = values["turns"]
+    defaulted = kind(**required)
+    for f in fields:
+        expected = required[f.name] if f.name in required else f.default
+        assert getattr(defaulted, f.name) == expected, f.name
