@@ -352,8 +352,8 @@ def test_a_rollouts_written_constructor_takes_its_fields_in_order_with_their_def
     fields = dataclasses.fields(kind)
     values: dict[str, object] = {}  # a distinct value a field, of its type (compiled, each parameter is checked)
     for index, f in enumerate(fields):
-        kind_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")  # compiled: the class
-        values[f.name] = {"int": index + 3, "float": index + 3.5, "bool": True}.get(kind_name)
+        type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")  # compiled: the class
+        values[f.name] = {"int": index + 3, "float": index + 3.5, "bool": True}.get(type_name)
     values["shared_prompt"] = SharedPrompt(7, None)
     if kind is MultiTurnRollout:
         values["turns"] = (Turn(values["target_tokens"]),)

@@ -12,7 +12,7 @@ class RunningSlots:
     """The slots of the sequences an engine runs, in admission order: what a dict keyed by rollout kept, without a
     hash a sequence. An admission appends its slot, which remembers its place (`Slot.running_at`); a sequence leaving
     empties its place, and the places emptied at the end are dropped at once, so the latest admitted (a preemption's
-    victim) is always the list's last. A ×4-length step admits ~100,000 times, a readmission after each preemption,
+    victim) is always the list's last. A ×4-length step admits ~50,000 times, a readmission after each preemption,
     and a dict paid ~300 instructions an insertion and ~200 a deletion for it.
 
     `slots` is the list itself, read by the preemption chain's plan from its end (its places None where emptied)."""
