@@ -19,7 +19,8 @@ from pathlib import Path
 # an array of them, which a compiled function refuses at its typed boundary.
 # No package's __init__ is compiled: it would hold nothing worth it, and a compiled package's __path__ is mypyc's guess.
 COMPILED_MODULES = (
-    "rlsim/sim/rollout.py", "rlsim/sim/sequence.py", "rlsim/sim/prefill.py", "rlsim/sim/static_batch.py",
+    "rlsim/sim/rollout.py", "rlsim/sim/clock.py", "rlsim/sim/sequence.py", "rlsim/sim/prefill.py",
+    "rlsim/sim/static_batch.py",
     "rlsim/sim/engine/admission.py", "rlsim/sim/engine/controls.py",
     "rlsim/sim/engine/decode_batch.py", "rlsim/sim/engine/kv_fetch.py", "rlsim/sim/engine/kv_ledger.py",
     "rlsim/sim/engine/lifecycle.py", "rlsim/sim/engine/planned.py", "rlsim/sim/engine/preemption_chain.py",

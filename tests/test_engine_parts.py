@@ -13,6 +13,7 @@ import simpy
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rlsim.sim.clock import sim_now
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read, pop_finish, push_finish
 from rlsim.sim.engine.kv_ledger import IDLE_PROMPTS_KEPT, KVLedger
 from rlsim.sim.engine.running import EMPTIED_KEPT, RunningSlots
@@ -313,6 +314,34 @@ def test_a_stretch_runs_to_the_first_finish_or_the_kv_room_and_a_wake_up_waits_f
 
 
 # ---- state and pauses -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("initial_time", [0, 2.5])
+def test_the_engines_clock_is_simpys_at_every_event_of_a_run(initial_time):
+    """`sim_now` reads the attribute SimPy keeps its clock in, past its `now` property: the two agree from the start,
+    at every event of processes interrupting each other, and after the run (a SimPy that moved its clock elsewhere
+    fails here, not in a run's results)."""
+    env = simpy.Environment(initial_time)
+    seen = [(sim_now(env), env.now)]
+
+    def sleeper():
+        for delay in (0.5, 0.0, 1.25):
+            try:
+                yield env.timeout(delay)
+            except simpy.Interrupt:
+                pass
+            seen.append((sim_now(env), env.now))
+
+    def waker(target):
+        yield env.timeout(0.2)
+        target.interrupt()
+        seen.append((sim_now(env), env.now))
+
+    env.process(waker(env.process(sleeper())))
+    env.run()
+    seen.append((sim_now(env), env.now))
+    assert len(seen) == 6 and seen[-1][1] > initial_time
+    assert all(ours == simpys for ours, simpys in seen)
+
 
 def test_a_pause_that_stops_sooner_overrides_one_under_way_and_resume_wakes_the_process():
     env = simpy.Environment()

@@ -17,6 +17,7 @@ import simpy
 
 from rlsim.events import RUN_END
 from rlsim.sim.balance import Dispatcher
+from rlsim.sim.clock import sim_now
 from rlsim.sim.engines import GenerationEngine
 from rlsim.sim.recorder import Recorder
 from rlsim.sim.sequence import MultiTurnRollout, Rollout, SegmentedRollout
@@ -85,7 +86,7 @@ class GroupLedger:
     def send(self, drawn: list[PromptGroup], *, quorum: tuple[int, str] | None = None) -> list[Rollout]:
         """Send drawn groups out (launched, or sent again as new groups); returns their rollouts."""
         launched = []
-        now = self.env.now
+        now = sim_now(self.env)
         for group in drawn:
             members = self._rollouts_of(group, now)
             self._members[group.group] = members
@@ -115,7 +116,7 @@ class GroupLedger:
         while self._held and self._generating < self._group_cap:
             members = self._held.popleft()
             for rollout in members:
-                rollout.submitted = self.env.now
+                rollout.submitted = sim_now(self.env)
             self._generating += 1
             self.dispatcher.dispatch(members)
 
@@ -197,7 +198,7 @@ class GroupLedger:
 
     def complete(self, group: int) -> None:
         # Kept in the order `take` serves: completion instant (to the tie window), then group id.
-        insort(self._complete, (round(self.env.now / TIE_WINDOW_S), group))
+        insort(self._complete, (round(sim_now(self.env) / TIE_WINDOW_S), group))
 
     def notify(self) -> None:
         event, self.changed = self.changed, self.env.event()

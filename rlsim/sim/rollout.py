@@ -50,6 +50,7 @@ from typing import ClassVar, Literal
 import simpy
 
 from rlsim.costs.rollout import IterationCosts
+from rlsim.sim.clock import sim_now
 from rlsim.sim.engine.controls import EngineControls
 from rlsim.sim.engine.decode_batch import DecodeBatch, Stretch
 from rlsim.sim.engine.kv_fetch import KVFetch, PrefillRouter
@@ -146,7 +147,7 @@ class RolloutEngine(EngineControls):
         """KV-cache tokens in use after the iterations completed so far."""
         self.settle()
         batch = self.batch
-        return self.kv.used + batch.size * batch.unbooked(self.env.now)
+        return self.kv.used + batch.size * batch.unbooked(sim_now(self.env))
 
     @property
     def predicted_work(self) -> float:
@@ -154,7 +155,7 @@ class RolloutEngine(EngineControls):
         (an underestimate once sequences outrun their predictions)."""
         self.settle()
         scheduler, batch = self.scheduler, self.batch
-        return scheduler.predicted_total - scheduler.generated_total - batch.size * batch.unbooked(self.env.now)
+        return scheduler.predicted_total - scheduler.generated_total - batch.size * batch.unbooked(sim_now(self.env))
 
     @property
     def preemptions(self) -> int:
@@ -254,7 +255,7 @@ class RolloutEngine(EngineControls):
         held = self.tools.held
         decoding = (slot for slot in self._running.in_admission_order()
                     if not slot.prefill_left and slot.rollout not in held)
-        self.batch.catch_up(decoding, self.env.now)
+        self.batch.catch_up(decoding, sim_now(self.env))
         self.telemetry.close(self.version)
         self.telemetry.sample()
 
@@ -264,7 +265,7 @@ class RolloutEngine(EngineControls):
         chain = self._chain
         if chain is not None:
             first = chain.booked
-            stop = chain.due(self.env.now)
+            stop = chain.due(sim_now(self.env))
             if stop > first:
                 # Branched on the type rather than a bound method kept for it: compiled, a direct call.
                 if isinstance(chain, PrefillRun):
@@ -356,7 +357,7 @@ class RolloutEngine(EngineControls):
         """Decode the fixed batch until its first finish or a full KV cache, in one event unless woken earlier; when
         the cache fills before any turn ends, through the whole preemption chain up to the next turn end."""
         batch, state, env = self.batch, self.state, self.env
-        now = env.now
+        now = sim_now(env)
         stretch = self._begin_stretch(now)
         chain = self._chain = self._plan_chain(now)
         state.activity = DECODING
@@ -368,7 +369,7 @@ class RolloutEngine(EngineControls):
         except simpy.Interrupt:
             self.settle()
             self._chain = None
-            wait = batch.cut_short(env.now)  # the iteration in flight completes before anything changes
+            wait = batch.cut_short(sim_now(env))  # the iteration in flight completes before anything changes
             if wait is not None:
                 yield env.timeout(wait)
         self._end_stretch()
@@ -415,7 +416,7 @@ class RolloutEngine(EngineControls):
         if (self.mode == "exact" or self.telemetry.probe is not None or self.state.pause is not None
                 or not self.decodes_its_prefills):
             return None
-        now, scheduler = self.env.now, self.scheduler
+        now, scheduler = sim_now(self.env), self.scheduler
         run = plan_prefill_run(now, seconds, plan, prefilling, self.batch, self.kv, self.max_num_batched_tokens,
                                self._waiting, len(self._running), self.max_num_seqs, scheduler.plannable_admission(),
                                self.costs)
@@ -431,11 +432,11 @@ class RolloutEngine(EngineControls):
         self._chain = run
         state.activity = PREFILLING
         try:
-            yield env.timeout(_delay_until(env.now, run.end))
+            yield env.timeout(_delay_until(sim_now(env), run.end))
             state.activity = BUSY
         except simpy.Interrupt:
             self.settle()
-            yield env.timeout(_delay_until(env.now, run.cut()))
+            yield env.timeout(_delay_until(sim_now(env), run.cut()))
         self.settle()
         self._chain = None
 

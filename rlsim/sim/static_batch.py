@@ -24,6 +24,7 @@ from typing import Literal
 import simpy
 
 from rlsim.costs.rollout import IterationCosts, PrefillChunk
+from rlsim.sim.clock import sim_now
 from rlsim.sim.engine.controls import EngineControls
 from rlsim.sim.engine.decode_batch import DecodeBatch
 from rlsim.sim.engine.kv_ledger import KVLedger
@@ -91,13 +92,13 @@ class StaticBatchEngine(EngineControls):
     def kv_used_tokens(self) -> int:
         """KV-cache tokens the batch's padded rows hold after the iterations completed so far."""
         batch = self.batch
-        return self.kv.used + batch.size * batch.unbooked(self.env.now)
+        return self.kv.used + batch.size * batch.unbooked(sim_now(self.env))
 
     @property
     def predicted_work(self) -> float:
         """Predicted tokens still to generate; a padding row's steps count as generating."""
         batch = self.batch
-        return self._predicted_total - self._generated_total - batch.size * batch.unbooked(self.env.now)
+        return self._predicted_total - self._generated_total - batch.size * batch.unbooked(sim_now(self.env))
 
     def submit(self, rollout: Rollout, predicted_tokens: float | None = None) -> None:
         """Queue `rollout` (first come, first served); `predicted_tokens`: its predicted length (None: its target)."""
@@ -136,7 +137,7 @@ class StaticBatchEngine(EngineControls):
 
     def close(self) -> None:
         """The run stops now: record the busy span still open, and bring the rows' `generated` up to date."""
-        steps = self.batch.iteration + self.batch.unbooked(self.env.now)
+        steps = self.batch.iteration + self.batch.unbooked(sim_now(self.env))
         for slot in self._running.in_admission_order():
             rollout = slot.rollout
             if not slot.prefill_left:
@@ -185,7 +186,7 @@ class StaticBatchEngine(EngineControls):
             slot = Slot(rollout, self._admissions)
             self._admissions += 1
             if rollout.admitted < 0:
-                rollout.admitted = self.env.now
+                rollout.admitted = sim_now(self.env)
             rollout.admissions += 1
             self._queued_tokens -= rollout.context_tokens
             self._running.add(slot)
@@ -229,7 +230,7 @@ class StaticBatchEngine(EngineControls):
         """The batch's decode in one event: nothing can join or stop it before it ends."""
         batch, telemetry, env = self.batch, self.telemetry, self.env
         seconds = self.costs.decode_k_iterations_seconds(batch.size, batch.context, iterations)
-        batch.planned_stretch(env.now, iterations, seconds)
+        batch.planned_stretch(sim_now(env), iterations, seconds)
         telemetry.begin(telemetry.decode_label)
         yield env.timeout(seconds)
         telemetry.end(self.version)
@@ -263,7 +264,7 @@ class StaticBatchEngine(EngineControls):
             if rollout.done:
                 self._predicted_total -= self._predicted.pop(rollout)
                 self._generated_total -= slot.start_generated
-                rollout.finished = self.env.now
+                rollout.finished = sim_now(self.env)
                 self.telemetry.observe("finished", rollout)
                 self.environment.finished(rollout)
                 self.on_finish(rollout)

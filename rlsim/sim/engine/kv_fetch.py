@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import simpy
 
+from rlsim.sim.clock import sim_now
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.sequence import Rollout
 
@@ -133,9 +134,9 @@ class KVFetch:
         env = engine.env
         with self.inbound.request() as turn:
             yield turn
-            start = env.now
+            start = sim_now(env)
             yield env.timeout(self.router.seconds(source, engine.index, tokens))
-        self.router.record(slot.rollout, source, engine.index, start, env.now, tokens)
+        self.router.record(slot.rollout, source, engine.index, start, sim_now(env), tokens)
         release()
         engine.settle()
         self.fetching -= 1

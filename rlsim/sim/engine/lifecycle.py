@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING
 
+from rlsim.sim.clock import sim_now
 from rlsim.sim.engine.slot import Slot
 from rlsim.sim.engine.state import DECODING, IDLE, PREFILLING
 from rlsim.sim.sequence import MultiTurnRollout, Rollout
@@ -70,7 +71,7 @@ class SequenceLifecycle:
         rollout = slot.rollout
         if rollout.done:
             engine.scheduler.finish(slot)
-            rollout.finished = self.env.now
+            rollout.finished = sim_now(self.env)
             engine.telemetry.observe("finished", rollout)
             engine.environment.finished(rollout)
             engine.on_finish(rollout)

@@ -8,6 +8,7 @@ import simpy
 from librt.vecs import vec
 from mypy_extensions import i64
 
+from rlsim.sim.clock import sim_now
 from rlsim.sim.engine.admission import predicted_peak_tokens
 from rlsim.sim.engine.decode_batch import DecodeBatch
 from rlsim.sim.engine.kv_ledger import KVLedger
@@ -297,7 +298,7 @@ class Scheduler:
 
     def _admit(self, rollout: Rollout) -> Slot:
         slot = Slot(rollout, self._admissions)
-        self._admitted(slot, self.env.now, False)
+        self._admitted(slot, sim_now(self.env), False)
         return slot
 
     def _admitted(self, slot: Slot, at: float, planned: bool) -> None:

@@ -15,6 +15,7 @@ import simpy
 from librt.vecs import vec
 
 from rlsim.events.tables import SampleColumns
+from rlsim.sim.clock import sim_now
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read
 from rlsim.sim.engine.kv_ledger import KVLedger
 from rlsim.sim.engine.running import RunningSlots
@@ -70,7 +71,7 @@ class EngineTelemetry:
         """Record the engine's state now (or at `at`, a preemption chain's boundary booked after the fact); inside a
         fast decode stretch, with the iterations completed by then."""
         self.changed = False
-        kv, batch, now = self._kv, self._batch, self.env.now if at is None else at
+        kv, batch, now = self._kv, self._batch, sim_now(self.env) if at is None else at
         stretch = batch.stretch
         if stretch is None:  # at a boundary, or in an iteration whose progress the exact mode books at its end
             self.samples.add(self.code, now, len(self._running), len(self._waiting), kv.used, batch.size,
@@ -104,7 +105,7 @@ class EngineTelemetry:
     def begin(self, label: str, at: float | None = None) -> None:
         """An iteration or decode stretch of `label` work starts now (or at `at`: see `sample`)."""
         self._in_flight = label
-        self._in_flight_start = self.env.now if at is None else at
+        self._in_flight_start = sim_now(self.env) if at is None else at
 
     def end(self, version: int, at: float | None = None) -> None:
         """The iteration or stretch under way ended now (or at `at`), on weights of policy `version`: its GPUs did its
@@ -113,7 +114,7 @@ class EngineTelemetry:
         label = self._in_flight
         assert label is not None
         self._in_flight = None
-        end = self.env.now if at is None else at
+        end = sim_now(self.env) if at is None else at
         start, recorded = self._in_flight_start, self._recorded_until
         if recorded > start:  # max() by comparison: every iteration and stretch ends here
             start = recorded
@@ -144,4 +145,4 @@ class EngineTelemetry:
             self.end(version)
             self.begin(label)
         self.flush(version)
-        self._recorded_until = self.env.now
+        self._recorded_until = sim_now(self.env)
