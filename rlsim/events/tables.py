@@ -278,8 +278,8 @@ class SampleColumns:
         """The code `add` takes for `engine`: an engine records at every batch change, so it codes its name once."""
         return self.engines.code(engine)
 
-    def add(self, engine: int, time: float, running: int, waiting: int, kv_tokens: int, decoding: int, iterations: int,
-            decode_iterations: int, decode_kv_read_tokens: int) -> None:
+    def add(self, engine: int, time: float, running: i64, waiting: i64, kv_tokens: i64, decoding: i64, iterations: i64,
+            decode_iterations: i64, decode_kv_read_tokens: i64) -> None:
         """Append a sample of the engine coded `engine` (see `code`): its time, then SAMPLE_COUNTERS."""
         self.engine = append(self.engine, engine)
         self.times = append(self.times, time)

@@ -155,7 +155,8 @@ class RolloutEngine(EngineControls):
         (an underestimate once sequences outrun their predictions)."""
         self.settle()
         scheduler, batch = self.scheduler, self.batch
-        return scheduler.predicted_total - scheduler.generated_total - batch.size * batch.unbooked(sim_now(self.env))
+        return (scheduler.predicted_total - scheduler.generated_total
+                - float(batch.size * batch.unbooked(sim_now(self.env))))
 
     @property
     def preemptions(self) -> int:
@@ -323,10 +324,10 @@ class RolloutEngine(EngineControls):
         telemetry.begin(telemetry.prefill_label)
         if len(plan) == 1:
             slot, tokens = plan[0]
-            seconds = self.costs.chunk_iteration_seconds(batch.size, batch.context, tokens, slot.computed,
+            seconds = self.costs.chunk_iteration_seconds(batch.size, float(batch.context), tokens, slot.computed,
                                                          tokens == slot.prefill_left)
         else:
-            seconds = self.costs.iteration_seconds(batch.size, batch.context, plan_chunks(plan))
+            seconds = self.costs.iteration_seconds(batch.size, float(batch.context), plan_chunks(plan))
         run = self._plan_prefill_run(plan, seconds)
         if run is None:
             yield self.env.timeout(seconds)
@@ -348,7 +349,7 @@ class RolloutEngine(EngineControls):
         # One iteration of the closed form (the iteration time to rounding, from the batch's cached profile) rather
         # than re-pricing its kernels: after a preemption the fast mode steps here once per iteration, tens of
         # thousands of times in a long-tail step.
-        yield self.env.timeout(self.costs.decode_k_iterations_seconds(batch.size, batch.context, 1))
+        yield self.env.timeout(self.costs.decode_k_iterations_seconds(batch.size, float(batch.context), 1))
         telemetry.end(self.version)
         self._advance(1, decode=True)
         batch.finish_due()

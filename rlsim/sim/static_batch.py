@@ -98,7 +98,7 @@ class StaticBatchEngine(EngineControls):
     def predicted_work(self) -> float:
         """Predicted tokens still to generate; a padding row's steps count as generating."""
         batch = self.batch
-        return self._predicted_total - self._generated_total - batch.size * batch.unbooked(sim_now(self.env))
+        return self._predicted_total - self._generated_total - float(batch.size * batch.unbooked(sim_now(self.env)))
 
     def submit(self, rollout: Rollout, predicted_tokens: float | None = None) -> None:
         """Queue `rollout` (first come, first served); `predicted_tokens`: its predicted length (None: its target)."""
@@ -229,7 +229,7 @@ class StaticBatchEngine(EngineControls):
     def _decode(self, iterations: int) -> Generator[simpy.Event, object, None]:
         """The batch's decode in one event: nothing can join or stop it before it ends."""
         batch, telemetry, env = self.batch, self.telemetry, self.env
-        seconds = self.costs.decode_k_iterations_seconds(batch.size, batch.context, iterations)
+        seconds = self.costs.decode_k_iterations_seconds(batch.size, float(batch.context), iterations)
         batch.planned_stretch(sim_now(env), iterations, seconds)
         telemetry.begin(telemetry.decode_label)
         yield env.timeout(seconds)
@@ -240,7 +240,7 @@ class StaticBatchEngine(EngineControls):
         batch, telemetry, env = self.batch, self.telemetry, self.env
         for _ in range(iterations):
             telemetry.begin(telemetry.decode_label)
-            yield env.timeout(self.costs.decode_k_iterations_seconds(batch.size, batch.context, 1))
+            yield env.timeout(self.costs.decode_k_iterations_seconds(batch.size, float(batch.context), 1))
             telemetry.end(self.version)
             self._advance(1, decode=True)
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from mypy_extensions import i64
+
 from rlsim.costs.rollout import IterationCosts
 from rlsim.sim.engine.slot import Slot
 
 # Later than any iteration a run reaches: an int, not infinity, so that iteration arithmetic stays in integers (as
 # a compiler of typed Python, mypyc, requires).
-NO_TURN_END = 1 << 62
+NO_TURN_END: i64 = 1 << 62
 
 
 class Stretch:
@@ -23,7 +25,7 @@ class Stretch:
 
     __slots__ = ("start", "size", "context", "k", "seconds", "iterations", "at", "done")
 
-    def __init__(self, start: float, size: int, context: int, k: int, seconds: float):
+    def __init__(self, start: float, size: i64, context: i64, k: i64, seconds: float):
         self.start = start
         self.size = size
         self.context = context
@@ -33,7 +35,7 @@ class Stretch:
         # Its iterations completed by time `at`: load figures and samples ask several times per instant, and each
         # answer is a binary search.
         self.at = -1.0
-        self.done = 0
+        self.done: i64 = 0
 
 
 class DecodeBatch:
@@ -47,11 +49,11 @@ class DecodeBatch:
     def __init__(self, costs: IterationCosts, on_turn_end: Callable[[Slot], None]):
         self.costs = costs
         self.on_turn_end = on_turn_end
-        self.size = 0
-        self.context = 0
-        self.iteration = 0  # iterations run so far, prefill ones included
-        self.decode_iterations = 0  # of which decode-only
-        self.decode_read = 0  # KV tokens the decode-only iterations read
+        self.size: i64 = 0
+        self.context: i64 = 0
+        self.iteration: i64 = 0  # iterations run so far, prefill ones included
+        self.decode_iterations: i64 = 0  # of which decode-only
+        self.decode_read: i64 = 0  # KV tokens the decode-only iterations read
         self.stretch: Stretch | None = None  # the fast decode under way
         self._finishes: list[Slot] = []  # the decoding slots by when their turn ends (`push_finish`), stale ones too
 
@@ -92,7 +94,7 @@ class DecodeBatch:
         """Every sequence left at once (an interrupting pause): every finish entry is stale."""
         self._finishes.clear()
 
-    def advance(self, iterations: int, decode: bool) -> int:
+    def advance(self, iterations: i64, decode: bool) -> i64:
         """Book `iterations` iterations (`decode`: decode-only ones); the tokens the batch gained."""
         self.iteration += iterations
         if decode:
@@ -115,7 +117,7 @@ class DecodeBatch:
                 self.leave(slot)
                 self.on_turn_end(slot)
 
-    def first_finish(self) -> int:
+    def first_finish(self) -> i64:
         """The iteration at which the batch's first turn ends (`NO_TURN_END` for an empty batch); stale entries at
         the heap's head are dropped on the way."""
         heap = self._finishes
@@ -127,15 +129,15 @@ class DecodeBatch:
         """A copy of the finish heap, stale entries included, to plan ahead on without touching the batch."""
         return self._finishes.copy()
 
-    def begin_stretch(self, start: float, room: int) -> Stretch:
+    def begin_stretch(self, start: float, room: i64) -> Stretch:
         """A fast decode from `start` until the batch's first turn ends or its growth fills `room` KV tokens."""
         heap = self._finishes
         while not heap[0].live:
             pop_finish(heap)
         k = min(heap[0].finish - self.iteration, room // self.size)
-        return self.planned_stretch(start, k, self.costs.decode_k_iterations_seconds(self.size, self.context, k))
+        return self.planned_stretch(start, k, self.costs.decode_k_iterations_seconds(self.size, float(self.context), k))
 
-    def planned_stretch(self, start: float, k: int, seconds: float) -> Stretch:
+    def planned_stretch(self, start: float, k: i64, seconds: float) -> Stretch:
         """A fast decode from `start` of `k` iterations in `seconds`, as `begin_stretch` or a plan ahead priced it."""
         stretch = self.stretch = Stretch(start, self.size, self.context, k, seconds)
         return stretch
@@ -146,7 +148,7 @@ class DecodeBatch:
         iteration is in flight, as in the exact mode, which has launched it."""
         stretch, costs = self.stretch, self.costs
         assert stretch is not None
-        size, context, elapsed = stretch.size, stretch.context, now - stretch.start
+        size, context, elapsed = stretch.size, float(stretch.context), now - stretch.start
         done = min(costs.decode_iterations_within(size, context, elapsed), stretch.k)
         stretch.iterations = done
         if done < stretch.k and (elapsed == 0 or costs.decode_k_iterations_seconds(size, context, done) < elapsed):
@@ -155,21 +157,22 @@ class DecodeBatch:
             return max(0.0, stretch.start + end - now)
         return None
 
-    def end_stretch(self) -> int:
+    def end_stretch(self) -> i64:
         """The stretch is over: the iterations it ran, to book."""
         stretch = self.stretch
         assert stretch is not None
         self.stretch = None
         return stretch.iterations
 
-    def unbooked(self, now: float) -> int:
+    def unbooked(self, now: float) -> i64:
         """Iterations of the stretch under way completed by `now` (what the exact mode has booked by then)."""
         stretch = self.stretch
         if stretch is None:
             return 0
         if stretch.at != now:
             stretch.at = now
-            stretch.done = min(self.costs.decode_iterations_within(stretch.size, stretch.context, now - stretch.start),
+            stretch.done = min(self.costs.decode_iterations_within(stretch.size, float(stretch.context),
+                                                                          now - stretch.start),
                                stretch.k)
         return stretch.done
 
@@ -215,7 +218,7 @@ def pop_finish(heap: list[Slot]) -> None:
     heap[index] = last
 
 
-def decode_read(batch: int, context: int, iterations: int) -> int:
+def decode_read(batch: i64, context: i64, iterations: i64) -> i64:
     """KV tokens `iterations` decode iterations of a fixed batch read, from a total context of `context` cached tokens:
     iteration i reads every sequence's cache, context + i·batch tokens, and the `batch` tokens it decodes."""
     return iterations * (context + batch) + batch * iterations * (iterations - 1) // 2

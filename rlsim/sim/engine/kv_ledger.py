@@ -39,17 +39,17 @@ class KVLedger:
     __slots__ = ("capacity", "sharing", "used", "cached_prefill_tokens", "_prompts", "_idle_prompts", "_plans",
                  "_released", "_released_tokens")
 
-    def __init__(self, capacity: int, sharing: bool):
+    def __init__(self, capacity: i64, sharing: bool):
         self.capacity = capacity
         self.sharing = sharing
-        self.used = 0  # held or reserved by running sequences
-        self.cached_prefill_tokens = 0  # context tokens admissions found cached instead of prefilling
+        self.used: i64 = 0  # held or reserved by running sequences
+        self.cached_prefill_tokens: i64 = 0  # context tokens admissions found cached instead of prefilling
         self._prompts: dict[int, SharedPrompt] = {}  # group -> its prompt here, held or idle (sharing)
         self._idle_prompts = 0  # of which no running sequence holds
-        self._plans = 0  # plans ahead begun (`plan_ahead`)
+        self._plans: i64 = 0  # plans ahead begun (`plan_ahead`)
         # Released trajectories' contexts, least recently released first: rollout -> (tokens, holds the prompt).
         self._released: OrderedDict[Rollout, tuple[int, bool]] = OrderedDict()
-        self._released_tokens = 0
+        self._released_tokens: i64 = 0
 
     def fits(self, rollout: Rollout, room: int, used: int | None = None) -> bool:
         """Whether admitting `rollout` fits beside `room` more tokens the running sequences will write (with `used`
@@ -72,13 +72,13 @@ class KVLedger:
         """Whether released trajectories' contexts are cached (admissions may revive one and evict others)."""
         return bool(self._released)
 
-    def plan_ahead(self) -> int:
+    def plan_ahead(self) -> i64:
         """A new plan ahead's number: a prefill run's (`admission_plan`, `plan_holds`) or a preemption chain's, with
         which it marks the prompt entries and slots it counts on (`SharedPrompt`, `Slot`); only plans read marks."""
         self._plans += 1
         return self._plans
 
-    def admission_plan(self, rollout: Rollout, plan: int) -> i64:
+    def admission_plan(self, rollout: Rollout, plan: i64) -> i64:
         """The KV tokens `admit` would reserve for `rollout`, for the plan ahead numbered `plan` (`plan_ahead`) with no
         released context cached (`holds_released`): its group's prompt is cached when its running sequences hold it
         here, or when a rollout the plan admits ahead of it does (`plan_holds`). -1 when its prompt differs from its
@@ -100,7 +100,7 @@ class KVLedger:
             return -1
         return context - prompt + 1
 
-    def plan_holds(self, rollout: Rollout, plan: int) -> None:
+    def plan_holds(self, rollout: Rollout, plan: i64) -> None:
         """The plan ahead numbered `plan` admits `rollout` (after `admission_plan`): its group's prompt is cached for
         the plan's later admissions, as the first of the group's it admits has it."""
         if self.sharing:
@@ -109,7 +109,7 @@ class KVLedger:
                 entry.planned_by = plan
                 entry.planned_tokens = rollout.prompt_tokens
 
-    def admit(self, slot: Slot, room: int, context: int) -> None:
+    def admit(self, slot: Slot, room: i64, context: i64) -> None:
         """Reserve the KV of the slot's rollout, whose context is `context` tokens, and set what it prefills: the
         cached prefix is its group's prompt (held by its running sequences, or revived from this trajectory's entry),
         then the trajectory's own released context, usable only behind its prompt. Released contexts are evicted until
@@ -144,7 +144,7 @@ class KVLedger:
         slot.computed = cached
         self.trim(room)
 
-    def admit_planned(self, slot: Slot, context: int) -> None:
+    def admit_planned(self, slot: Slot, context: i64) -> None:
         """`admit` of a plan ahead's admission (`admission_plan`), whose slot the plan has set to prefill after the
         cached prompt: with no released context cached, what `admit` finds there is the plan's."""
         rollout = slot.rollout
@@ -164,7 +164,7 @@ class KVLedger:
             slot.own_prompt = prompt
             self.used += context + 1
 
-    def drop(self, slot: Slot, tokens: int) -> None:
+    def drop(self, slot: Slot, tokens: i64) -> None:
         """The slot's sequence leaves holding a context of `tokens` (its reservation while it prefills): free its
         KV, and its group's prompt when it was the group's last here."""
         rollout = slot.rollout
@@ -182,7 +182,7 @@ class KVLedger:
         self._released[rollout] = (entry, last or not self.sharing)
         self._released_tokens += entry
 
-    def trim(self, room: int) -> None:
+    def trim(self, room: i64) -> None:
         """Evict released contexts, least recently released first, until `room` more tokens fit."""
         released = self._released
         while released and self.used + room + self._released_tokens > self.capacity:
@@ -241,7 +241,7 @@ class KVLedger:
         return True
 
 
-def planned_cached_tokens(context: int, reserved: int) -> int:
+def planned_cached_tokens(context: i64, reserved: i64) -> i64:
     """The tokens an admission of a `context`-token rollout planned to reserve `reserved` KV tokens
     (`KVLedger.admission_plan`) finds cached: its group's prompt, which the reservation leaves out of its context and
     first token, but the last context token, which vLLM recomputes to sample from its logits (as `KVLedger.admit`)."""

@@ -78,9 +78,9 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: RunningSlo
     # The victims, latest admitted first: the running slots' list from its end, counting down past the places
     # emptied (read in place: copying the batch's slots cost more than the few victims a chain takes).
     latest = running.slots
-    victim = len(latest) - 1
+    victim: i64 = len(latest) - 1
     chain = kv.plan_ahead()
-    live = len(running)
+    live: i64 = len(running)
     times, victim_ends, iterations, stretch_seconds = vec[float](), vec[i64](), vec[i64](), vec[float]()
     victims: list[Slot] = []
     while True:
@@ -91,9 +91,10 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: RunningSlo
         grown = k * size
         context += grown
         used += grown
-        preempted = len(victims)
+        preempted: i64 = len(victims)
         # The queue's head after the boundary, the last victim: its context and whether its group's prompt stays.
-        head_tokens = head_prompt = 0
+        head_tokens: i64 = 0
+        head_prompt: i64 = 0
         head_shares = False
         while live and used + size > capacity:
             slot = latest[victim]
@@ -135,7 +136,7 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: RunningSlo
         k, room = first - iteration, (capacity - used) // size
         if room < k:  # min() by comparison: a builtin call costs more than the rest of the line
             k = room
-        seconds = costs.decode_k_iterations_seconds(size, context, k)
+        seconds = costs.decode_k_iterations_seconds(size, float(context), k)
         if now + seconds <= now:
             break  # a stretch too short to move the clock: the step-by-step path takes it (spans need time to pass)
         times = append(times, end)
@@ -148,7 +149,7 @@ def plan_chain(now: float, batch: DecodeBatch, kv: KVLedger, running: RunningSlo
     return PreemptionChain(times, end, victims, victim_ends, iterations, stretch_seconds)
 
 
-def _first_finish(finishes: list[Slot], chain: int) -> int:
+def _first_finish(finishes: list[Slot], chain: i64) -> i64:
     """The earliest turn end among the sequences still decoding (stale entries and the victims of the chain numbered
     `chain` dropped from this copy of the finish heap)."""
     while not finishes[0].live or finishes[0].preempted_by == chain:
@@ -156,7 +157,7 @@ def _first_finish(finishes: list[Slot], chain: int) -> int:
     return finishes[0].finish
 
 
-def book_boundaries(chain: PreemptionChain, first: int, stop: int, iterations: int, batch: DecodeBatch,
+def book_boundaries(chain: PreemptionChain, first: int, stop: int, iterations: i64, batch: DecodeBatch,
                     kv: KVLedger, scheduler: Scheduler, samples: SampleColumns, engine: int) -> None:
     """Book the chain's planned boundaries `first` to `stop` (excluded; the first ending a stretch of `iterations`)
     as the step-by-step path books each at its time — `RolloutEngine._end_stretch`, then `Scheduler.make_room`
@@ -169,9 +170,11 @@ def book_boundaries(chain: PreemptionChain, first: int, stop: int, iterations: i
     waiting = scheduler.waiting
     size, context, iteration = batch.size, batch.context, batch.iteration
     decode_iterations, read = batch.decode_iterations, batch.decode_read
-    generated = queued = 0
+    generated: i64 = 0
+    queued: i64 = 0
     times, victims, victim_ends, planned_iterations = chain.times, chain.victims, chain.victim_ends, chain.iterations
-    taken = start = victim_ends[first - 1] if first else 0  # victims[taken] is the next to preempt
+    taken: i64 = victim_ends[first - 1] if first else 0  # victims[taken] is the next to preempt
+    start = taken
     for index in range(first, stop):
         iteration += iterations
         decode_iterations += iterations
@@ -189,7 +192,7 @@ def book_boundaries(chain: PreemptionChain, first: int, stop: int, iterations: i
             running.remove(slot)
             slot.live = slot.decoding = False
             rollout.generated = slot.start_generated + iteration - slot.start_iteration
-            tokens = rollout.context_tokens
+            tokens: i64 = rollout.context_tokens
             size -= 1
             context -= tokens - 1
             kv.drop(slot, tokens)

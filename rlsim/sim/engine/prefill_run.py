@@ -98,8 +98,8 @@ class PrefillRun(PlannedBoundaries):
 
 
 def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Slot], batch: DecodeBatch,
-                     kv: KVLedger, max_num_batched_tokens: int, waiting: WaitingQueue, running: int,
-                     max_num_seqs: int, admission: int | None, costs: IterationCosts) -> PrefillRun | None:
+                     kv: KVLedger, max_num_batched_tokens: i64, waiting: WaitingQueue, running: i64,
+                     max_num_seqs: i64, admission: int | None, costs: IterationCosts) -> PrefillRun | None:
     """The run that the iteration begun at `now` (priced `seconds`, prefilling `plan`) opens, or None when its
     boundary is not one it can plan. `prefilling`: the scheduler's prefilling slots, in admission order, of which the
     plan prefills the first ones. What decides the admissions at a boundary: the queue (`waiting`), the `running`
@@ -108,7 +108,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
     (`Scheduler.plannable_admission`), or None to end the run where the queue's head would be admitted. The
     engine's state is read, never changed: a planned admission's `Slot` is new, and the engine's only once booked
     (the run marks the prompt entries of the groups it admits, `KVLedger.plan_holds`, which only a plan reads)."""
-    count = len(prefilling)
+    count: i64 = len(prefilling)
     size, used = batch.size, kv.used
     if len(plan) == count:
         # The common refusals, before any set-up: the plan prefills every prefilling slot, all but the last to the
@@ -127,25 +127,25 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
     # The chunks go to the prefilling slots in order, so at most one slot is part-way through its prefill in the
     # run: the frontier, prefilling[frontier], with `left` tokens still to prefill after `computed`. The slots after
     # it are as the engine has them, or as their planned admission sets them.
-    frontier = 0
+    frontier: i64 = 0
     first = prefilling[0]  # the plan's first slot
     left, computed = first.prefill_left, first.computed
     # The run's columns (`PrefillRun`), from the plan of the iteration begun now; `begin`: where the chunks of the
     # iteration ending at `end` begin.
     slots: list[Slot] = []
     chunk_tokens = vec[i64]()
-    for slot, tokens in plan:
+    for slot, planned in plan:
         slots.append(slot)
-        chunk_tokens = append(chunk_tokens, tokens)
+        chunk_tokens = append(chunk_tokens, planned)
     plan_ends = append(vec[i64](), len(plan))
     admitted: list[Slot] = []
     admitted_ends = vec[i64]()
     times = vec[float]()
-    begin = 0
-    queued = 0  # the queue's rollouts admitted in the run: waiting[queued] is the head at the boundary
+    begin: i64 = 0
+    queued: i64 = 0  # the queue's rollouts admitted in the run: waiting[queued] is the head at the boundary
     plans_admissions = admission is not None
-    order = 0 if admission is None else admission  # the next planned admission's, an int (compiled: native adds)
-    plan_number = kv.plan_ahead() if plans_admissions else 0  # marks the prompts the run's admissions hold
+    order: i64 = 0 if admission is None else admission  # the next planned admission's
+    plan_number: i64 = kv.plan_ahead() if plans_admissions else 0  # marks the prompts the run's admissions hold
     end = now + seconds  # as SimPy schedules the iteration's timeout
     while True:
         # The iteration ending at `end` books its tokens; its completed prefills sample a token and join the batch
@@ -187,7 +187,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
         if left > budget:
             # The common case: the frontier's next chunk takes the whole budget, so nothing is admitted.
             chunk_tokens = append(chunk_tokens, budget)
-            seconds = costs.chunk_iteration_seconds(size, context, budget, computed, False)
+            seconds = costs.chunk_iteration_seconds(size, float(context), budget, computed, False)
         else:
             chunk_tokens = append(chunk_tokens, left)
             budget -= left
@@ -234,7 +234,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                 chunk_tokens = append(chunk_tokens, tokens)
                 budget -= tokens
             if len(slots) - begin == 1:
-                seconds = costs.chunk_iteration_seconds(size, context, left, computed, True)
+                seconds = costs.chunk_iteration_seconds(size, float(context), left, computed, True)
             else:
                 # The frontier's last chunk, after the tokens the run prefilled; the other slots are as the engine
                 # has them, or as their planned admission set them. Priced by the chunks' counts (`prefill_counts`).
@@ -249,7 +249,7 @@ def plan_prefill_run(now: float, seconds: float, plan: Plan, prefilling: list[Sl
                     pairs += chunk_pairs(tokens, slot_computed)
                     if tokens == slot.prefill_left:
                         logit_chunks += 1
-                seconds = costs.counted_iteration_seconds(size, context, new_tokens, cached_tokens, pairs,
+                seconds = costs.counted_iteration_seconds(size, float(context), new_tokens, cached_tokens, pairs,
                                                           logit_chunks, len(slots) - begin)
         times = append(times, end)
         plan_ends = append(plan_ends, len(slots))

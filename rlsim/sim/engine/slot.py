@@ -1,6 +1,8 @@
 """A running sequence's place in its engine, and its group's shared prompt there."""
 from __future__ import annotations
 
+from mypy_extensions import i64
+
 from rlsim.sim.sequence import Rollout
 
 
@@ -11,22 +13,22 @@ class Slot:
     __slots__ = ("rollout", "order", "own_prompt", "prompt", "prefill_left", "computed", "start_iteration",
                  "start_generated", "finish", "live", "decoding", "preempted_by", "running_at")
 
-    def __init__(self, rollout: Rollout, order: int):
+    def __init__(self, rollout: Rollout, order: i64):
         self.rollout = rollout
         self.order = order  # admission order: the preemption victim is the latest, finishes tie-break by it
         # Set by the KV ledger on admission:
-        self.own_prompt = 0  # prompt tokens in its own KV (0 when its group's prompt is shared)
+        self.own_prompt: i64 = 0  # prompt tokens in its own KV (0 when its group's prompt is shared)
         self.prompt: SharedPrompt | None = None  # with prefix sharing, its group's prompt in the cache
-        self.prefill_left = 0  # tokens still to prefill; 0 once it decodes
-        self.computed = 0  # tokens in its KV cache before its next prefill chunk
+        self.prefill_left: i64 = 0  # tokens still to prefill; 0 once it decodes
+        self.computed: i64 = 0  # tokens in its KV cache before its next prefill chunk
         # Set when it joins the decode batch:
-        self.start_iteration = 0  # engine iteration at which it started decoding
-        self.start_generated = 0  # its generated tokens then
-        self.finish = 0  # engine iteration at which its turn ends: its place in the finish heap, with `order`
+        self.start_iteration: i64 = 0  # engine iteration at which it started decoding
+        self.start_generated: i64 = 0  # its generated tokens then
+        self.finish: i64 = 0  # engine iteration at which its turn ends: its place in the finish heap, with `order`
         self.live = True  # False once it left the engine (its entry in the finish heap is then stale)
         self.decoding = False  # in the decode batch: its `generated` is derived from the iteration counter
-        self.preempted_by = -1  # the last preemption chain planned that preempts it (`KVLedger.plan_ahead`'s number)
-        self.running_at = -1  # its place among the engine's running sequences (`RunningSlots`), -1 when not there
+        self.preempted_by: i64 = -1  # the last preemption chain planned that preempts it (`KVLedger.plan_ahead`'s number)
+        self.running_at: i64 = -1  # its place among the engine's running sequences (`RunningSlots`), -1 when not there
 
 
 class SharedPrompt:
@@ -40,12 +42,12 @@ class SharedPrompt:
 
     __slots__ = ("tokens", "holders", "ledger", "indexed", "planned_by", "planned_tokens", "departed_by", "departed")
 
-    def __init__(self, tokens: int, ledger: object):
+    def __init__(self, tokens: i64, ledger: object):
         self.tokens = tokens
-        self.holders = 0
+        self.holders: i64 = 0
         self.ledger = ledger
         self.indexed = True
-        self.planned_by = -1
-        self.planned_tokens = 0
-        self.departed_by = -1
-        self.departed = 0
+        self.planned_by: i64 = -1
+        self.planned_tokens: i64 = 0
+        self.departed_by: i64 = -1
+        self.departed: i64 = 0
