@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from librt.vecs import append, vec
+from mypy_extensions import i64
 
 if TYPE_CHECKING:
     from rlsim.costs.rollout import ChunkFields
@@ -31,7 +32,7 @@ class Work(NamedTuple):
     logit_rows: int  # decode_rows + prefill_logits: rows through the output head and the sampler
 
 
-def chunk_pairs(tokens: int, cached_tokens: int) -> int:
+def chunk_pairs(tokens: i64, cached_tokens: i64) -> i64:
     """(query, key) pairs of a prefill chunk's attention: each of its `tokens` new tokens sees the `cached_tokens`
     before the chunk and, causally, the chunk's own tokens up to itself."""
     return tokens * cached_tokens + tokens * (tokens + 1) // 2
@@ -91,7 +92,7 @@ class SingleQueryAttention:
                                       self.activation_bytes, self.fill_seconds,
                                       (self.rate, self.fixed_bytes, self.bytes_per_s), self.layers)
 
-    def seconds(self, decode_rows: int, prefill: int, prefill_cached: int, prefill_pairs: float,
+    def seconds(self, decode_rows: i64, prefill: i64, prefill_cached: i64, prefill_pairs: float,
                 decode_context: float) -> float:
         """The attention time of an iteration of `decode_rows` decoding sequences and prefill chunks of `prefill`
         new tokens after `prefill_cached` in all, `prefill_pairs` (query, key) pairs (`Work`'s fields of those
@@ -99,9 +100,9 @@ class SingleQueryAttention:
         `GPURates.attention_seconds`' float operations in their order; one query per decode multiplies by one, which
         changes no value)."""
         absorbed, passes, kv_per_layer = self.absorbed, self.passes, self.kv_per_layer
-        flops = absorbed * decode_rows + self.expanded * prefill_pairs
-        nbytes = (kv_per_layer * (passes * decode_rows + prefill + prefill_cached)
-                  + self.activation_bytes * (decode_rows + prefill) * self.query_width)
+        flops = absorbed * float(decode_rows) + self.expanded * prefill_pairs
+        nbytes = (kv_per_layer * float(passes * decode_rows + prefill + prefill_cached)
+                  + float(self.activation_bytes * (decode_rows + prefill)) * self.query_width)
         compute = self.fill_seconds + (flops + absorbed * decode_context) / self.rate
         memory = (nbytes + passes * kv_per_layer * decode_context + self.fixed_bytes) / self.bytes_per_s
         seconds = memory if memory > compute else compute  # max(compute, memory), by comparison: no call

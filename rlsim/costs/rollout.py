@@ -186,13 +186,13 @@ class IterationCosts:
         """One iteration of `decode_batch` decodes over `decode_context` cached tokens and these prefill chunks."""
         raise NotImplementedError
 
-    def chunk_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,
+    def chunk_iteration_seconds(self, decode_batch: i64, decode_context: float, tokens: i64, cached_tokens: i64,
                                 logits: bool) -> float:
         """`iteration_seconds` with one prefill chunk of these fields."""
         raise NotImplementedError
 
-    def counted_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,
-                                  pairs: int, logits: int, sequences: int) -> float:
+    def counted_iteration_seconds(self, decode_batch: i64, decode_context: float, tokens: i64, cached_tokens: i64,
+                                  pairs: i64, logits: i64, sequences: i64) -> float:
         """`iteration_seconds` with prefill chunks given by their counts, `prefill_counts`' five (integer sums, the
         same whatever the chunks' order), at least one chunk of at least one token."""
         raise NotImplementedError
@@ -344,7 +344,7 @@ class EngineCosts(IterationCosts):
                 return (verify + draft) / speculation.tokens_per_step
         return self._single_query_seconds(decode_batch, decode_context, new, cached, float(pairs), logits, sequences)
 
-    def chunk_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,
+    def chunk_iteration_seconds(self, decode_batch: i64, decode_context: float, tokens: i64, cached_tokens: i64,
                                 logits: bool) -> float:
         """`iteration_seconds(decode_batch, decode_context, [PrefillChunk(tokens, cached_tokens, logits)])` to the
         bit, without building the chunk or summing a list of them: most iterations of a long prefill are one chunk
@@ -355,8 +355,8 @@ class EngineCosts(IterationCosts):
                                           float(chunk_pairs(tokens, cached_tokens)),
                                           1 if logits else 0, 1)
 
-    def counted_iteration_seconds(self, decode_batch: int, decode_context: float, tokens: int, cached_tokens: int,
-                                  pairs: int, logits: int, sequences: int) -> float:
+    def counted_iteration_seconds(self, decode_batch: i64, decode_context: float, tokens: i64, cached_tokens: i64,
+                                  pairs: i64, logits: i64, sequences: i64) -> float:
         """`iteration_seconds` of prefill chunks with these counts to the bit, without the chunks: a prefill run
         (`rlsim.sim.engine.prefill_run`) sums them as it plans an iteration's chunks, tens of thousands of iterations
         of several chunks in a ×4-length step, rather than building a tuple a chunk for `prefill_counts` to read."""
@@ -367,8 +367,8 @@ class EngineCosts(IterationCosts):
         return self._single_query_seconds(decode_batch, decode_context, tokens, cached_tokens, float(pairs), logits,
                                           sequences)
 
-    def _single_query_seconds(self, decode_rows: int, decode_context: float, prefill: int, prefill_cached: int,
-                              prefill_pairs: float, prefill_logits: int, prefill_sequences: int) -> float:
+    def _single_query_seconds(self, decode_rows: i64, decode_context: float, prefill: i64, prefill_cached: i64,
+                              prefill_pairs: float, prefill_logits: i64, prefill_sequences: i64) -> float:
         """One forward pass of `decode_rows` decodes asking one query each and prefill chunks of these counts
         (`Work`'s fields of those names) at `decode_context`, without building the `Work`."""
         # Only attention depends on the context and the prefill's cached prefix; the rest is a function of the
@@ -569,12 +569,12 @@ def context_free_key(tokens: int, logit_rows: int, sequences: int, latent_rows: 
     return packed_context_free_key(tokens, logit_rows, sequences)
 
 
-def packs_context_free_key(tokens: int, logit_rows: int, sequences: int) -> bool:
+def packs_context_free_key(tokens: i64, logit_rows: i64, sequences: i64) -> bool:
     """Whether the counts are each below CONTEXT_FREE_RADIX, so that one int keys them."""
     return tokens < CONTEXT_FREE_RADIX and logit_rows < CONTEXT_FREE_RADIX and sequences < CONTEXT_FREE_RADIX
 
 
-def packed_context_free_key(tokens: int, logit_rows: int, sequences: int) -> i64:
+def packed_context_free_key(tokens: i64, logit_rows: i64, sequences: i64) -> i64:
     """The one-int key of counts that `packs_context_free_key`: their digits in CONTEXT_FREE_RADIX."""
     # In 64-bit machine integers (compiled): the packed key passes 2^31, past which compiled code multiplies tagged
     # ints as Python ints, allocating (a ×4-length step packs tens of thousands of keys).
@@ -582,7 +582,7 @@ def packed_context_free_key(tokens: int, logit_rows: int, sequences: int) -> i64
     return (key * CONTEXT_FREE_RADIX + logit_rows) * CONTEXT_FREE_RADIX + sequences
 
 
-def context_free_cache_index(tokens: int, logit_rows: int, sequences: int) -> i64:
+def context_free_cache_index(tokens: i64, logit_rows: i64, sequences: i64) -> i64:
     """Where `ContextFreeCache` keeps the counts' part: a mix of the three under which the shapes a prefill run asks
     in turn (the budget's tokens, the decode batch's rows sampled and scheduled, each one or a few more) land apart."""
     mixed: i64 = sequences * 40503 + logit_rows * 25716 + tokens * 15487  # < 2^37 for counts below the radix

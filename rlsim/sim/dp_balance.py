@@ -115,16 +115,20 @@ def pack_micro_batches(lengths: Sequence[int], capacity_tokens: int) -> list[lis
     scanning every bin: a rank packs thousands of sequences into hundreds of micro-batches at every update. Sequences
     longer than the capacity come first and each opens a bin with no room, which nothing joins: they skip the tree."""
     ordered = sorted(lengths, reverse=True)
-    alone = bisect.bisect_left(ordered, -capacity_tokens, key=operator.neg)  # how many are longer than the capacity
+    alone: i64 = bisect.bisect_left(ordered, -capacity_tokens, key=operator.neg)  # how many exceed the capacity
     bins: list[list[int]] = [[length] for length in ordered[:alone]]
-    leaves = 1
+    leaves: i64 = 1
     while leaves < len(ordered) - alone:
         leaves *= 2
-    room = [-1] * (2 * leaves)  # room[1] is the most free room of any bin; a leaf without a bin never fits (-1)
+    # room[1] is the most free room of any bin; a leaf without a bin never fits (-1). Machine numbers: a list would
+    # box every room it stores (compiled, 1 % of a production step's instructions).
+    room = vec[i64]()
+    for _ in range(2 * leaves):
+        room = append(room, -1)
     to_bin = alone - leaves  # tree node n (a leaf) is bins[n + to_bin]
     for length in ordered[alone:]:
         if room[1] >= length:
-            node = 1
+            node: i64 = 1
             while node < leaves:  # the leftmost subtree with room, down to its bin
                 node = 2 * node if room[2 * node] >= length else 2 * node + 1
             bins[node + to_bin].append(length)

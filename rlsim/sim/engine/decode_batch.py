@@ -185,7 +185,7 @@ def push_finish(heap: list[Slot], slot: Slot) -> None:
     is written out at each place rather than called: a helper function costs ~1 % of a step (callgrind)."""
     finish, order = slot.finish, slot.order
     heap.append(slot)
-    index = len(heap) - 1
+    index: i64 = len(heap) - 1
     while index:
         parent_index = (index - 1) >> 1
         parent = heap[parent_index]
@@ -199,11 +199,12 @@ def push_finish(heap: list[Slot], slot: Slot) -> None:
 def pop_finish(heap: list[Slot]) -> None:
     """`heapq.heappop` off a finish heap (`push_finish`): the slot at its head leaves it."""
     last = heap.pop()
-    size = len(heap)
+    size: i64 = len(heap)
     if not size:
         return
     finish, order = last.finish, last.order
-    index, child = 0, 1
+    index: i64 = 0
+    child: i64 = 1
     while child < size:
         smaller = heap[child]
         right = child + 1

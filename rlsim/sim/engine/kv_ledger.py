@@ -51,10 +51,11 @@ class KVLedger:
         self._released: OrderedDict[Rollout, tuple[int, bool]] = OrderedDict()
         self._released_tokens: i64 = 0
 
-    def fits(self, rollout: Rollout, room: int, used: int | None = None) -> bool:
+    def fits(self, rollout: Rollout, room: i64, used: i64 = -1) -> bool:
         """Whether admitting `rollout` fits beside `room` more tokens the running sequences will write (with `used`
-        tokens in use: a plan ahead's; default: now)."""
-        return (self.used if used is None else used) + room + self.admission_tokens(rollout) <= self.capacity
+        tokens in use: a plan ahead's; default, or negative: now). A native int rather than an optional one, which
+        compiled code passes boxed."""
+        return (self.used if used < 0 else used) + room + self.admission_tokens(rollout) <= self.capacity
 
     def admission_tokens(self, rollout: Rollout) -> int:
         """The KV tokens admitting `rollout` reserves: its context and first token, less its group's prompt when
