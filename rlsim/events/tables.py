@@ -91,15 +91,22 @@ class SpanColumns:
 
     def append(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str, step: int,
                version: int, unit: str) -> None:
+        self.add(first_gpu, gpu_count, start, end, LABEL_CODE[label], self.stages.code(stage), step, version,
+                 self.units.code(unit))
+
+    def add(self, first_gpu: int, gpu_count: int, start: float, end: float, label: int, stage: int, step: int,
+            version: int, unit: int) -> None:
+        """`append` of a span whose label, stage and unit are coded (`LABEL_CODE`, `stages`, `units`): an engine
+        records a busy span at every change of its work's kind, and codes its names once."""
         self.first_gpu = append(self.first_gpu, first_gpu)
         self.gpu_count = append(self.gpu_count, gpu_count)
         self.start = append(self.start, start)
         self.end = append(self.end, end)
-        self.label = append(self.label, LABEL_CODE[label])
-        self.stage = append(self.stage, self.stages.code(stage))
+        self.label = append(self.label, label)
+        self.stage = append(self.stage, stage)
         self.step = append(self.step, step)
         self.version = append(self.version, version)
-        self.unit = append(self.unit, self.units.code(unit))
+        self.unit = append(self.unit, unit)
 
     def table(self) -> SpanTable:
         return SpanTable(first_gpu=np.frombuffer(memoryview(self.first_gpu), dtype=np.int32),

@@ -71,6 +71,17 @@ class Recorder:
                            self.phase.step if step is None else step,
                            self.phase.version if version is None else version, unit)
 
+    def span_codes(self, stage: str, unit: str) -> tuple[int, int]:
+        """The codes `coded_busy` takes for `stage` and `unit`."""
+        return self._spans.stages.code(stage), self._spans.units.code(unit)
+
+    def coded_busy(self, first_gpu: int, gpu_count: int, start: float, end: float, label: int, stage: int, step: int,
+                   version: int, unit: int) -> None:
+        """`busy` with the label coded (`LABEL_CODE`), the stage and unit by `span_codes`, and the step and version
+        given: an engine's telemetry records a span at every change of its work's kind."""
+        if end > start:
+            self._spans.add(first_gpu, gpu_count, start, end, label, stage, step, version, unit)
+
     def context(self, first_gpu: int, gpu_count: int, start: float, end: float, label: str, stage: str = "",
                 *, unit: str = "") -> None:
         """Idle time of these GPUs within [start, end) is `label` (later contexts win where they overlap)."""

@@ -184,7 +184,7 @@ class Scheduler:
             if _chunk_ran(slot, tokens):
                 done.append(slot)
         if done:
-            self._prefills_completed()
+            self._prefills_completed(len(done))
         return done
 
     def prefilled_chunks(self, slots: list[Slot], tokens: vec[i64], begin: int, end: int) -> int:
@@ -195,11 +195,13 @@ class Scheduler:
             if _chunk_ran(slots[index], tokens[index]):
                 done += 1
         if done:
-            self._prefills_completed()
+            self._prefills_completed(done)
         return done
 
-    def _prefills_completed(self) -> None:
-        self.prefilling = [slot for slot in self.prefilling if slot.prefill_left]
+    def _prefills_completed(self, done: int) -> None:
+        """`done` prefills completed: the first ones. An iteration's chunks go to the prefilling slots in order,
+        each as much of the budget as it needs, so only the last of them can stop short of its end."""
+        del self.prefilling[:done]
 
     def admissible(self, rollout: Rollout, growth: int = 0) -> bool:
         """Whether `rollout` is admitted: it `fits_now`, and with `past_future` admission and something running, the

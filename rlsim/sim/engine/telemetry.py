@@ -14,7 +14,7 @@ from collections.abc import Callable
 import simpy
 from librt.vecs import vec
 
-from rlsim.events.tables import SampleColumns
+from rlsim.events.tables import LABEL_CODE, SampleColumns
 from rlsim.sim.clock import sim_now
 from rlsim.sim.engine.decode_batch import DecodeBatch, decode_read
 from rlsim.sim.engine.kv_ledger import KVLedger
@@ -36,7 +36,8 @@ class EngineTelemetry:
 
     __slots__ = ("env", "recorder", "unit", "first_gpu", "gpu_count", "prefill_label", "decode_label", "stage", "probe",
                  "changed", "samples", "code", "_kv", "_batch", "_running", "_waiting", "_in_flight",
-                 "_in_flight_start", "_span_label", "_span_start", "_span_step", "_span_end", "_recorded_until")
+                 "_in_flight_start", "_span_label", "_span_start", "_span_step", "_span_end", "_recorded_until", "_stage_code",
+                 "_unit_code")
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, first_gpu: int, gpu_count: int, unit: str,
                  busy_labels: tuple[str, str, str], probe: Probe | None, kv: KVLedger, batch: DecodeBatch,
@@ -62,6 +63,9 @@ class EngineTelemetry:
         self._span_step = 0
         self._span_end = 0.0
         self._recorded_until = 0.0  # close() recorded busy time up to here
+        # Its spans' stage and unit codes (`Recorder.coded_busy`), taken at its first span: codes go in order of first
+        # use, as `Recorder.busy` would give them.
+        self._stage_code = self._unit_code = -1
 
     def observe(self, event: str, rollout: Rollout) -> None:
         if self.probe is not None:
@@ -132,9 +136,14 @@ class EngineTelemetry:
 
     def flush(self, version: int) -> None:
         """Close the open busy span: the engine stops or idles."""
-        if self._span_label is not None:
-            self.recorder.busy(self.first_gpu, self.gpu_count, self._span_start, self._span_end, self._span_label,
-                               self.stage, unit=self.unit, step=self._span_step, version=version)
+        label = self._span_label
+        if label is not None:
+            start, end = self._span_start, self._span_end
+            if end > start:
+                if self._unit_code < 0:
+                    self._stage_code, self._unit_code = self.recorder.span_codes(self.stage, self.unit)
+                self.recorder.coded_busy(self.first_gpu, self.gpu_count, start, end, LABEL_CODE[label],
+                                         self._stage_code, self._span_step, version, self._unit_code)
             self._span_label = None
 
     def close(self, version: int) -> None:
