@@ -48,6 +48,7 @@ from collections.abc import Callable, Generator
 from typing import ClassVar, Literal
 
 import simpy
+from mypy_extensions import i64
 
 from rlsim.costs.rollout import IterationCosts
 from rlsim.sim.clock import sim_now
@@ -455,17 +456,20 @@ class RolloutEngine(EngineControls):
         admitted, admitted_ends = run.admitted, run.admitted_ends
         telemetry = self.telemetry
         samples, code = telemetry.samples, telemetry.code
-        begin = plan_ends[first - 1] if first else 0
-        taken = admitted_ends[first - 1] if first else 0
+        begin: i64 = plan_ends[first - 1] if first else 0
+        taken: i64 = admitted_ends[first - 1] if first else 0
         for index in range(first, stop):
             at = times[index]
-            self._advance(1, decode=False)
+            # `_advance(1, decode=False)`, but for its trim(0): the boundary's trim(size) below evicts what that would
+            # and more, and nothing between them reads the cache.
+            grown = batch.advance(1, False)
+            kv.used += grown
+            scheduler.generated_total += grown
             end = plan_ends[index]
-            if scheduler.prefilled_chunks(slots, tokens, begin, end):
-                for chunk in range(begin, end):
-                    slot = slots[chunk]
-                    if not slot.prefill_left:  # its prefill completed in this iteration
-                        lifecycle.first_token(slot)
+            # The prefills completed in this iteration are its first chunks' (only its last chunk can stop short).
+            completed = scheduler.prefilled_chunks(slots, tokens, begin, end)
+            for chunk in range(begin, begin + completed):
+                lifecycle.first_token(slots[chunk])
             begin = end
             kv.trim(batch.size)  # the boundary's make_room, which has nothing to preempt
             until = admitted_ends[index]

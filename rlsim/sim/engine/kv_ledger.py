@@ -155,7 +155,9 @@ class KVLedger:
             shared = self._entry(rollout)
             # The plan found its group's prompt cached or not, as here (nothing leaves while a run's admissions book).
             held = shared.holders > 0
-            assert slot.computed == (min(prompt, context - 1) if held else 0), "a planned admission prefills otherwise"
+            # `planned_cached_tokens`: the prompt, but the last context token (a comparison: every admission asks).
+            assert slot.computed == ((prompt if prompt < context - 1 else context - 1) if held else 0), (
+                "a planned admission prefills otherwise")
             self._hold(rollout.group, prompt, shared)
             slot.prompt = shared
             slot.own_prompt = 0

@@ -187,10 +187,10 @@ class Scheduler:
             self._prefills_completed(len(done))
         return done
 
-    def prefilled_chunks(self, slots: list[Slot], tokens: vec[i64], begin: int, end: int) -> int:
+    def prefilled_chunks(self, slots: list[Slot], tokens: vec[i64], begin: i64, end: i64) -> i64:
         """`prefilled` of the chunks `tokens[j]` of `slots[j]` for j in [begin, end) (a prefill run's columns):
         how many of those slots completed their prefill, which are those now with none left."""
-        done = 0
+        done: i64 = 0
         for index in range(begin, end):
             if _chunk_ran(slots[index], tokens[index]):
                 done += 1
@@ -198,7 +198,7 @@ class Scheduler:
             self._prefills_completed(done)
         return done
 
-    def _prefills_completed(self, done: int) -> None:
+    def _prefills_completed(self, done: i64) -> None:
         """`done` prefills completed: the first ones. An iteration's chunks go to the prefilling slots in order,
         each as much of the budget as it needs, so only the last of them can stop short of its end."""
         del self.prefilling[:done]
