@@ -121,7 +121,7 @@ def pack_micro_batches(lengths: Sequence[int], capacity_tokens: int) -> list[lis
     while leaves < len(ordered) - alone:
         leaves *= 2
     # room[1] is the most free room of any bin; a leaf without a bin never fits (-1). Machine numbers: a list would
-    # box every room it stores (compiled, 1 % of a production step's instructions).
+    # box every room it stores (compiled, 3 % of a production step's instructions).
     room = vec[i64]()
     for _ in range(2 * leaves):
         room = append(room, -1)

@@ -36,8 +36,8 @@ class EngineTelemetry:
 
     __slots__ = ("env", "recorder", "unit", "first_gpu", "gpu_count", "prefill_label", "decode_label", "stage", "probe",
                  "changed", "samples", "code", "_kv", "_batch", "_running", "_waiting", "_in_flight",
-                 "_in_flight_start", "_span_label", "_span_start", "_span_step", "_span_end", "_recorded_until", "_stage_code",
-                 "_unit_code")
+                 "_in_flight_start", "_span_label", "_span_start", "_span_step", "_span_end", "_recorded_until",
+                 "_stage_code", "_unit_code")
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, first_gpu: int, gpu_count: int, unit: str,
                  busy_labels: tuple[str, str, str], probe: Probe | None, kv: KVLedger, batch: DecodeBatch,
