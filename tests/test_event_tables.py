@@ -16,7 +16,7 @@ import rlsim.report.event_files as event_files
 import rlsim.sim.idle_labels as idle_labels
 from rlsim.costs.memo import Memo
 from rlsim.events import RUN_END, EngineSample, EventLog, SequenceRecord, Span
-from rlsim.events.tables import SampleColumns, SampleTable, SequenceTable, SpanTable
+from rlsim.events.tables import LABEL_CODE, SampleColumns, SampleTable, SequenceTable, SpanTable
 from rlsim.metrics import RunFacts, run_metrics
 from rlsim.metrics.facts import PoolFacts
 from rlsim.metrics.groups import gpu_groups, group_spans
@@ -67,6 +67,25 @@ def test_samples_appended_by_code_read_back_as_appended_and_a_view_stays_as_take
     assert len(columns) == rows + 1
     assert engines.tolist() == [columns.code("engine1")] and times.tolist() == [0.125]
     assert counters.tolist() == [list(other[2:])]
+
+
+def test_spans_recorded_by_code_are_the_spans_recorded_by_name():
+    """An engine's telemetry records its busy spans by code (`Recorder.coded_busy`, its stage and unit coded by
+    `span_codes` at its first span): between spans recorded by name they give the same log as `busy` would, names
+    coded in the same order, and an empty span records nothing either way."""
+    spans = [(0, 2, 0.0, 1.5, "decode", "gen", 3, 2, "engine0"), (4, 1, 0.25, 2.0, "barrier", "update_actor", 1, 0, "dp0"),
+             (0, 2, 1.5, 1.5, "prefill", "gen", 3, 2, "engine0"), (2, 1, 1.0, 1.125, "prefill", "gen", 3, 2, "engine1")]
+    by_name, by_code = Recorder(8), Recorder(8)
+    for first, count, start, end, label, stage, step, version, unit in spans:
+        by_name.busy(first, count, start, end, label, stage, unit=unit, step=step, version=version)
+        if unit.startswith("engine"):
+            stage_code, unit_code = by_code.span_codes(stage, unit)
+            by_code.coded_busy(first, count, start, end, LABEL_CODE[label], stage_code, step, version, unit_code)
+        else:
+            by_code.busy(first, count, start, end, label, stage, unit=unit, step=step, version=version)
+    named, coded = by_name.freeze(2.0, 0).spans, by_code.freeze(2.0, 0).spans
+    assert list(coded) == list(named) and sum(span.label != "unassigned" for span in named) == 3
+    assert coded.stage_names == named.stage_names and coded.unit_names == named.unit_names
 
 
 def idle_by_definition(busy: list[Span], contexts: list[Span], wall_s: float, gpu: int) -> list[tuple]:
