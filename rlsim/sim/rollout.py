@@ -496,7 +496,7 @@ class RolloutEngine(EngineControls):
 
     # ---- book-keeping, O(1) or O(log batch) per event --------------------------------------------------------
 
-    def _advance(self, iterations: int, decode: bool) -> None:
+    def _advance(self, iterations: i64, decode: bool) -> None:
         """Book `iterations` iterations: every decoding sequence gained as many tokens. Released contexts that the
         growth needed room from are evicted now, as the boundaries inside a fast stretch would have done."""
         grown = self.batch.advance(iterations, decode)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Generator
 from typing import Literal
 
 import simpy
+from mypy_extensions import i64
 
 from rlsim.costs.rollout import IterationCosts, PrefillChunk
 from rlsim.sim.clock import sim_now
@@ -244,7 +245,7 @@ class StaticBatchEngine(EngineControls):
             telemetry.end(self.version)
             self._advance(1, decode=True)
 
-    def _advance(self, iterations: int, decode: bool) -> None:
+    def _advance(self, iterations: i64, decode: bool) -> None:
         grown = self.batch.advance(iterations, decode)
         self.kv.used += grown
         self._generated_total += grown
