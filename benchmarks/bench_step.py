@@ -11,14 +11,19 @@ other, their ratio swung from 1.24× to 2.3× between runs of one build): the st
 before them, as in a user's `rlsim run`). A paired fast run reads ~10 % less,
 partly because the exact run before it left its memory mapped (by getrusage, almost no page faults against
 thousands). The machines are shared: a wall time well above its CPU time means another process took the core.
+With the pair it prints what an event costs each mode beside a bare SimPy event (a process that only sleeps): the
+exact mode's are mostly that loop, so work shared by the modes' events moves their ratio little.
 
     python -m benchmarks.bench_step [--skip-exact] [--pairs N]
 """
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
+
+import simpy
 
 import rlsim
 from rlsim.compiled_engine import engine_build
@@ -73,7 +78,31 @@ def paired(pairs: int) -> float:
     best_fast, best_exact = min(fast, key=lambda r: r[1]), min(exact, key=lambda r: r[1])
     report("fast (paired)", *best_fast)
     report("exact (paired, every iteration)", *best_exact)
+    bare = bare_event_seconds()
+    fast_event, exact_event = (best[1] / best[2].events for best in (best_fast, best_exact))
+    print(f"an event: bare SimPy {bare * 1e6:.2f} µs CPU; exact {exact_event * 1e6:.2f} µs ({bare / exact_event:.0%} "
+          f"of it SimPy's own loop); fast {fast_event * 1e6:.2f} µs, {best_exact[2].events / best_fast[2].events:.0f}× "
+          "fewer events")
     return best_exact[1] / best_fast[1]
+
+
+def bare_event_seconds(events: int = 256_000, processes: int = 64, repeats: int = 3) -> float:
+    """CPU seconds of one bare SimPy event, best of `repeats`: processes that only yield timeouts, so the figure is
+    SimPy's own loop (scheduling, popping, resuming the process), the floor under every event of either mode. The
+    exact mode's events are mostly this; how far the fast mode's rise above it is the work it books an event."""
+    def sleeper(env: simpy.Environment, count: int):
+        for _ in range(count):
+            yield env.timeout(1.0)
+
+    best = math.inf
+    for _ in range(repeats):
+        env = simpy.Environment()
+        for _ in range(processes):
+            env.process(sleeper(env, events // processes))
+        began = time.process_time()
+        env.run()
+        best = min(best, time.process_time() - began)
+    return best / events
 
 
 def main() -> None:
