@@ -5,8 +5,8 @@ Scenario: scenarios/deepcoder-14b-grpo-64xh100.yaml — 512 prompts × 16 = 8,19
 reference that steps every decode iteration, interleaved with fast runs in this process (`--pairs`, best of each by
 CPU time), so the fast/exact ratio compares runs that saw the same machine. Targets (issue 36, on this 2-core machine): ≤ 0.3 s
 CPU per step, ×4 lengths ≤ 1.3× the time, fast ≥ 50× faster than exact. Fast-mode figures are the best of
-five runs after an untimed one (the first run in a process also pays one-off imports), wall and CPU time each, the
-trace's lengths and ×4 interleaved (on a shared machine a slow spell lasts tens of seconds: measured one after the
+five runs (`--repeats`) after an untimed one (the first run in a process also pays one-off imports), wall and CPU
+time each, the trace's lengths and ×4 interleaved (on a shared machine a slow spell lasts tens of seconds: measured one after the
 other, their ratio swung from 1.24× to 2.3× between runs of one build): the step target reads these (no exact run
 before them, as in a user's `rlsim run`). A paired fast run reads ~10 % less,
 partly because the exact run before it left its memory mapped (by getrusage, almost no page faults against
@@ -14,12 +14,13 @@ thousands). The machines are shared: a wall time well above its CPU time means a
 With the pair it prints what an event costs each mode beside a bare SimPy event (a process that only sleeps): the
 exact mode's are mostly that loop, so work shared by the modes' events moves their ratio little.
 
-    python -m benchmarks.bench_step [--skip-exact] [--pairs N]
+    python -m benchmarks.bench_step [--skip-exact] [--pairs N] [--repeats N]
 """
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -50,10 +51,11 @@ def report(label: str, wall: float, cpu: float, log) -> None:
           f"{rollouts / wall:>9,.0f} rollouts/s  (simulated step {log.wall_s:,.0f} s, gen {gen:,.0f} s)")
 
 
-def measure(repeats: int = 5) -> tuple[float, float]:
+def measure(repeats: int = 5) -> tuple[float, float, list[float]]:
     """Fast mode at the trace's lengths and at ×4, interleaved (a run of each, `repeats` times, after an untimed
     one of each, which pays the one-off imports), best of each: their ratio compares runs that saw the same minutes of
-    a shared machine. Returns the best CPU s of each."""
+    a shared machine. Returns the best CPU s of each, and the ×4/×1 ratio of each pair of runs made one after the
+    other (their spread is this machine's noise on the ratio)."""
     run_once({}, "fast")
     run_once(LONGER, "fast")
     runs: dict[str, list] = {"fast": [], "fast, responses ×4": []}
@@ -65,7 +67,9 @@ def measure(repeats: int = 5) -> tuple[float, float]:
         wall, cpu = min(r[0] for r in timed), min(r[1] for r in timed)
         report(label, wall, cpu, timed[-1][2])
         best.append(cpu)
-    return best[0], best[1]
+    pair_ratios = [longer[1] / trace[1]
+                   for trace, longer in zip(runs["fast"], runs["fast, responses ×4"], strict=True)]
+    return best[0], best[1], pair_ratios
 
 
 def paired(pairs: int) -> float:
@@ -109,12 +113,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-exact", action="store_true", help="skip the slow exact-mode reference")
     parser.add_argument("--pairs", type=int, default=2, help="interleaved fast/exact pairs (default 2)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed fast runs at each length (default 5)")
     args = parser.parse_args()
     # From a checkout's root, `python -m` finds the source tree before an installed wheel: say which engine is timed.
     print(f"rlsim's engine {engine_build()}, from {Path(rlsim.__file__).parent}")
-    fast, longer = measure()
+    fast, longer, pair_ratios = measure(args.repeats)
     print(f"×4 lengths cost {longer / fast:.2f}× the CPU time (target ≤ 1.3×); one step {fast:.2f} s CPU "
           f"(target ≤ 0.3 s)")
+    print(f"×4/×1 of each pair run one after the other: median {statistics.median(pair_ratios):.2f}×, "
+          f"{min(pair_ratios):.2f}–{max(pair_ratios):.2f}× over {len(pair_ratios)}")
     if not args.skip_exact:
         print(f"fast is {paired(args.pairs):.0f}× faster than exact, paired by CPU time (target ≥ 50×)")
 
