@@ -53,8 +53,9 @@ def test_span_sample_and_sequence_tables_give_back_their_records():
 @pytest.mark.parametrize("rows", [0, 1, 2, 130])
 def test_samples_appended_by_code_read_back_as_appended_and_a_view_stays_as_taken(rows):
     """An engine appends its samples by the code of its name (`add`), beside other engines' appended by name, with
-    counters past 32 bits: they read back as the samples appended, in order; a view taken earlier still shows what
-    was appended before it, whatever was appended after (the columns grow into new memory)."""
+    counters past 32 bits: the table's columns hold them as appended, and it iterates them in time order; a view
+    taken earlier still shows what was appended before it, whatever was appended after (the columns grow into new
+    memory)."""
     samples = [EngineSample("engine0", 0.25 * i, i, 2 * i, 3 * i + (1 << 40), 4, 5 + i, 6, 7 * i) for i in range(rows)]
     other = EngineSample("engine1", 0.125, 1, 2, 3, 4, 5, 6, 7)
     columns = SampleColumns()
@@ -63,7 +64,11 @@ def test_samples_appended_by_code_read_back_as_appended_and_a_view_stays_as_take
     code = columns.code("engine0")
     for sample in samples:
         columns.add(code, *sample[1:])
-    assert tuple(columns.table()) == (other, *samples)
+    table = columns.table()
+    appended = (other, *samples)
+    assert [(table.engine_names[code], time, *row) for code, time, row in
+            zip(table.engine.tolist(), table.time.tolist(), table.counters.tolist(), strict=True)] == list(appended)
+    assert tuple(table) == tuple(sorted(appended, key=lambda sample: sample.time))
     assert len(columns) == rows + 1
     assert engines.tolist() == [columns.code("engine1")] and times.tolist() == [0.125]
     assert counters.tolist() == [list(other[2:])]

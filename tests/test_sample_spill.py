@@ -3,9 +3,11 @@ samples in the same order as the table kept in memory, the metrics and every fil
 byte for byte, and nothing is left on disk, whether the run ends or is interrupted."""
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import tempfile
 from contextlib import contextmanager
+from pathlib import Path
 from unittest.mock import patch
 
 import numpy as np
@@ -13,7 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rlsim
 import rlsim.sim.recorder as recorder_module
+from rlsim.config.bound import bind
 from rlsim.events import EngineSample, EventLog
 from rlsim.events.sample_spill import SampleSpill, SpilledSamples
 from rlsim.events.tables import SampleColumns
@@ -24,6 +28,7 @@ from rlsim.report.run_folder import metrics_json, write_run_folder
 from rlsim.sim.run import simulate_log
 from tests.sim_scenarios import bound
 
+ROOT = Path(__file__).parents[1]
 ENGINES = ("engine1", "engine0", "judge0", "engine2")
 # A sample: which engine, when (on a coarse grid, so that simultaneous samples occur), its counters, and whether the
 # recorder spills right after it.
@@ -105,6 +110,31 @@ def test_a_spilled_run_has_the_same_samples_metrics_and_files(kept_and_spilled, 
     assert metrics_json(run_metrics(kept, facts)) == metrics_json(run_metrics(spilled, facts))
     names = sorted(path.name for path in folders[0].iterdir() if path.name != "timing.json")
     assert "engine_samples.csv.gz" in names and "report.html" in names
+    for name in names:
+        assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
+
+
+def test_a_runs_samples_kept_as_recorded_give_the_metrics_and_files_of_the_time_ordered_table(tmp_path):
+    """A run's samples are frozen as recorded, not sorted: each engine's are in time order, and the metrics and the
+    run folder come out as from the same samples sorted by time (what the log held before). Eight engines of the
+    production step, whose preemption chains and prefill runs are booked after other engines' samples."""
+    scenario = rlsim.load_scenario(ROOT / "scenarios" / "deepcoder-14b-grpo-64xh100.yaml", {
+        "cluster.pools[0].nodes": 1, "placement.rollout.gpus": 8, "algorithm.prompts_per_step": 64})
+    b = bind(scenario)
+    log = simulate_log(b).log
+    table = log.engine_samples
+    ordered = table.in_time_order()
+    assert ordered is not table, "some sample was recorded after a later one of another engine's"
+    assert list(table) == list(ordered) and table == ordered
+    for code in range(len(table.engine_names)):
+        assert (np.diff(table.time[table.engine == code]) >= 0).all()
+    facts = RunFacts.from_bound(b)
+    folders = []
+    for name, frozen in (("as_recorded", log), ("ordered", dataclasses.replace(log, engine_samples=ordered))):
+        write_run_folder(tmp_path / name, b.scenario, RunData(frozen, facts, run_metrics(frozen, facts)), 1.0, "full")
+        folders.append(tmp_path / name)
+    names = sorted(path.name for path in folders[0].iterdir() if path.name != "timing.json")
+    assert "metrics.json" in names and "engine_samples.csv.gz" in names
     for name in names:
         assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
 

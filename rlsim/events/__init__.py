@@ -145,7 +145,7 @@ class EventLog:
     gpus: int
     wall_s: float  # simulated time from the start to the end of the last step
     events: int  # SimPy events processed: the simulator's work, independent of tokens in fast mode
-    engine_samples: SampleTable | SpilledSamples = ()  # type: ignore[assignment]  # in time order
+    engine_samples: SampleTable | SpilledSamples = ()  # type: ignore[assignment]  # iterates in time order
     kv_transfers: tuple[KVTransfer, ...] = ()  # prefill/decode disaggregation: in the order they ended
     environments: EnvironmentRecord | None = None  # the environment pool's ledger (workload.environments), if any
     agents: tuple[AgentRecord, ...] = ()  # a multi-agent run's agents (scenario agents:), else none

@@ -324,7 +324,10 @@ class SampleColumns:
 
 @dataclass(frozen=True, eq=False)
 class SampleTable:
-    """Engine samples as columns, in time order; iterates as `EngineSample`s."""
+    """Engine samples as columns, in the order recorded (an engine books a preemption chain's samples when the chain
+    ends, after other engines recorded theirs); iterates as `EngineSample`s in time order, simultaneous ones as
+    recorded. The metrics read each engine's samples on their own (`rows_by_engine`, then `engine_tracks` puts them in
+    time order), so a run's table is sorted as a whole only when something iterates it (engine_samples.csv.gz)."""
 
     engine: np.ndarray  # codes into engine_names
     time: np.ndarray
@@ -342,11 +345,12 @@ class SampleTable:
         return int(self.time.size)
 
     def __iter__(self) -> Iterator[EngineSample]:
-        names = self.engine_names
-        for a in range(0, len(self), CHUNK):
+        table = self.in_time_order()
+        names = table.engine_names
+        for a in range(0, len(table), CHUNK):
             b = a + CHUNK
-            for code, time, row in zip(self.engine[a:b].tolist(), self.time[a:b].tolist(),
-                                       self.counters[a:b].tolist(), strict=True):
+            for code, time, row in zip(table.engine[a:b].tolist(), table.time[a:b].tolist(),
+                                       table.counters[a:b].tolist(), strict=True):
                 yield EngineSample(names[code], time, *row)
 
     def rows_by_engine(self, groups: list[list[int]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -370,8 +374,10 @@ class SampleTable:
                            self.engine_names)
 
     def __getitem__(self, index: int) -> EngineSample:
-        i = range(len(self))[index]
-        return EngineSample(self.engine_names[self.engine[i]], float(self.time[i]), *self.counters[i].tolist())
+        """The sample at `index` in time order (sorting the table for each call when it is not: iterate instead)."""
+        table = self.in_time_order()
+        i = range(len(table))[index]
+        return EngineSample(table.engine_names[table.engine[i]], float(table.time[i]), *table.counters[i].tolist())
 
     def __eq__(self, other: object) -> bool | NotImplementedType:  # and so unhashable: see same_records
         return same_records(self, other)

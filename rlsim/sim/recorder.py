@@ -136,9 +136,10 @@ class Recorder:
                         environments=environments, agents=self.agents)
 
     def _frozen_samples(self) -> SampleTable | SpilledSamples:
-        """The engine samples in time order: in memory, or on disk when the run spilled them."""
+        """The engine samples: in memory, as recorded (sorted by time when iterated), or on disk when the run spilled
+        them."""
         if self._sample_spill is None:
-            return self.engine_samples.table().in_time_order()
+            return self.engine_samples.table()
         self._sample_spill.spill(self.engine_samples)
         names = tuple(self.engine_samples.engines.names)
         spill, self._sample_spill = self._sample_spill, None
