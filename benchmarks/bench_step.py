@@ -1,18 +1,19 @@
 """Simulator speed on one synchronous GRPO step at production scale: prints figures, asserts nothing.
 
-Scenario: scenarios/deepcoder-14b-grpo-64xh100.yaml — 512 prompts × 16 = 8,192 rollouts with DeepCoder-14B trace lengths
-(16K cap) on 64 engines, colocated training. Runs: fast mode; the same with every response ×4 (cap ×4); and the exact
-reference that steps every decode iteration, interleaved with fast runs in this process (`--pairs`, best of each by
-CPU time), so the fast/exact ratio compares runs that saw the same machine. Targets (issue 36, on this 2-core machine): ≤ 0.3 s
-CPU per step, ×4 lengths ≤ 1.3× the time, fast ≥ 50× faster than exact. Fast-mode figures are the best of
-five runs (`--repeats`) after an untimed one (the first run in a process also pays one-off imports), wall and CPU
-time each, the trace's lengths and ×4 interleaved (on a shared machine a slow spell lasts tens of seconds: measured one after the
-other, their ratio swung from 1.24× to 2.3× between runs of one build): the step target reads these (no exact run
-before them, as in a user's `rlsim run`). A paired fast run reads ~10 % less,
-partly because the exact run before it left its memory mapped (by getrusage, almost no page faults against
-thousands). The machines are shared: a wall time well above its CPU time means another process took the core.
-With the pair it prints what an event costs each mode beside a bare SimPy event (a process that only sleeps): the
-exact mode's are mostly that loop, so work shared by the modes' events moves their ratio little.
+Scenario: scenarios/deepcoder-14b-grpo-64xh100.yaml — 512 prompts × 16 = 8,192 rollouts with DeepCoder-14B trace
+lengths (16K cap) on 64 engines, colocated training. Runs: fast mode; the same with every response ×4 (cap ×4); and
+the exact reference that steps every decode iteration, interleaved with fast runs in this process (`--pairs`, best of
+each by CPU time), so the fast/exact ratio compares runs that saw the same machine. Targets (issue 36, on this 2-core
+machine): ≤ 0.3 s CPU per step, ×4 lengths ≤ 1.3× the time, fast ≥ 50× faster than exact. Fast-mode figures are the
+best of five runs (`--repeats`) after an untimed one (the first run in a process also pays one-off imports), wall and
+CPU time each, the trace's lengths and ×4 interleaved (on a shared machine a slow spell lasts tens of seconds:
+measured one after the other, their ratio swung from 1.24× to 2.3× between runs of one build): the step target reads
+these (no exact run before them, as in a user's `rlsim run`). Beside the ratio of the bests it prints the ×4/×1 ratio
+of each pair of runs made one after the other, their median and range: the machine's noise on the ratio. A paired fast
+run reads ~10 % less, partly because the exact run before it left its memory mapped (by getrusage, almost no page
+faults against thousands). The machines are shared: a wall time well above its CPU time means another process took the
+core. With the pair it prints what an event costs each mode beside a bare SimPy event (a process that only sleeps):
+the exact mode's are mostly that loop, so work shared by the modes' events moves their ratio little.
 
     python -m benchmarks.bench_step [--skip-exact] [--pairs N] [--repeats N]
 """
