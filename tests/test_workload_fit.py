@@ -92,8 +92,28 @@ def test_sampled_groups_have_the_traces_within_group_correlation(name):
 
 
 def test_fitting_is_deterministic_and_gives_the_shipped_model():
+    """`rlsim workload fit` gives the same bits twice, and the shipped model: to its digits with the SciPy that fitted
+    it, and to 1e-3 relative with another (SciPy 1.17's L-BFGS-B stops up to 6e-5 away from it on this flat
+    likelihood, well within the fit's statistical error; nothing else in the model may differ)."""
     fields = fit_trace(TRACES / "rllm_deepcoder_14b_16k")
-    assert Workload.model_validate(fields) == fitted("rllm_deepcoder_14b_16k")
+    assert fit_trace(TRACES / "rllm_deepcoder_14b_16k") == fields
+    refit, shipped = _leaves(Workload.model_validate(fields).model_dump()), _leaves(fitted("rllm_deepcoder_14b_16k")
+                                                                                    .model_dump())
+    assert refit.keys() == shipped.keys()
+    for path, value in shipped.items():
+        if isinstance(value, float):
+            assert refit[path] == pytest.approx(value, rel=1e-3), path
+        else:
+            assert refit[path] == value, path
+
+
+def _leaves(value: object, path: str = "") -> dict[str, object]:
+    """A dumped model's values by their path (`response_tokens.components.0.sigma`)."""
+    if isinstance(value, dict):
+        return {leaf: v for key, item in value.items() for leaf, v in _leaves(item, f"{path}.{key}").items()}
+    if isinstance(value, list | tuple):
+        return {leaf: v for i, item in enumerate(value) for leaf, v in _leaves(item, f"{path}.{i}").items()}
+    return {path: value}
 
 
 def test_production_mixture_is_the_jsons_math_fit():
