@@ -1,6 +1,8 @@
 """Engine samples spilled to disk as the run goes on (rlsim.events.sample_spill): the spilled table holds the same
 samples in the same order as the table kept in memory, the metrics and every file of the run folder come out the same
-byte for byte, and nothing is left on disk, whether the run ends or is interrupted."""
+byte for byte, and nothing is left on disk, whether the run ends or is interrupted. Both rest on each engine recording
+its samples in time order: a table kept in memory holds them as recorded, and gives the metrics and files of the same
+samples sorted by time."""
 from __future__ import annotations
 
 import dataclasses
